@@ -1,0 +1,37 @@
+# The two commands (README): `make run RECIPE=fgself` and `make test` do all the
+# set-up on a fresh machine: the virtual environment, the package with its C
+# extension, and the C parts (shim, games) for Linux and, with mingw-w64, Windows.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+RECIPE ?= fgself
+RUN ?=
+ARGS ?=
+TORCH ?= torch==2.13.0
+
+.PHONY: setup build run test bench clean
+
+# The venv, rebuilt when the packaging or the extension's source changes.
+$(VENV)/.installed: pyproject.toml setup.py csrc/rows.c shim/w3s_table.h
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q -e '.[test,bench]'
+	touch $@
+
+setup: $(VENV)/.installed build
+
+build:
+	$(MAKE) -s -C shim BUILD=$(CURDIR)/build
+
+run: setup
+	$(PY) -m w3async run recipes/$(RECIPE).toml $(if $(RUN),--run $(RUN)) $(ARGS)
+
+test: setup
+	$(PY) -m pytest -q $(TESTS)
+
+bench: setup
+	$(PY) bench/step_sync.py $(BENCH_ARGS)
+
+clean:
+	rm -rf build $(VENV) w3async/_rows*.so

@@ -1,0 +1,361 @@
+/* rows.c: the supervisor's hot path over the shared table, in C (w3async._rows).
+ *
+ * One Gatherer per table holds every buffer it touches (the rows, the batch it fills,
+ * the row->game map and the games' act doorbells), so a round is two calls:
+ * gather() scans every row, checks the waiting ones, and copies the valid ones into
+ * the batch with entities padded to a bucket (padding zeroed every time); answer()
+ * writes the actions, publishes act_seq and rings each answered game's doorbell once.
+ * w3async/gather.py has the numpy path with the same contract; a test proves both
+ * give identical batches, bad-row reports and answers.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "w3s_table.h"
+
+typedef struct {
+    PyObject_HEAD
+    Py_buffer table;  /* the rows (no header) */
+    Py_buffer row_game; /* int32[n_rows]: game slot of each row, -1 when none runs */
+    Py_buffer act_fd;   /* int32[n_games]: the act doorbell's fd */
+    Py_buffer act_len;  /* int32[n_games]: bytes to write to ring it (8 eventfd, 1 FIFO) */
+    /* the batch: capacity n_rows */
+    Py_buffer b_rows, b_obs_seq, b_lane, b_side, b_episode, b_step, b_flags, b_reward, b_n_ent,
+        b_state_hash, b_discarded, b_glob, b_ent, b_ent_type, b_mask;
+    Py_buffer buckets; /* int32[], ascending, the last == W3S_E_MAX */
+    int n_types;
+    int n_rows, n_games;
+    int held; /* buffers acquired */
+    int32_t *ring_seen; /* per game: the answer() call that last rang it */
+    int32_t ring_epoch;
+} Gatherer;
+
+static Py_buffer *g_buffers(Gatherer *g, int *count)
+{
+    *count = 20;
+    return &g->table;
+}
+
+static void Gatherer_dealloc(Gatherer *g)
+{
+    if (g->held) {
+        int n;
+        Py_buffer *b = g_buffers(g, &n);
+        for (int i = 0; i < n; i++)
+            if (b[i].obj)
+                PyBuffer_Release(&b[i]);
+    }
+    PyMem_Free(g->ring_seen);
+    Py_TYPE(g)->tp_free((PyObject *)g);
+}
+
+/* Gets a writable C-contiguous buffer of at least min_bytes; NULL and an exception
+ * naming the argument otherwise. */
+static int g_get(PyObject *obj, Py_buffer *view, const char *name, Py_ssize_t min_bytes)
+{
+    if (PyObject_GetBuffer(obj, view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+        PyErr_Format(PyExc_TypeError, "Gatherer: %s must be a writable contiguous buffer", name);
+        return -1;
+    }
+    if (view->len < min_bytes) {
+        PyErr_Format(PyExc_ValueError, "Gatherer: %s holds %zd bytes, needs %zd", name, view->len, min_bytes);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+static int Gatherer_init(Gatherer *g, PyObject *args, PyObject *kw)
+{
+    static char *names[] = {"table", "n_rows", "row_game", "act_fd", "act_len", "n_types", "buckets",
+                            "rows", "obs_seq", "lane", "side", "episode", "step", "flags", "reward",
+                            "n_ent", "state_hash", "discarded", "glob", "ent", "ent_type", "mask", NULL};
+    PyObject *o[20];
+    int n_rows, n_types;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OiOOOiOOOOOOOOOOOOOOOO", names, &o[0], &n_rows, &o[1], &o[2],
+                                     &o[3], &n_types, &o[4], &o[5], &o[6], &o[7], &o[8], &o[9], &o[10],
+                                     &o[11], &o[12], &o[13], &o[14], &o[15], &o[16], &o[17], &o[18], &o[19]))
+        return -1;
+    if (g->held) {
+        PyErr_SetString(PyExc_RuntimeError, "Gatherer: already initialised");
+        return -1;
+    }
+    if (n_rows <= 0 || n_types <= 0 || n_types > 32767) {
+        PyErr_Format(PyExc_ValueError, "Gatherer: n_rows=%d must be > 0, n_types=%d in 1..32767", n_rows, n_types);
+        return -1;
+    }
+    Py_ssize_t R = n_rows;
+    /* in the order of the Py_buffer fields of Gatherer */
+    const char *what[20] = {"table", "row_game", "act_fd", "act_len", "rows", "obs_seq", "lane", "side", "episode",
+                            "step", "flags", "reward", "n_ent", "state_hash", "discarded", "glob", "ent",
+                            "ent_type", "mask", "buckets"};
+    PyObject *objs[20] = {o[0], o[1], o[2], o[3], o[5], o[6], o[7], o[8], o[9], o[10], o[11], o[12], o[13],
+                          o[14], o[15], o[16], o[17], o[18], o[19], o[4]};
+    Py_ssize_t need[20] = {R * (Py_ssize_t)sizeof(w3s_row), R * 4, 0, 0, R * 4, R * 8, R * 4, R * 4, R * 8,
+                           R * 4, R * 4, R * 4, R * 4, R * 8, R * 4, R * W3S_G_GLOB * 4,
+                           R * W3S_E_MAX * W3S_F_ENT * 4, R * W3S_E_MAX * 2, R * W3S_N_HEADS * W3S_HEAD_MAX, 4};
+    Py_buffer *slots[20] = {&g->table, &g->row_game, &g->act_fd, &g->act_len, &g->b_rows, &g->b_obs_seq,
+                            &g->b_lane, &g->b_side, &g->b_episode, &g->b_step, &g->b_flags, &g->b_reward,
+                            &g->b_n_ent, &g->b_state_hash, &g->b_discarded, &g->b_glob, &g->b_ent,
+                            &g->b_ent_type, &g->b_mask, &g->buckets};
+    int got = 0;
+    for (; got < 20; got++)
+        if (g_get(objs[got], slots[got], what[got], need[got]) < 0)
+            goto err;
+    g->n_games = (int)(g->act_fd.len / 4);
+    if (g->act_len.len / 4 != g->n_games) {
+        PyErr_SetString(PyExc_ValueError, "Gatherer: act_fd and act_len differ in length");
+        goto err;
+    }
+    const int32_t *bk = g->buckets.buf;
+    Py_ssize_t nb = g->buckets.len / 4;
+    if (bk[nb - 1] != W3S_E_MAX) {
+        PyErr_Format(PyExc_ValueError, "Gatherer: the last bucket must be %d", W3S_E_MAX);
+        goto err;
+    }
+    g->ring_seen = PyMem_Calloc(g->n_games ? g->n_games : 1, sizeof(int32_t));
+    if (!g->ring_seen) {
+        PyErr_NoMemory();
+        goto err;
+    }
+    g->n_rows = n_rows;
+    g->n_types = n_types;
+    g->held = 1;
+    return 0;
+err:
+    for (int i = 0; i < got; i++)
+        PyBuffer_Release(slots[i]);
+    return -1;
+}
+
+/* A bad row as (row, field, index, value); index -1 when the field is a scalar. */
+static int g_bad(PyObject *list, int row, const char *field, long index, PyObject *value)
+{
+    if (!value)
+        return -1;
+    PyObject *t = Py_BuildValue("(isiN)", row, field, (int)index, value);
+    if (!t)
+        return -1;
+    int rc = PyList_Append(list, t);
+    Py_DECREF(t);
+    return rc;
+}
+
+/* Checks one waiting row; 0 valid, 1 bad (appended to bad), -1 on a Python error. The
+ * order of the checks is the contract shared with the numpy path. */
+static int g_check(const Gatherer *g, const w3s_row *r, int row, uint64_t obs, uint64_t act, PyObject *bad)
+{
+    if (obs != act + 1)
+        return g_bad(bad, row, "obs_seq", -1, PyLong_FromUnsignedLongLong(obs)) < 0 ? -1 : 1;
+    if (r->row_magic != W3S_ROW_MAGIC)
+        return g_bad(bad, row, "row_magic", -1, PyLong_FromUnsignedLong(r->row_magic)) < 0 ? -1 : 1;
+    uint32_t n_ent = r->n_ent;
+    if (n_ent > W3S_E_MAX)
+        return g_bad(bad, row, "n_ent", -1, PyLong_FromUnsignedLong(n_ent)) < 0 ? -1 : 1;
+    if (r->flags & ~(uint32_t)(W3S_FLAG_FIRST | W3S_FLAG_DONE | W3S_FLAG_TRUNCATED))
+        return g_bad(bad, row, "flags", -1, PyLong_FromUnsignedLong(r->flags)) < 0 ? -1 : 1;
+    if (!isfinite(r->reward))
+        return g_bad(bad, row, "reward", -1, PyFloat_FromDouble(r->reward)) < 0 ? -1 : 1;
+    for (int i = 0; i < W3S_G_GLOB; i++)
+        if (!isfinite(r->glob[i]))
+            return g_bad(bad, row, "glob", i, PyFloat_FromDouble(r->glob[i])) < 0 ? -1 : 1;
+    const float *ent = &r->ent[0][0];
+    for (uint32_t i = 0; i < n_ent * W3S_F_ENT; i++)
+        if (!isfinite(ent[i]))
+            return g_bad(bad, row, "ent", (long)i, PyFloat_FromDouble(ent[i])) < 0 ? -1 : 1;
+    for (uint32_t e = 0; e < n_ent; e++)
+        if (r->ent_type[e] < 0 || r->ent_type[e] >= g->n_types)
+            return g_bad(bad, row, "ent_type", (long)e, PyLong_FromLong(r->ent_type[e])) < 0 ? -1 : 1;
+    for (int h = 0; h < W3S_N_HEADS; h++) {
+        int any = 0;
+        for (int c = 0; c < W3S_HEAD_MAX; c++) {
+            uint8_t m = r->mask[h][c];
+            if (m > 1)
+                return g_bad(bad, row, "mask", (long)(h * W3S_HEAD_MAX + c), PyLong_FromLong(m)) < 0 ? -1 : 1;
+            any |= m;
+        }
+        if (!any)
+            return g_bad(bad, row, "mask", (long)(h * W3S_HEAD_MAX), PyLong_FromLong(0)) < 0 ? -1 : 1;
+    }
+    return 0;
+}
+
+/* gather() -> (n, bucket, bad): n valid waiting rows copied into the batch buffers,
+ * their entities padded to `bucket` (entity blocks are n x bucket, contiguous), and
+ * the bad rows as a list of (row, field, index, value). */
+static PyObject *Gatherer_gather(Gatherer *g, PyObject *noargs)
+{
+    (void)noargs;
+    w3s_row *rows = g->table.buf;
+    const int32_t *row_game = g->row_game.buf;
+    int32_t *out_rows = g->b_rows.buf;
+    uint64_t *out_seq = g->b_obs_seq.buf;
+    PyObject *bad = PyList_New(0);
+    if (!bad)
+        return NULL;
+    int n = 0;
+    uint32_t max_ent = 0;
+    for (int i = 0; i < g->n_rows; i++) {
+        if (row_game[i] < 0)
+            continue;
+        /* Acquire: the observation fields are read after the sequence number. */
+        uint64_t obs = __atomic_load_n(&rows[i].obs_seq, __ATOMIC_ACQUIRE);
+        uint64_t act = rows[i].act_seq;
+        if (obs == act)
+            continue;
+        int rc = g_check(g, &rows[i], i, obs, act, bad);
+        if (rc < 0) {
+            Py_DECREF(bad);
+            return NULL;
+        }
+        if (rc)
+            continue;
+        out_rows[n] = i;
+        out_seq[n] = obs;
+        if (rows[i].n_ent > max_ent)
+            max_ent = rows[i].n_ent;
+        n++;
+    }
+    const int32_t *bk = g->buckets.buf;
+    int bucket = bk[0];
+    for (Py_ssize_t b = 0; bucket < (int)max_ent; b++)
+        bucket = bk[b + 1];
+    uint32_t *lane = g->b_lane.buf, *side = g->b_side.buf, *step = g->b_step.buf, *flags = g->b_flags.buf,
+             *n_ent = g->b_n_ent.buf, *disc = g->b_discarded.buf;
+    uint64_t *episode = g->b_episode.buf, *hash = g->b_state_hash.buf;
+    float *reward = g->b_reward.buf, *glob = g->b_glob.buf, *ent = g->b_ent.buf;
+    int16_t *type = g->b_ent_type.buf;
+    uint8_t *mask = g->b_mask.buf;
+    for (int k = 0; k < n; k++) {
+        const w3s_row *r = &rows[out_rows[k]];
+        uint32_t ne = r->n_ent;
+        lane[k] = r->lane;
+        side[k] = r->side;
+        episode[k] = r->episode;
+        step[k] = r->step;
+        flags[k] = r->flags;
+        reward[k] = r->reward;
+        n_ent[k] = ne;
+        hash[k] = r->state_hash;
+        disc[k] = r->discarded;
+        memcpy(glob + (size_t)k * W3S_G_GLOB, r->glob, sizeof(r->glob));
+        float *e = ent + (size_t)k * bucket * W3S_F_ENT;
+        memcpy(e, r->ent, (size_t)ne * W3S_F_ENT * sizeof(float));
+        memset(e + (size_t)ne * W3S_F_ENT, 0, (size_t)(bucket - ne) * W3S_F_ENT * sizeof(float));
+        int16_t *t = type + (size_t)k * bucket;
+        memcpy(t, r->ent_type, (size_t)ne * sizeof(int16_t));
+        memset(t + ne, 0, (size_t)(bucket - ne) * sizeof(int16_t));
+        memcpy(mask + (size_t)k * W3S_N_HEADS * W3S_HEAD_MAX, r->mask, sizeof(r->mask));
+    }
+    return Py_BuildValue("(iiN)", n, bucket, bad);
+}
+
+/* answer(actions, n, policy_version) -> rung: writes actions[k] (int32[n][N_HEADS],
+ * C-contiguous) and policy_version[k] (uint32[n]) into the batch's rows, then act_seq
+ * = the obs_seq gathered (release), then rings each answered game's act doorbell once.
+ * Returns the number of games rung. A ring that fails with EAGAIN (a FIFO already
+ * full: the game has a wake-up pending anyway) is not an error. */
+static PyObject *Gatherer_answer(Gatherer *g, PyObject *args)
+{
+    Py_buffer actions, versions;
+    int n;
+    if (!PyArg_ParseTuple(args, "y*iy*", &actions, &n, &versions))
+        return NULL;
+    PyObject *result = NULL;
+    if (n < 0 || n > g->n_rows || actions.len < (Py_ssize_t)n * W3S_N_HEADS * 4 || versions.len < (Py_ssize_t)n * 4) {
+        PyErr_Format(PyExc_ValueError, "answer: n=%d does not fit actions (%zd bytes) or versions (%zd bytes)", n,
+                     actions.len, versions.len);
+        goto done;
+    }
+    w3s_row *rows = g->table.buf;
+    const int32_t *out_rows = g->b_rows.buf, *row_game = g->row_game.buf;
+    const int32_t *fds = g->act_fd.buf, *lens = g->act_len.buf;
+    const uint64_t *seq = g->b_obs_seq.buf;
+    const int32_t *act = actions.buf;
+    const uint32_t *ver = versions.buf;
+    for (int k = 0; k < n; k++) {
+        w3s_row *r = &rows[out_rows[k]];
+        memcpy(r->action, act + (size_t)k * W3S_N_HEADS, sizeof(r->action));
+        r->policy_version = ver[k];
+        __atomic_store_n(&r->act_seq, seq[k], __ATOMIC_RELEASE);
+    }
+    int32_t epoch = ++g->ring_epoch;
+    int rung = 0;
+    static const uint64_t one = 1;
+    for (int k = 0; k < n; k++) {
+        int gi = row_game[out_rows[k]];
+        if (gi < 0 || gi >= g->n_games || g->ring_seen[gi] == epoch || fds[gi] < 0)
+            continue;
+        g->ring_seen[gi] = epoch;
+        ssize_t w;
+        do
+            w = write(fds[gi], &one, (size_t)lens[gi]);
+        while (w < 0 && errno == EINTR);
+        if (w < 0 && errno != EAGAIN) {
+            PyErr_Format(PyExc_OSError, "answer: write(act doorbell of game %d, fd %d) failed: %s", gi, fds[gi],
+                         strerror(errno));
+            goto done;
+        }
+        rung++;
+    }
+    result = PyLong_FromLong(rung);
+done:
+    PyBuffer_Release(&actions);
+    PyBuffer_Release(&versions);
+    return result;
+}
+
+static PyMethodDef Gatherer_methods[] = {
+    {"gather", (PyCFunction)Gatherer_gather, METH_NOARGS, "gather() -> (n, bucket, bad)"},
+    {"answer", (PyCFunction)Gatherer_answer, METH_VARARGS, "answer(actions, n, versions) -> games rung"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject GathererType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "w3async._rows.Gatherer",
+    .tp_basicsize = sizeof(Gatherer),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The supervisor's row checks, gathers and answers over a shared table.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Gatherer_init,
+    .tp_dealloc = (destructor)Gatherer_dealloc,
+    .tp_methods = Gatherer_methods,
+};
+
+static PyObject *rows_layout_hash(PyObject *self, PyObject *noargs)
+{
+    (void)self;
+    (void)noargs;
+    return PyLong_FromUnsignedLongLong(w3s_layout_hash());
+}
+
+static PyMethodDef module_methods[] = {
+    {"layout_hash", rows_layout_hash, METH_NOARGS, "w3s_layout_hash() as this extension was built"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef rows_module = {
+    PyModuleDef_HEAD_INIT, "w3async._rows", "The supervisor's hot path over the shared table.", -1, module_methods,
+};
+
+PyMODINIT_FUNC PyInit__rows(void)
+{
+    if (PyType_Ready(&GathererType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&rows_module);
+    if (!m)
+        return NULL;
+    Py_INCREF(&GathererType);
+    if (PyModule_AddObject(m, "Gatherer", (PyObject *)&GathererType) < 0) {
+        Py_DECREF(&GathererType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    PyModule_AddIntConstant(m, "ROW_SIZE", (long)sizeof(w3s_row));
+    return m;
+}

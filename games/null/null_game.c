@@ -1,0 +1,230 @@
+/* null_game.c: a game with no game in it, for the harness's tests and benchmarks.
+ *
+ * It runs W3S_NROWS/2 lanes of two agent sides each, posts every row at once, rings
+ * once, waits for the answers and, in check mode, recomputes every answer from the
+ * row's sequence number, lane and side (w3s_check_answer): a lost, stale or misrouted
+ * answer makes it report the row and exit with W3S_EXIT_CHECK.
+ *
+ * Environment, besides the shim's (w3s.h):
+ *   W3N_CHECK=1          check every answer (default on)
+ *   W3N_EPISODE_STEPS=N  steps per episode (default 100)
+ *   W3N_ENTITIES=N       entities per observation (default 8, at most W3S_E_MAX)
+ *   W3N_TYPES=N          entity type ids are drawn from 0..N-1 (default 8)
+ *   W3N_EPISODES=N       exit 0 after N finished episodes, all lanes together (0: never)
+ *   W3N_STEP_US=N        busy work per step, in microseconds of spinning (default 0)
+ *   W3N_ROGUE=mode       misbehave at step W3N_ROGUE_STEP (default 20) of the process:
+ *                        nan, count, type, mask, seq, bytes, crash, exit, hang
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "w3s.h"
+
+#ifdef _WIN32
+#include <windows.h>
+static void null_sleep_forever(void) { for (;;) Sleep(1000); }
+#else
+#include <unistd.h>
+static void null_sleep_forever(void) { for (;;) pause(); }
+#endif
+
+typedef struct null_cfg {
+    long check, episode_steps, entities, types, episodes, step_us, rogue_step;
+    const char *rogue;
+} null_cfg;
+
+static int null_config(null_cfg *cfg, char *err, size_t errlen)
+{
+    if (w3s_env_int("W3N_CHECK", 1, &cfg->check, err, errlen) ||
+        w3s_env_int("W3N_EPISODE_STEPS", 100, &cfg->episode_steps, err, errlen) ||
+        w3s_env_int("W3N_ENTITIES", 8, &cfg->entities, err, errlen) ||
+        w3s_env_int("W3N_TYPES", 8, &cfg->types, err, errlen) ||
+        w3s_env_int("W3N_EPISODES", 0, &cfg->episodes, err, errlen) ||
+        w3s_env_int("W3N_STEP_US", 0, &cfg->step_us, err, errlen) ||
+        w3s_env_int("W3N_ROGUE_STEP", 20, &cfg->rogue_step, err, errlen))
+        return -1;
+    cfg->rogue = getenv("W3N_ROGUE");
+    if (cfg->rogue && !*cfg->rogue)
+        cfg->rogue = NULL;
+    if (cfg->entities < 0 || cfg->entities > W3S_E_MAX || cfg->types < 1 || cfg->types > 32767 ||
+        cfg->episode_steps < 1) {
+        snprintf(err, errlen, "null: W3N_ENTITIES must be 0..%d, W3N_TYPES 1..32767, W3N_EPISODE_STEPS >= 1",
+                 W3S_E_MAX);
+        return -1;
+    }
+    return 0;
+}
+
+/* Fills row i for its lane's current step: deterministic values that the supervisor's
+ * checks accept. */
+static void null_fill(w3s_row *r, uint32_t lane, uint32_t side, uint64_t episode, uint32_t step,
+                      const null_cfg *cfg)
+{
+    r->lane = lane;
+    r->side = side;
+    r->episode = episode;
+    r->step = step;
+    r->flags = (step == 0 ? W3S_FLAG_FIRST : 0) | (step + 1 >= (uint32_t)cfg->episode_steps ? W3S_FLAG_DONE : 0);
+    r->reward = (r->flags & W3S_FLAG_DONE) ? (side == 0 ? 1.0f : -1.0f) : 0.0f;
+    r->n_ent = (uint32_t)cfg->entities;
+    r->discarded = 0;
+    r->state_hash = (episode * 0x9E3779B97F4A7C15ULL) ^ ((uint64_t)lane << 32) ^ step;
+    for (int g = 0; g < W3S_G_GLOB; g++)
+        r->glob[g] = (float)((step + g) % 7) * 0.25f;
+    for (uint32_t e = 0; e < r->n_ent; e++) {
+        for (int f = 0; f < W3S_F_ENT; f++)
+            r->ent[e][f] = (float)((e + f + step) % 5) * 0.5f;
+        r->ent_type[e] = (int16_t)((e + lane) % (uint32_t)cfg->types);
+    }
+    /* heads 0-2: the first 16 choices; head 3 points at an entity */
+    for (int h = 0; h < W3S_N_HEADS; h++) {
+        uint32_t n = h == 3 ? (r->n_ent ? r->n_ent : 1) : 16;
+        memset(r->mask[h], 1, n);
+        memset(r->mask[h] + n, 0, W3S_HEAD_MAX - n);
+    }
+}
+
+/* Misbehaves as W3N_ROGUE asks, after the rows are filled and before they are posted. */
+static void null_rogue(w3s_conn *c, const char *mode)
+{
+    w3s_row *r = w3s_row_at(c, 0);
+    fprintf(stderr, "null: rogue mode %s now\n", mode);
+    fflush(stderr);
+    if (!strcmp(mode, "nan"))
+        r->glob[1] = NAN;
+    else if (!strcmp(mode, "count"))
+        r->n_ent = W3S_E_MAX + 7;
+    else if (!strcmp(mode, "type"))
+        r->ent_type[0] = 30000;
+    else if (!strcmp(mode, "mask"))
+        r->mask[0][0] = 7;
+    else if (!strcmp(mode, "seq"))
+        r->obs_seq += 5; /* the post below adds one more: a jump */
+    else if (!strcmp(mode, "bytes")) {
+        unsigned char *p = (unsigned char *)r;
+        uint32_t x = 0x12345678u;
+        for (size_t i = 0; i < sizeof(*r); i++) {
+            x = x * 1103515245u + 12345u;
+            p[i] = (unsigned char)(x >> 16);
+        }
+    } else if (!strcmp(mode, "crash")) {
+        volatile int *null_ptr = NULL;
+        *null_ptr = 1;
+    } else if (!strcmp(mode, "exit"))
+        exit(3);
+    else if (!strcmp(mode, "hang"))
+        null_sleep_forever();
+    else
+        fprintf(stderr, "null: unknown rogue mode %s, ignored\n", mode);
+}
+
+static double null_now_us(void)
+{
+#ifdef _WIN32
+    LARGE_INTEGER f, t;
+    QueryPerformanceFrequency(&f);
+    QueryPerformanceCounter(&t);
+    return (double)t.QuadPart * 1e6 / (double)f.QuadPart;
+#else
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
+#endif
+}
+
+/* Stands in for a game's own work per step (benchmarks). */
+static void null_spin_us(long us)
+{
+    if (us <= 0)
+        return;
+    double end = null_now_us() + (double)us;
+    while (null_now_us() < end)
+        ;
+}
+
+int main(void)
+{
+    char err[512];
+    null_cfg cfg;
+    if (null_config(&cfg, err, sizeof(err))) {
+        fprintf(stderr, "%s\n", err);
+        return W3S_EXIT_ATTACH;
+    }
+    w3s_conn *c = NULL;
+    int rc = w3s_attach(&c, err, sizeof(err));
+    if (rc) {
+        fprintf(stderr, "%s\n", err);
+        return rc;
+    }
+    uint32_t nrows = w3s_nrows(c);
+    if (nrows % 2) {
+        fprintf(stderr, "null: W3S_NROWS=%u is odd; the null game runs lanes of two sides\n", nrows);
+        w3s_detach(c);
+        return W3S_EXIT_ATTACH;
+    }
+    uint32_t lanes = nrows / 2;
+    uint64_t *episode = calloc(lanes, sizeof(uint64_t));
+    uint32_t *step = calloc(lanes, sizeof(uint32_t));
+    uint64_t steps = 0, checked = 0, finished = 0;
+    for (;;) {
+        for (uint32_t l = 0; l < lanes; l++)
+            for (uint32_t s = 0; s < 2; s++)
+                null_fill(w3s_row_at(c, l * 2 + s), l, s, episode[l], step[l], &cfg);
+        null_spin_us(cfg.step_us);
+        if (cfg.rogue && (long)steps == cfg.rogue_step)
+            null_rogue(c, cfg.rogue);
+        for (uint32_t i = 0; i < nrows; i++)
+            w3s_post(c, i);
+        if (w3s_ring(c, err, sizeof(err))) {
+            fprintf(stderr, "%s\n", err);
+            rc = W3S_EXIT_LOST;
+            break;
+        }
+        int w = w3s_wait(c, err, sizeof(err));
+        if (w == 1) {
+            rc = W3S_EXIT_OK;
+            break;
+        }
+        if (w < 0) {
+            fprintf(stderr, "%s\n", err);
+            rc = W3S_EXIT_LOST;
+            break;
+        }
+        steps++;
+        for (uint32_t i = 0; i < nrows && cfg.check; i++) {
+            w3s_row *r = w3s_row_at(c, i);
+            for (uint32_t h = 0; h < W3S_N_HEADS; h++) {
+                int32_t want = w3s_check_answer(r->obs_seq, r->lane, r->side, h);
+                if (r->action[h] != want) {
+                    fprintf(stderr,
+                            "null: answer check failed: row %u (lane %u side %u) head %u at obs_seq %llu: "
+                            "got %d, expected %d\n",
+                            i, r->lane, r->side, h, (unsigned long long)r->obs_seq, r->action[h], want);
+                    w3s_detach(c);
+                    return W3S_EXIT_CHECK;
+                }
+            }
+            checked++;
+        }
+        for (uint32_t l = 0; l < lanes; l++) {
+            if (++step[l] >= (uint32_t)cfg.episode_steps) {
+                step[l] = 0;
+                episode[l]++;
+                finished++;
+            }
+        }
+        if (cfg.episodes > 0 && finished >= (uint64_t)cfg.episodes) {
+            rc = W3S_EXIT_OK;
+            break;
+        }
+    }
+    fprintf(stderr, "null: %llu steps, checked %llu answers, 0 failures, %llu episodes, exit %d\n",
+            (unsigned long long)steps, (unsigned long long)checked, (unsigned long long)finished, rc);
+    w3s_detach(c);
+    free(episode);
+    free(step);
+    return rc;
+}

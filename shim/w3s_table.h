@@ -1,0 +1,138 @@
+/* w3s_table.h: the shared table of rows, defined once.
+ *
+ * The supervisor creates one POSIX shared-memory segment per run: a header page
+ * followed by n_rows fixed-size rows, one per agent-controlled side of every game
+ * lane. Each game process owns a contiguous range of rows. Python mirrors this
+ * layout as a numpy structured dtype (w3async/layout.py); tests/shim/test_layout.py
+ * compiles a program that prints every offset and size below and proves both agree.
+ *
+ * Ownership (see docs/protocol.md): the game writes every field of a row except
+ * act_seq, action and policy_version, which only the supervisor writes. A row is
+ * waiting when obs_seq == act_seq + 1; the game bumps obs_seq last (release store),
+ * the supervisor writes action, then act_seq = obs_seq last (release store).
+ *
+ * Change anything here and bump W3S_VERSION: the layout hash catches a stale build
+ * anyway, the version makes the error message readable.
+ */
+#ifndef W3S_TABLE_H
+#define W3S_TABLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define W3S_MAGIC 0x3143595341335733ULL /* "W3ASYNC1" little-endian */
+#define W3S_VERSION 1u
+#define W3S_ROW_MAGIC 0x77337277u /* written by the game on every post */
+
+#define W3S_E_MAX 160   /* entities per observation */
+#define W3S_F_ENT 16    /* float features per entity */
+#define W3S_G_GLOB 32   /* global float features */
+#define W3S_N_HEADS 4   /* action heads */
+#define W3S_HEAD_MAX 192 /* choices per head (a pointer head needs E_MAX) */
+#define W3S_HEADER_SIZE 4096
+
+/* Row flags, written by the game. */
+#define W3S_FLAG_FIRST 1u     /* first step of an episode */
+#define W3S_FLAG_DONE 2u      /* the episode ended at this step (terminal) */
+#define W3S_FLAG_TRUNCATED 4u /* the episode was cut (time limit, reload) */
+
+/* Table states, written by the supervisor into the header. */
+#define W3S_STATE_RUN 1u
+#define W3S_STATE_STOP 2u /* games exit at their next wait */
+
+/* Exit codes a game built on the shim uses, read by the supervisor. */
+#define W3S_EXIT_OK 0       /* stopped when asked, or reached its episode quota */
+#define W3S_EXIT_ATTACH 65  /* could not attach: missing env, shm or doorbell */
+#define W3S_EXIT_LAYOUT 66  /* table magic, version or layout hash differ */
+#define W3S_EXIT_CHECK 67   /* an answer failed the game's check (null game) */
+#define W3S_EXIT_LOST 68    /* the supervisor went away */
+
+typedef struct w3s_header {
+    uint64_t magic;
+    uint32_t version;
+    uint32_t header_size; /* rows start at this offset */
+    uint64_t layout_hash; /* w3s_layout_hash() of the supervisor's view */
+    uint32_t row_size;
+    uint32_t n_rows;
+    uint32_t e_max, f_ent, g_glob, n_heads, head_max;
+    volatile uint32_t state; /* W3S_STATE_* */
+    uint64_t run_id;
+    uint8_t _pad[W3S_HEADER_SIZE - 64];
+} w3s_header;
+
+typedef struct w3s_row {
+    /* counters and bookkeeping: the first cache line */
+    volatile uint64_t obs_seq; /* game: +1 per post, stored last */
+    volatile uint64_t act_seq; /* supervisor: = obs_seq once answered, stored last */
+    uint32_t row_magic;        /* game: W3S_ROW_MAGIC on every post */
+    uint32_t lane;
+    uint32_t side;
+    uint32_t flags; /* W3S_FLAG_* */
+    uint64_t episode;
+    uint32_t step; /* step within the episode, 0 on FIRST */
+    uint32_t n_ent;
+    float reward; /* reward for the previous action */
+    uint32_t discarded; /* orders the game discarded since the last post */
+    uint64_t state_hash; /* the lane's whole state after this step */
+    /* the answer: the second cache line */
+    int32_t action[W3S_N_HEADS];
+    uint32_t policy_version; /* which network answered */
+    uint8_t _pad1[44];
+    /* the observation */
+    float glob[W3S_G_GLOB];
+    float ent[W3S_E_MAX][W3S_F_ENT];
+    int16_t ent_type[W3S_E_MAX];
+    uint8_t mask[W3S_N_HEADS][W3S_HEAD_MAX]; /* 1: the choice is allowed */
+} w3s_row;
+
+/* Compile-time checks that the struct has the size the protocol documents. */
+typedef char w3s_check_header_size[(sizeof(w3s_header) == W3S_HEADER_SIZE) ? 1 : -1];
+typedef char w3s_check_row_align[(sizeof(w3s_row) % 64 == 0) ? 1 : -1];
+typedef char w3s_check_answer_line[(offsetof(w3s_row, action) == 64) ? 1 : -1];
+
+/* FNV-1a over 32-bit words, the same on both sides (w3async/layout.py). */
+static inline uint64_t w3s_fnv_word(uint64_t h, uint32_t w)
+{
+    for (int i = 0; i < 4; i++) {
+        h ^= (w >> (8 * i)) & 0xffu;
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+
+/* The layout hash: version, dimensions, row size and every row field's offset and
+ * size, in declaration order (padding excluded). */
+static inline uint64_t w3s_layout_hash(void)
+{
+#define W3S_F(field) \
+    h = w3s_fnv_word(h, (uint32_t)offsetof(w3s_row, field)); \
+    h = w3s_fnv_word(h, (uint32_t)sizeof(((w3s_row *)0)->field));
+    uint64_t h = 0xcbf29ce484222325ULL;
+    h = w3s_fnv_word(h, W3S_VERSION);
+    h = w3s_fnv_word(h, (uint32_t)sizeof(w3s_row));
+    h = w3s_fnv_word(h, W3S_E_MAX);
+    h = w3s_fnv_word(h, W3S_F_ENT);
+    h = w3s_fnv_word(h, W3S_G_GLOB);
+    h = w3s_fnv_word(h, W3S_N_HEADS);
+    h = w3s_fnv_word(h, W3S_HEAD_MAX);
+    W3S_F(obs_seq) W3S_F(act_seq) W3S_F(row_magic) W3S_F(lane) W3S_F(side)
+    W3S_F(flags) W3S_F(episode) W3S_F(step) W3S_F(n_ent) W3S_F(reward)
+    W3S_F(discarded) W3S_F(state_hash) W3S_F(action) W3S_F(policy_version)
+    W3S_F(glob) W3S_F(ent) W3S_F(ent_type) W3S_F(mask)
+#undef W3S_F
+    return h;
+}
+
+/* The answer the check policy gives (recipes with policy = "check"): the null game
+ * recomputes it for every row, so a lost, stale or misrouted answer is caught. */
+static inline int32_t w3s_check_answer(uint64_t obs_seq, uint32_t lane, uint32_t side, uint32_t head)
+{
+    uint32_t x = (uint32_t)obs_seq * 0x9E3779B1u;
+    x ^= lane * 0x85EBCA77u;
+    x ^= side * 0xC2B2AE3Du;
+    x ^= head * 0x27D4EB2Fu;
+    x ^= x >> 15;
+    return (int32_t)(x & 0x7fffu);
+}
+
+#endif

@@ -1,0 +1,269 @@
+"""A round's work on the shared table: find the waiting rows, check them, gather the
+valid ones into one padded batch, write the answers and ring the doorbells.
+
+Two backends with one contract: `CGatherer` (csrc/rows.c, the default) and
+`NumpyGatherer` (the reference, and the fallback when the extension is missing).
+tests/test_gather.py proves they give identical batches, bad-row reports and answers;
+bench/step_sync.py --gather measures both on the same work.
+
+The checks, in the order both backends apply them (the first failure is reported):
+obs_seq == act_seq + 1, row_magic, n_ent <= E_MAX, known flags, a finite reward,
+finite global features, finite entity features (the first n_ent entities), entity
+type ids in [0, n_types), mask bytes 0 or 1 with at least one allowed choice a head.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+
+from . import layout
+from .rows import Table
+
+# Entity counts are padded up to one of these, so a network sees a few shapes only
+# (CUDA graphs are captured per bucket).
+BUCKETS = (32, 48, 64, 96, 128, 160)
+
+
+class BadRow(NamedTuple):
+    """A row that failed a check: its table index, the field, the flat index within the
+    field (-1 for a scalar) and the value found."""
+
+    row: int
+    field: str
+    index: int
+    value: int | float
+
+
+@dataclass
+class Batch:
+    """The rows of one round, in preallocated buffers of capacity n_rows. Only the first
+    `n` rows are valid; entity blocks are (n, bucket, ...) views over flat buffers."""
+
+    capacity: int
+    n: int = 0
+    bucket: int = BUCKETS[0]
+    rows: np.ndarray = field(init=False)
+    obs_seq: np.ndarray = field(init=False)
+    lane: np.ndarray = field(init=False)
+    side: np.ndarray = field(init=False)
+    episode: np.ndarray = field(init=False)
+    step: np.ndarray = field(init=False)
+    flags: np.ndarray = field(init=False)
+    reward: np.ndarray = field(init=False)
+    n_ent: np.ndarray = field(init=False)
+    state_hash: np.ndarray = field(init=False)
+    discarded: np.ndarray = field(init=False)
+    glob: np.ndarray = field(init=False)
+    ent_flat: np.ndarray = field(init=False)
+    type_flat: np.ndarray = field(init=False)
+    mask: np.ndarray = field(init=False)
+    bad: list[BadRow] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        c = self.capacity
+        self.rows = np.zeros(c, np.int32)
+        self.obs_seq = np.zeros(c, np.uint64)
+        self.lane = np.zeros(c, np.uint32)
+        self.side = np.zeros(c, np.uint32)
+        self.episode = np.zeros(c, np.uint64)
+        self.step = np.zeros(c, np.uint32)
+        self.flags = np.zeros(c, np.uint32)
+        self.reward = np.zeros(c, np.float32)
+        self.n_ent = np.zeros(c, np.uint32)
+        self.state_hash = np.zeros(c, np.uint64)
+        self.discarded = np.zeros(c, np.uint32)
+        self.glob = np.zeros((c, layout.G_GLOB), np.float32)
+        self.ent_flat = np.zeros(c * layout.E_MAX * layout.F_ENT, np.float32)
+        self.type_flat = np.zeros(c * layout.E_MAX, np.int16)
+        self.mask = np.zeros((c, layout.N_HEADS, layout.HEAD_MAX), np.uint8)
+
+    @property
+    def ent(self) -> np.ndarray:
+        """(n, bucket, F_ENT) entity features, zero past each row's n_ent."""
+        return self.ent_flat[: self.n * self.bucket * layout.F_ENT].reshape(self.n, self.bucket, layout.F_ENT)
+
+    @property
+    def ent_type(self) -> np.ndarray:
+        """(n, bucket) entity type ids, zero past each row's n_ent."""
+        return self.type_flat[: self.n * self.bucket].reshape(self.n, self.bucket)
+
+
+class Doorbell(NamedTuple):
+    """A game's act doorbell as the answer path sees it: the fd and how many bytes ring it."""
+
+    fd: int
+    nbytes: int  # 8 for an eventfd, 1 for a FIFO
+
+
+class _GathererBase:
+    """What both backends share: the table, the row->game map, the doorbells, the batch."""
+
+    def __init__(self, table: Table, n_games: int, n_types: int, buckets: tuple[int, ...] = BUCKETS):
+        if not buckets or list(buckets) != sorted(set(buckets)) or buckets[-1] != layout.E_MAX:
+            raise ValueError(f"buckets {buckets} must ascend and end at E_MAX={layout.E_MAX}")
+        if not 1 <= n_types <= 32767:
+            raise ValueError(f"n_types={n_types} must be in 1..32767")
+        self.table = table
+        self.n_types = n_types
+        self.buckets = np.asarray(buckets, np.int32)
+        self.row_game = np.full(table.n_rows, -1, np.int32)
+        self.act_fd = np.full(max(n_games, 1), -1, np.int32)
+        self.act_len = np.full(max(n_games, 1), 8, np.int32)
+        self.batch = Batch(table.n_rows)
+
+    def attach_game(self, game: int, rows: slice, bell: Doorbell) -> None:
+        """Route rows to game `game` and its act doorbell (after the rows were reset)."""
+        self.row_game[rows] = game
+        self.act_fd[game] = bell.fd
+        self.act_len[game] = bell.nbytes
+
+    def detach_game(self, game: int) -> None:
+        """Stop gathering this game's rows (it exited or is being restarted)."""
+        self.row_game[self.row_game == game] = -1
+        self.act_fd[game] = -1
+
+    def games_of(self, rows: np.ndarray) -> np.ndarray:
+        return self.row_game[rows]
+
+
+class NumpyGatherer(_GathererBase):
+    """The reference path: vectorised numpy over strided column views."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        t = self.table.rows
+        self._obs, self._act = t["obs_seq"], t["act_seq"]
+        self._rungs = {8: (1).to_bytes(8, "little"), 1: b"\x01"}
+
+    def gather(self) -> Batch:
+        b = self.batch
+        t = self.table.rows
+        waiting = np.flatnonzero((self._obs != self._act) & (self.row_game >= 0))
+        obs = self._obs[waiting]
+        sub = t[waiting]  # one copy of each waiting row: checks and gathers read this
+        ok = self._valid(sub, obs)
+        b.bad = [self._why(int(waiting[i]), sub[i], int(obs[i])) for i in np.flatnonzero(~ok)]
+        good = np.flatnonzero(ok)
+        sub = sub[good]
+        n = b.n = len(good)
+        b.rows[:n] = waiting[good]
+        b.obs_seq[:n] = obs[good]
+        for name in ("lane", "side", "episode", "step", "flags", "reward", "n_ent", "state_hash", "discarded"):
+            getattr(b, name)[:n] = sub[name]
+        b.glob[:n] = sub["glob"]
+        max_ent = int(sub["n_ent"].max()) if n else 0
+        bucket = b.bucket = int(self.buckets[np.searchsorted(self.buckets, max_ent)])
+        live = np.arange(bucket)[None, :] < sub["n_ent"][:, None].astype(np.int64)
+        b.ent[:] = np.where(live[:, :, None], sub["ent"][:, :bucket], 0)
+        b.ent_type[:] = np.where(live, sub["ent_type"][:, :bucket], 0)
+        b.mask[:n] = sub["mask"]
+        return b
+
+    def _valid(self, sub: np.ndarray, obs: np.ndarray) -> np.ndarray:
+        n_ent = sub["n_ent"].astype(np.int64)
+        ok = (obs == sub["act_seq"] + 1) & (sub["row_magic"] == layout.ROW_MAGIC)
+        ok &= n_ent <= layout.E_MAX
+        ok &= (sub["flags"] & ~np.uint32(7)) == 0
+        ok &= np.isfinite(sub["reward"]) & np.isfinite(sub["glob"]).all(axis=1)
+        live = np.arange(layout.E_MAX)[None, :] < n_ent[:, None]
+        ok &= (np.isfinite(sub["ent"]).all(axis=2) | ~live).all(axis=1)
+        types = sub["ent_type"]
+        ok &= (((types >= 0) & (types < self.n_types)) | ~live).all(axis=1)
+        m = sub["mask"]
+        ok &= (m <= 1).all(axis=(1, 2)) & (m.max(axis=2) > 0).all(axis=1)
+        return ok
+
+    def _why(self, row: int, r: np.void, obs: int) -> BadRow:
+        """The first failed check of a bad row, in the contract's order."""
+        if obs != int(r["act_seq"]) + 1:
+            return BadRow(row, "obs_seq", -1, obs)
+        if r["row_magic"] != layout.ROW_MAGIC:
+            return BadRow(row, "row_magic", -1, int(r["row_magic"]))
+        n_ent = int(r["n_ent"])
+        if n_ent > layout.E_MAX:
+            return BadRow(row, "n_ent", -1, n_ent)
+        if int(r["flags"]) & ~7:
+            return BadRow(row, "flags", -1, int(r["flags"]))
+        if not np.isfinite(r["reward"]):
+            return BadRow(row, "reward", -1, float(r["reward"]))
+        for name, flat in (("glob", r["glob"].ravel()), ("ent", r["ent"][:n_ent].ravel())):
+            idx = np.flatnonzero(~np.isfinite(flat))
+            if idx.size:
+                return BadRow(row, name, int(idx[0]), float(flat[idx[0]]))
+        types = r["ent_type"][:n_ent]
+        idx = np.flatnonzero((types < 0) | (types >= self.n_types))
+        if idx.size:
+            return BadRow(row, "ent_type", int(idx[0]), int(types[idx[0]]))
+        for h in range(layout.N_HEADS):
+            m = r["mask"][h]
+            idx = np.flatnonzero(m > 1)
+            if idx.size:
+                return BadRow(row, "mask", h * layout.HEAD_MAX + int(idx[0]), int(m[idx[0]]))
+            if not m.any():
+                return BadRow(row, "mask", h * layout.HEAD_MAX, 0)
+        raise AssertionError(f"row {row} failed a vectorised check but none of the row checks")
+
+    def answer(self, actions: np.ndarray, versions: np.ndarray) -> int:
+        """Write actions (n, N_HEADS) and versions (n,) for the batch's rows, publish
+        act_seq, ring each answered game once. Returns the games rung."""
+        b = self.batch
+        n = b.n
+        rows = b.rows[:n]
+        t = self.table.rows
+        t["action"][rows] = actions[:n]
+        t["policy_version"][rows] = versions[:n]
+        # act_seq last: on x86 these stores become visible in program order.
+        self._act[rows] = b.obs_seq[:n]
+        games = np.unique(self.row_game[rows])
+        rung = 0
+        for g in games[games >= 0]:
+            fd = int(self.act_fd[g])
+            if fd < 0:
+                continue
+            try:
+                os.write(fd, self._rungs[int(self.act_len[g])])
+            except BlockingIOError:
+                pass  # a full FIFO: the game has a wake-up pending anyway
+            rung += 1
+        return rung
+
+
+class CGatherer(_GathererBase):
+    """csrc/rows.c: the same contract in one C call per gather and per answer."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        from . import _rows  # noqa: PLC0415 (the extension is optional at import time)
+
+        if _rows.ROW_SIZE != layout.ROW_SIZE or _rows.layout_hash() != layout.LAYOUT_HASH:
+            raise ImportError("w3async._rows was built against another shim/w3s_table.h: rebuild it (make setup)")
+        b = self.batch
+        rows_view = memoryview(self.table._mmap)[layout.HEADER_SIZE : self.table.size]
+        self._g = _rows.Gatherer(
+            rows_view, self.table.n_rows, self.row_game, self.act_fd, self.act_len, self.n_types, self.buckets,
+            b.rows, b.obs_seq, b.lane, b.side, b.episode, b.step, b.flags, b.reward, b.n_ent, b.state_hash,
+            b.discarded, b.glob, b.ent_flat, b.type_flat, b.mask,
+        )  # fmt: skip
+
+    def gather(self) -> Batch:
+        b = self.batch
+        b.n, b.bucket, bad = self._g.gather()
+        b.bad = [BadRow(*x) for x in bad]
+        return b
+
+    def answer(self, actions: np.ndarray, versions: np.ndarray) -> int:
+        n = self.batch.n
+        return self._g.answer(np.ascontiguousarray(actions[:n], np.int32), n, np.ascontiguousarray(versions[:n], np.uint32))
+
+
+def make_gatherer(table: Table, n_games: int, n_types: int, backend: str = "c") -> CGatherer | NumpyGatherer:
+    """The recipe's backend ('c' or 'numpy')."""
+    if backend == "c":
+        return CGatherer(table, n_games, n_types)
+    if backend == "numpy":
+        return NumpyGatherer(table, n_games, n_types)
+    raise ValueError(f"gather backend {backend!r} is not one of 'c', 'numpy'")
