@@ -255,31 +255,39 @@ static PyObject *Gatherer_gather(Gatherer *g, PyObject *noargs)
     return Py_BuildValue("(iiN)", n, bucket, bad);
 }
 
-/* answer(actions, n, policy_version) -> rung: writes actions[k] (int32[n][N_HEADS],
- * C-contiguous) and policy_version[k] (uint32[n]) into the batch's rows, then act_seq
- * = the obs_seq gathered (release), then rings each answered game's act doorbell once.
+/* answer(rows, obs_seq, actions, versions) -> rung: for k < len(rows), writes
+ * actions[k] (int32[n][N_HEADS], C-contiguous) and versions[k] (uint32) into table row
+ * rows[k] (int32), then act_seq = obs_seq[k] (uint64, the sequence gathered) with a
+ * release store, then rings each answered game's act doorbell once. The round keeps
+ * its own rows and obs_seq, so the next round may gather while this one computes.
  * Returns the number of games rung. A ring that fails with EAGAIN (a FIFO already
  * full: the game has a wake-up pending anyway) is not an error. */
 static PyObject *Gatherer_answer(Gatherer *g, PyObject *args)
 {
-    Py_buffer actions, versions;
-    int n;
-    if (!PyArg_ParseTuple(args, "y*iy*", &actions, &n, &versions))
+    Py_buffer rowsb, seqb, actions, versions;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*", &rowsb, &seqb, &actions, &versions))
         return NULL;
     PyObject *result = NULL;
-    if (n < 0 || n > g->n_rows || actions.len < (Py_ssize_t)n * W3S_N_HEADS * 4 || versions.len < (Py_ssize_t)n * 4) {
-        PyErr_Format(PyExc_ValueError, "answer: n=%d does not fit actions (%zd bytes) or versions (%zd bytes)", n,
-                     actions.len, versions.len);
+    Py_ssize_t n = rowsb.len / 4;
+    if (seqb.len < n * 8 || actions.len < n * W3S_N_HEADS * 4 || versions.len < n * 4) {
+        PyErr_Format(PyExc_ValueError, "answer: %zd rows but obs_seq %zd bytes, actions %zd, versions %zd", n,
+                     seqb.len, actions.len, versions.len);
         goto done;
     }
     w3s_row *rows = g->table.buf;
-    const int32_t *out_rows = g->b_rows.buf, *row_game = g->row_game.buf;
+    const int32_t *idx = rowsb.buf, *row_game = g->row_game.buf;
     const int32_t *fds = g->act_fd.buf, *lens = g->act_len.buf;
-    const uint64_t *seq = g->b_obs_seq.buf;
+    const uint64_t *seq = seqb.buf;
     const int32_t *act = actions.buf;
     const uint32_t *ver = versions.buf;
-    for (int k = 0; k < n; k++) {
-        w3s_row *r = &rows[out_rows[k]];
+    for (Py_ssize_t k = 0; k < n; k++) {
+        if (idx[k] < 0 || idx[k] >= g->n_rows) {
+            PyErr_Format(PyExc_IndexError, "answer: row %d is not in a table of %d rows", idx[k], g->n_rows);
+            goto done;
+        }
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        w3s_row *r = &rows[idx[k]];
         memcpy(r->action, act + (size_t)k * W3S_N_HEADS, sizeof(r->action));
         r->policy_version = ver[k];
         __atomic_store_n(&r->act_seq, seq[k], __ATOMIC_RELEASE);
@@ -287,8 +295,8 @@ static PyObject *Gatherer_answer(Gatherer *g, PyObject *args)
     int32_t epoch = ++g->ring_epoch;
     int rung = 0;
     static const uint64_t one = 1;
-    for (int k = 0; k < n; k++) {
-        int gi = row_game[out_rows[k]];
+    for (Py_ssize_t k = 0; k < n; k++) {
+        int gi = row_game[idx[k]];
         if (gi < 0 || gi >= g->n_games || g->ring_seen[gi] == epoch || fds[gi] < 0)
             continue;
         g->ring_seen[gi] = epoch;
@@ -305,6 +313,8 @@ static PyObject *Gatherer_answer(Gatherer *g, PyObject *args)
     }
     result = PyLong_FromLong(rung);
 done:
+    PyBuffer_Release(&rowsb);
+    PyBuffer_Release(&seqb);
     PyBuffer_Release(&actions);
     PyBuffer_Release(&versions);
     return result;
@@ -312,7 +322,7 @@ done:
 
 static PyMethodDef Gatherer_methods[] = {
     {"gather", (PyCFunction)Gatherer_gather, METH_NOARGS, "gather() -> (n, bucket, bad)"},
-    {"answer", (PyCFunction)Gatherer_answer, METH_VARARGS, "answer(actions, n, versions) -> games rung"},
+    {"answer", (PyCFunction)Gatherer_answer, METH_VARARGS, "answer(rows, obs_seq, actions, versions) -> games rung"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -207,17 +207,16 @@ class NumpyGatherer(_GathererBase):
                 return BadRow(row, "mask", h * layout.HEAD_MAX, 0)
         raise AssertionError(f"row {row} failed a vectorised check but none of the row checks")
 
-    def answer(self, actions: np.ndarray, versions: np.ndarray) -> int:
-        """Write actions (n, N_HEADS) and versions (n,) for the batch's rows, publish
-        act_seq, ring each answered game once. Returns the games rung."""
-        b = self.batch
-        n = b.n
-        rows = b.rows[:n]
+    def answer(self, rows: np.ndarray, obs_seq: np.ndarray, actions: np.ndarray, versions: np.ndarray) -> int:
+        """Write actions (n, N_HEADS) and versions (n,) into table rows `rows`, publish
+        act_seq = obs_seq (the sequence gathered), ring each answered game once.
+        Returns the games rung."""
+        rows = np.asarray(rows, np.int64)
         t = self.table.rows
-        t["action"][rows] = actions[:n]
-        t["policy_version"][rows] = versions[:n]
+        t["action"][rows] = actions[: len(rows)]
+        t["policy_version"][rows] = versions[: len(rows)]
         # act_seq last: on x86 these stores become visible in program order.
-        self._act[rows] = b.obs_seq[:n]
+        self._act[rows] = obs_seq[: len(rows)]
         games = np.unique(self.row_game[rows])
         rung = 0
         for g in games[games >= 0]:
@@ -255,9 +254,14 @@ class CGatherer(_GathererBase):
         b.bad = [BadRow(*x) for x in bad]
         return b
 
-    def answer(self, actions: np.ndarray, versions: np.ndarray) -> int:
-        n = self.batch.n
-        return self._g.answer(np.ascontiguousarray(actions[:n], np.int32), n, np.ascontiguousarray(versions[:n], np.uint32))
+    def answer(self, rows: np.ndarray, obs_seq: np.ndarray, actions: np.ndarray, versions: np.ndarray) -> int:
+        n = len(rows)
+        return self._g.answer(
+            np.ascontiguousarray(rows, np.int32),
+            np.ascontiguousarray(obs_seq[:n], np.uint64),
+            np.ascontiguousarray(actions[:n], np.int32),
+            np.ascontiguousarray(versions[:n], np.uint32),
+        )
 
 
 def make_gatherer(table: Table, n_games: int, n_types: int, backend: str = "c") -> CGatherer | NumpyGatherer:
