@@ -1,0 +1,258 @@
+"""Windows games under Wine: prefixes, the environment, and ending every Wine process.
+
+A prefix is made once per Wine build with `wineboot` under a cache folder and reused by
+later runs (a fresh one costs ~20 s and ~700 MB). A run holds its prefix with an
+exclusive lock; a second run at the same time takes the next prefix of the pool, so
+that `wineserver -k` at the end of one run never ends another run's games.
+
+What a prefix gets once (traps found on the way):
+- mscoree and mshtml off while booting: on a machine without internet wineboot
+  would otherwise wait on Mono and Gecko installers;
+- the crash dialog off and no debugger (AeDebug): a crashing .exe must exit, not wait
+  for a click (the shim also calls SetErrorMode);
+- the HID, USB and Bluetooth bus drivers off by DLL override (seeds/000: the HID bus
+  woke every millisecond in every game), winemenubuilder off.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+READY_MARK = ".w3async-ready"
+BOOT_TIMEOUT_S = 180.0
+
+DLL_OVERRIDES = "mscoree,mshtml,winemenubuilder.exe=d;winebus.sys,winehid.sys,wineusb.sys,winebth.sys=d"
+
+# Imported once into every new prefix with `wine regedit /S`.
+PREFIX_REG = r"""REGEDIT4
+
+[HKEY_CURRENT_USER\Software\Wine\WineDbg]
+"ShowCrashDialog"=dword:00000000
+
+[HKEY_LOCAL_MACHINE\Software\Microsoft\Windows NT\CurrentVersion\AeDebug]
+"Debugger"=-
+"Auto"="0"
+
+[HKEY_LOCAL_MACHINE\Software\Wow6432Node\Microsoft\Windows NT\CurrentVersion\AeDebug]
+"Debugger"=-
+"Auto"="0"
+"""
+
+
+class WineError(RuntimeError):
+    """Wine is missing, or a prefix could not be made or ended."""
+
+
+@dataclass(frozen=True)
+class WineConfig:
+    wine: str = "wine"
+    """The Wine loader (a name on PATH or a path), or a Proton build folder (one with
+    files/bin/wine64 or bin/wine64 in it): then WINEDLLPATH and LD_LIBRARY_PATH point
+    at its libraries, as Proton's own script sets them."""
+    cache_dir: str | None = None
+    """Where prefixes live; default $W3ASYNC_CACHE or ~/.cache/w3async, then wine/."""
+    fsync: bool = False
+    """WINEFSYNC=1: Proton's futex-based sync (seeds/000: -28% CPU a step with
+    GE-Proton). Stock Wine ignores it: on Debian's Wine 8 it does nothing."""
+    esync: bool = False
+    """WINEESYNC=1: eventfd-based sync, also Proton/staging only; nothing on stock Wine."""
+
+
+@dataclass(frozen=True)
+class WineBuild:
+    """A resolved Wine: the loader, its wineserver, extra environment, and an id."""
+
+    loader: str
+    server: str
+    env: dict
+    build_id: str
+
+
+def resolve_build(cfg: WineConfig) -> WineBuild:
+    """Find the loader and wineserver of cfg.wine; WineError naming what is missing."""
+    w = cfg.wine
+    env: dict[str, str] = {}
+    if os.path.isdir(w):
+        root = Path(w)
+        for sub in ("files", "dist", "."):
+            bindir = root / sub / "bin"
+            if (bindir / "wine64").exists() or (bindir / "wine").exists():
+                break
+        else:
+            raise WineError(f"Proton build folder {w} has no files/bin/wine64, dist/bin/wine64 or bin/wine64")
+        base = bindir.parent
+        loader = str(bindir / ("wine64" if (bindir / "wine64").exists() else "wine"))
+        server = str(bindir / "wineserver")
+        env["WINEDLLPATH"] = os.pathsep.join(str(base / d) for d in ("lib64/wine", "lib/wine", "lib/vkd3d") if (base / d).exists())
+        libs = [str(base / d) for d in ("lib64", "lib") if (base / d).exists()]
+        if libs:
+            env["LD_LIBRARY_PATH"] = os.pathsep.join(libs + [os.environ.get("LD_LIBRARY_PATH", "")]).rstrip(os.pathsep)
+    else:
+        loader = shutil.which(w) or (shutil.which("wine64") if w == "wine" else None)
+        if not loader:
+            raise WineError(f"Wine loader {w!r} not found on PATH (apt-get install wine64, or set runtime.wine)")
+        server = shutil.which("wineserver", path=os.path.dirname(loader)) or shutil.which("wineserver")
+        if not server:
+            raise WineError(f"wineserver not found next to {loader} or on PATH")
+    real = os.path.realpath(loader)
+    build_id = hashlib.sha1(f"{real}:{os.path.getmtime(real)}".encode()).hexdigest()[:12]
+    return WineBuild(loader=loader, server=server, env=env, build_id=build_id)
+
+
+def cache_root(cfg: WineConfig) -> Path:
+    base = cfg.cache_dir or os.environ.get("W3ASYNC_CACHE") or os.path.join(Path.home(), ".cache", "w3async")
+    return Path(base) / "wine"
+
+
+class WinePrefix:
+    """A locked, booted prefix. Use through acquire_prefix()."""
+
+    def __init__(self, build: WineBuild, cfg: WineConfig, path: Path, lock_fd: int):
+        self.build = build
+        self.cfg = cfg
+        self.path = path
+        self._lock_fd = lock_fd
+
+    def env(self, extra: dict | None = None) -> dict:
+        """The environment for a process of this prefix (os.environ + Wine's + extra)."""
+        env = dict(os.environ)
+        env.update(self.build.env)
+        env.update(
+            WINEPREFIX=str(self.path),
+            WINEDEBUG="-all",
+            WINEDLLOVERRIDES=DLL_OVERRIDES,
+            WINEFSYNC="1" if self.cfg.fsync else "0",
+            WINEESYNC="1" if self.cfg.esync else "0",
+        )
+        if extra:
+            env.update(extra)
+        return env
+
+    def command(self, exe: str, args: list[str] | tuple[str, ...] = ()) -> list[str]:
+        return [self.build.loader, exe, *args]
+
+    def processes(self) -> list[int]:
+        """Live processes (not zombies) whose environment names this prefix: the
+        wineserver, services.exe, winedevice.exe, explorer.exe, the games."""
+        return processes_with_env("WINEPREFIX", str(self.path))
+
+    def kill(self, timeout_s: float = 10.0) -> list[int]:
+        """End every process of the prefix: `wineserver -k`, then SIGKILL whatever is
+        left after timeout_s. Returns the pids that had to be SIGKILLed."""
+        env = self.env()
+        try:
+            subprocess.run([self.build.server, "-k"], env=env, timeout=timeout_s,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            pass
+        deadline = time.monotonic() + timeout_s
+        while self.processes() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        left = self.processes()
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return left
+
+    def release(self) -> None:
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)  # drops the flock
+            self._lock_fd = -1
+
+    def __enter__(self) -> "WinePrefix":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            self.kill()
+        finally:
+            self.release()
+
+
+def acquire_prefix(cfg: WineConfig, max_prefixes: int = 16) -> WinePrefix:
+    """Lock the first free prefix of cfg's Wine build, booting it the first time.
+    A context manager: leaving it ends the prefix's processes and unlocks it."""
+    build = resolve_build(cfg)
+    root = cache_root(cfg) / build.build_id
+    root.mkdir(parents=True, exist_ok=True)
+    for k in range(max_prefixes):
+        path = root / f"prefix-{k}"
+        fd = os.open(str(root / f"prefix-{k}.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        prefix = WinePrefix(build, cfg, path, fd)
+        try:
+            if not (path / READY_MARK).exists():
+                _boot(prefix)
+            return prefix
+        except BaseException:
+            prefix.kill()
+            prefix.release()
+            raise
+    raise WineError(f"all {max_prefixes} Wine prefixes under {root} are in use by other runs")
+
+
+def _boot(prefix: WinePrefix) -> None:
+    """wineboot a new prefix, import PREFIX_REG, wait for its wineserver to exit."""
+    if prefix.path.exists():
+        shutil.rmtree(prefix.path)  # a boot that died halfway: start over
+    env = prefix.env()
+    log = prefix.path.parent / f"{prefix.path.name}.boot.log"
+    steps = [
+        [prefix.build.loader, "wineboot", "-i"],
+        [prefix.build.loader, "regedit", "/S", "Z:" + str(prefix.path.parent / "w3async.reg").replace("/", "\\")],
+        [prefix.build.server, "-w"],
+    ]
+    (prefix.path.parent / "w3async.reg").write_text(PREFIX_REG.replace("\n", "\r\n"))
+    with open(log, "wb") as out:
+        for cmd in steps:
+            try:
+                rc = subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=BOOT_TIMEOUT_S).returncode
+            except subprocess.TimeoutExpired:
+                raise WineError(f"Wine prefix {prefix.path}: {' '.join(cmd)} took over {BOOT_TIMEOUT_S:.0f} s (log: {log})")
+            except OSError as e:
+                raise WineError(f"Wine prefix {prefix.path}: cannot run {cmd[0]}: {e}")
+            if rc != 0:
+                tail = log.read_text(errors="replace")[-600:]
+                raise WineError(f"Wine prefix {prefix.path}: {' '.join(cmd)} exited {rc} (log: {log}):\n{tail}")
+    if not (prefix.path / "system.reg").exists():
+        raise WineError(f"Wine prefix {prefix.path}: wineboot left no system.reg (log: {log})")
+    (prefix.path / READY_MARK).write_text(f"{prefix.build.loader}\n")
+
+
+def processes_with_env(key: str, value: str) -> list[int]:
+    """Pids of live processes (zombies excluded) with key=value in their environment."""
+    needle = f"{key}={value}".encode()
+    found = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+            if state in (b"Z", b"X"):
+                continue
+            with open(f"/proc/{d}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    found.append(int(d))
+        except (OSError, IndexError):
+            continue
+    return found
+
+
+def windows_path(path: str | os.PathLike) -> str:
+    """A Linux path as Wine sees it through the Z: drive."""
+    return "Z:" + os.path.abspath(path).replace("/", "\\")
