@@ -1,0 +1,261 @@
+"""The entity-based policy and value network, sized from a GameSpec and a NetConfig.
+
+One observation is a set of entities (type id + F_ENT features, padded to a bucket,
+n_ent of them real), G_GLOB global features and one mask per action head. The
+network embeds each entity (type embedding + linear features), prepends a token made
+from the global features, runs a few pre-norm attention blocks over that set with the
+padding masked out, pools (the global token's output and the mean of the real
+entities), optionally runs a GRU cell with a state kept per table row, and answers:
+
+- one categorical head per action part, masked: a masked choice gets probability
+  exactly 0 (its logit is -inf), so a sampled action is always allowed;
+- for the spec's pointer head, logits that point at the row's entities (choice c is
+  entity c: a query from the pooled state against a key per entity);
+- a value.
+
+Padding never changes an answer: padded entities are masked out of the attention,
+their outputs zeroed before pooling, and pointer choices at or past n_ent are masked.
+tests/test_network.py checks that a row padded to 32 or to 64 gives the same
+log-probabilities and value.
+
+The heads are independent given the state (no autoregressive conditioning between
+parts): the game's masks carry the dependencies it needs (a part that does not apply
+has one allowed choice, which costs log-probability 0).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from . import layout
+from .spec import GameSpec
+
+
+@dataclass(frozen=True)
+class NetConfig:
+    """The network's size; the recipe's `network` section."""
+
+    d_model: int = 64
+    """Width of every token and of the pooled state."""
+    n_heads: int = 4
+    """Attention heads per block (d_model must divide by it)."""
+    n_layers: int = 2
+    """Attention blocks over the entity set."""
+    ff_mult: int = 2
+    """Feed-forward width as a multiple of d_model."""
+    gru: bool = False
+    """A GRU cell after pooling, its state kept per table row (reset on FIRST)."""
+
+    def __post_init__(self) -> None:
+        errors = []
+        if self.d_model < 8:
+            errors.append(f"d_model={self.d_model} must be >= 8")
+        if self.n_heads < 1 or self.d_model % self.n_heads:
+            errors.append(f"n_heads={self.n_heads} must be >= 1 and divide d_model={self.d_model}")
+        if self.n_layers < 0:
+            errors.append(f"n_layers={self.n_layers} must be >= 0")
+        if self.ff_mult < 1:
+            errors.append(f"ff_mult={self.ff_mult} must be >= 1")
+        if errors:
+            raise ValueError("NetConfig: " + "; ".join(errors))
+
+
+class Obs(NamedTuple):
+    """A batch of observations as tensors (B rows, E = the bucket)."""
+
+    glob: Tensor  # (B, G_GLOB) float32
+    ent: Tensor  # (B, E, F_ENT) float32, zero past n_ent
+    ent_type: Tensor  # (B, E) int64, zero past n_ent
+    n_ent: Tensor  # (B,) int64
+    mask: Tensor  # (B, N_HEADS, HEAD_MAX) bool
+
+    def index(self, idx: Tensor) -> Obs:
+        return Obs(*(t[idx] for t in self))
+
+    def to(self, device: torch.device | str) -> Obs:
+        return Obs(*(t.to(device, non_blocking=True) for t in self))
+
+
+def obs_from_numpy(glob, ent, ent_type, n_ent, mask, device: torch.device | str = "cpu") -> Obs:
+    """Tensors from numpy arrays (shared memory on a CPU: no copy but the dtype casts)."""
+    return Obs(
+        torch.as_tensor(glob, device=device),
+        torch.as_tensor(ent, device=device),
+        torch.as_tensor(ent_type, device=device).long(),
+        torch.as_tensor(n_ent, device=device).long(),
+        torch.as_tensor(mask, device=device).bool(),
+    )
+
+
+class ActResult(NamedTuple):
+    actions: Tensor  # (B, N_HEADS) int64
+    logp: Tensor  # (B,) the joint log-probability of the sampled action
+    value: Tensor  # (B,)
+    state: Tensor | None  # (B, d_model) the GRU state after this step, None without GRU
+
+
+class EvalResult(NamedTuple):
+    logp: Tensor  # (N,)
+    entropy: Tensor  # (N,) the sum of the heads' entropies
+    value: Tensor  # (N,)
+
+
+class _Block(nn.Module):
+    """Pre-norm self-attention + feed-forward, keys masked by `attend` (B, L) bool."""
+
+    def __init__(self, d: int, n_heads: int, ff_mult: int):
+        super().__init__()
+        self.n_heads = n_heads
+        self.ln1 = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.out = nn.Linear(d, d)
+        self.ln2 = nn.LayerNorm(d)
+        self.ff = nn.Sequential(nn.Linear(d, ff_mult * d), nn.GELU(), nn.Linear(ff_mult * d, d))
+
+    def forward(self, x: Tensor, attend: Tensor) -> Tensor:
+        b, length, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, length, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
+        # attn_mask True = may attend; every row has its global token, so no row is all-masked.
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=attend[:, None, None, :])
+        x = x + self.out(a.transpose(1, 2).reshape(b, length, d))
+        return x + self.ff(self.ln2(x))
+
+
+class Network(nn.Module):
+    """Policy and value for one GameSpec. See the module docstring."""
+
+    def __init__(self, spec: GameSpec, cfg: NetConfig = NetConfig()):
+        super().__init__()
+        self.spec, self.cfg = spec, cfg
+        d = cfg.d_model
+        self.type_emb = nn.Embedding(spec.n_types, d)
+        self.ent_in = nn.Linear(layout.F_ENT, d)
+        self.glob_in = nn.Linear(layout.G_GLOB, d)
+        self.blocks = nn.ModuleList(_Block(d, cfg.n_heads, cfg.ff_mult) for _ in range(cfg.n_layers))
+        self.ln_out = nn.LayerNorm(d)
+        self.pool = nn.Sequential(nn.Linear(2 * d, d), nn.GELU())
+        self.core = nn.GRUCell(d, d) if cfg.gru else None
+        self.heads = nn.ModuleList(
+            None if h == spec.pointer_head else nn.Linear(d, n) for h, n in enumerate(spec.head_sizes)
+        )
+        if spec.pointer_head is not None:
+            self.ptr_q = nn.Linear(d, d)
+            self.ptr_k = nn.Linear(d, d)
+        self.value_head = nn.Linear(d, 1)
+        # Small initial logits (CleanRL's std=0.01 policy init): a near-uniform first policy.
+        for head in self.heads:
+            if head is not None:
+                nn.init.orthogonal_(head.weight, 0.01)
+                nn.init.zeros_(head.bias)
+        nn.init.orthogonal_(self.value_head.weight, 1.0)
+        nn.init.zeros_(self.value_head.bias)
+
+    def initial_state(self, n: int, device: torch.device | str = "cpu") -> Tensor | None:
+        return torch.zeros(n, self.cfg.d_model, device=device) if self.core is not None else None
+
+    # -- the body ---------------------------------------------------------------------
+
+    def encode(self, obs: Obs) -> tuple[Tensor, Tensor, Tensor]:
+        """(pooled (B, d), entity outputs (B, E, d) zero past n_ent, real (B, E) bool)."""
+        b, e = obs.ent_type.shape
+        real = torch.arange(e, device=obs.ent.device)[None, :] < obs.n_ent[:, None]
+        x = self.ent_in(obs.ent) + self.type_emb(obs.ent_type)
+        g = self.glob_in(obs.glob)[:, None, :]
+        tokens = torch.cat([g, x], dim=1)
+        attend = torch.cat([torch.ones(b, 1, dtype=torch.bool, device=real.device), real], dim=1)
+        for block in self.blocks:
+            tokens = block(tokens, attend)
+        tokens = self.ln_out(tokens)
+        ents = tokens[:, 1:] * real[:, :, None]
+        mean = ents.sum(1) / obs.n_ent.clamp(min=1)[:, None].to(ents.dtype)
+        return self.pool(torch.cat([tokens[:, 0], mean], dim=1)), ents, real
+
+    def _core_step(self, z: Tensor, state: Tensor | None, first: Tensor | None) -> tuple[Tensor, Tensor | None]:
+        if self.core is None:
+            return z, None
+        if state is None:
+            state = torch.zeros_like(z)
+        if first is not None:
+            state = state * (~first)[:, None].to(state.dtype)  # a new episode starts from zeros
+        state = self.core(z, state)
+        return state, state
+
+    def heads_logp(self, z: Tensor, ents: Tensor, real: Tensor, mask: Tensor) -> list[Tensor]:
+        """Masked log-probabilities per head: (B, head_size), -inf where not allowed."""
+        out = []
+        for h, n in enumerate(self.spec.head_sizes):
+            allowed = mask[:, h, :n]
+            if h == self.spec.pointer_head:
+                e = ents.shape[1]
+                k = self.ptr_k(ents)  # (B, E, d)
+                logits = torch.einsum("bed,bd->be", k, self.ptr_q(z)) / math.sqrt(z.shape[1])
+                logits = F.pad(logits, (0, n - e))
+                real_n = F.pad(real, (0, n - e))
+                ptr_ok = allowed & real_n
+                # A pointer mask with no real entity is a game bug that the checks should
+                # have caught; keep the game's word rather than produce an empty choice.
+                allowed = torch.where(ptr_ok.any(1, keepdim=True), ptr_ok, allowed)
+            else:
+                logits = self.heads[h](z)
+            out.append(torch.log_softmax(logits.masked_fill(~allowed, -math.inf), dim=1))
+        return out
+
+    # -- the two entry points ------------------------------------------------------------
+
+    def act(
+        self, obs: Obs, generator: torch.Generator | None = None, state: Tensor | None = None,
+        first: Tensor | None = None, greedy: bool = False,
+    ) -> ActResult:
+        """Sample one action per row (Gumbel-max under the masks) with its joint
+        log-probability and the value. `state`/`first` feed the GRU (ignored without)."""
+        z, ents, real = self.encode(obs)
+        z, new_state = self._core_step(z, state, first)
+        actions, logp = [], torch.zeros(z.shape[0], device=z.device)
+        for lp in self.heads_logp(z, ents, real, obs.mask):
+            if greedy:
+                a = lp.argmax(1)
+            else:
+                u = torch.rand(lp.shape, generator=generator, device=lp.device)
+                # u in [tiny, 1): the noise is finite, so a -inf (masked) logit never wins.
+                gumbel = -torch.log(-torch.log(u.clamp_min(torch.finfo(u.dtype).tiny)))
+                a = (lp + gumbel).argmax(1)
+            actions.append(a)
+            logp = logp + lp.gather(1, a[:, None])[:, 0]
+        value = self.value_head(z)[:, 0]
+        return ActResult(torch.stack(actions, 1), logp, value, new_state)
+
+    def evaluate(
+        self, obs: Obs, actions: Tensor, state0: Tensor | None = None, first: Tensor | None = None,
+        seq_len: int | None = None,
+    ) -> EvalResult:
+        """Log-probability, entropy and value of given actions (N rows), for PPO.
+
+        With a GRU, the rows are B sequences of seq_len steps flattened (b-major),
+        state0 (B, d) is each sequence's state before its first step and first (N,)
+        resets it where an episode starts, as act() did while collecting."""
+        z, ents, real = self.encode(obs)
+        if self.core is not None:
+            if seq_len is None or state0 is None:
+                raise ValueError("a GRU network's evaluate() needs state0 and seq_len")
+            b = z.shape[0] // seq_len
+            zs = z.view(b, seq_len, -1)
+            fs = first.view(b, seq_len) if first is not None else None
+            state, outs = state0, []
+            for t in range(seq_len):
+                state, _ = self._core_step(zs[:, t], state, fs[:, t] if fs is not None else None)
+                outs.append(state)
+            z = torch.stack(outs, 1).reshape(b * seq_len, -1)
+        logp = torch.zeros(z.shape[0], device=z.device)
+        entropy = torch.zeros_like(logp)
+        for h, lp in enumerate(self.heads_logp(z, ents, real, obs.mask)):
+            logp = logp + lp.gather(1, actions[:, h : h + 1].long())[:, 0]
+            # p * log p with p = 0 is 0: fill the -inf first, or the product (and, through
+            # torch.where, its gradient) is 0 * -inf = nan.
+            entropy = entropy - (lp.exp() * lp.masked_fill(~torch.isfinite(lp), 0.0)).sum(1)
+        return EvalResult(logp, entropy, self.value_head(z)[:, 0])
