@@ -256,3 +256,49 @@ def processes_with_env(key: str, value: str) -> list[int]:
 def windows_path(path: str | os.PathLike) -> str:
     """A Linux path as Wine sees it through the Z: drive."""
     return "Z:" + os.path.abspath(path).replace("/", "\\")
+
+
+class WineRuntime:
+    """Windows games under Wine: FIFO doorbells, the table through Z:\\dev\\shm, one
+    locked prefix for the run (acquired on first use), ended with the run."""
+
+    name = "wine"
+
+    def __init__(self, cfg: WineConfig):
+        self.cfg = cfg
+        self.prefix: WinePrefix | None = None
+
+    def ensure_prefix(self) -> WinePrefix:
+        if self.prefix is None:
+            self.prefix = acquire_prefix(self.cfg)
+        return self.prefix
+
+    def doorbells(self, run_dir: Path, slot: int):
+        from .doorbells import fifo_pair  # noqa: PLC0415 (doorbells imports this module)
+
+        return fifo_pair(run_dir / "bells", slot)
+
+    def spawn(self, binary: Path, env: dict, bells, table, nice: int, log) -> subprocess.Popen:
+        from .runtime_native import nice_prefix  # noqa: PLC0415
+
+        prefix = self.ensure_prefix()
+        extra = dict(env)
+        extra.update(bells.child_env)
+        extra["W3S_SHM_PATH"] = windows_path(table.path)
+        return subprocess.Popen(
+            nice_prefix(nice) + prefix.command(str(binary)),
+            env=prefix.env(extra), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+            start_new_session=True, cwd=str(binary.parent),
+        )
+
+    def cleanup(self) -> list[int]:
+        """End every process of the prefix (on shutdown); the pids that needed SIGKILL."""
+        return self.prefix.kill() if self.prefix else []
+
+    def leftovers(self) -> list[int]:
+        return self.prefix.processes() if self.prefix else []
+
+    def close(self) -> None:
+        if self.prefix:
+            self.prefix.release()
+            self.prefix = None

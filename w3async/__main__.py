@@ -1,0 +1,74 @@
+"""`python -m w3async run RECIPE [--run NAME] [--set key=value ...]`.
+
+Bad input (a broken recipe, a missing binary, a run folder in use) ends with one
+clear message on stderr and exit status 2; a run that fails (every game slot failed)
+with exit status 1; no traceback in either case.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from pathlib import Path
+
+from .logs import console
+from .recipes import REPO_ROOT, RecipeError, load_recipe, resolve_recipe_path
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="w3async", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run a recipe")
+    run.add_argument("recipe", help="a recipe name (recipes/NAME.toml) or a path")
+    run.add_argument("--run", default="", help="run folder name under --runs-dir (default: RECIPE-DATE-TIME)")
+    run.add_argument("--runs-dir", default=str(REPO_ROOT / "runs"), help="where run folders live")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a recipe value, e.g. --set stop.seconds=30 (repeatable)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "run":
+        return _run(args)
+    return 2
+
+
+def _run(args) -> int:
+    from .supervisor import RunError, Supervisor, check_binaries  # noqa: PLC0415 (fast --help)
+
+    path = resolve_recipe_path(args.recipe)
+    try:
+        recipe = load_recipe(path, args.set)
+    except RecipeError as e:
+        console(f"w3async: error: {e}")
+        return 2
+    problems = check_binaries(recipe)
+    if problems:
+        console(f"w3async: error: recipe {path}:\n  " + "\n  ".join(problems))
+        return 2
+    name = args.run or f"{recipe.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    run_dir = Path(args.runs_dir) / name
+    try:
+        import uvloop  # noqa: PLC0415
+
+        runner = uvloop.run
+    except ImportError:
+        runner = asyncio.run
+    sup = Supervisor(recipe, run_dir)
+    try:
+        stats = runner(sup.run())
+    except RunError as e:
+        console(f"w3async: run {run_dir} stopped: {e}")
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    console(f"w3async: run {run_dir} ended: {stats['agent_steps']:,} agent steps in {stats['seconds']:.1f} s, "
+            f"{stats['rows_per_round']:.1f} rows a round, {sup.summary_games()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

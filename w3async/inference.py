@@ -1,0 +1,434 @@
+"""Inference rounds: one gathered Batch in, one action per row out, off the event loop.
+
+    engine = InferenceEngine(spec, net_cfg, max_rows=table.n_rows, n_table_rows=table.n_rows)
+    engine.start()
+    fut = engine.submit(batch, slot_per_row)        # copies the batch now, computes later
+    ...gather the next round while this one computes...
+    res = fut.result()                              # or await asyncio.wrap_future(fut)
+    gatherer.answer(res.rows, res.obs_seq, res.actions, res.versions)
+    engine.stop()
+
+Why a thread and a copy: the supervisor's loop must keep reading doorbells while a round
+computes (seeds/000: one-row calls and a busy server were the first limits), and the
+gatherer reuses its Batch buffers for the next round, so submit() copies what the
+network needs into buffers of the engine's own (a small pool: a round can be gathered
+and submitted while the last one computes) and returns at once. The compute runs on
+one dedicated worker thread, which is also the only thread that touches the networks:
+new weights (publish, load_slot) are copied into them there, between two rounds, so a
+round never sees half-written weights.
+
+Rows are split by network: slot 0 is the current policy, slots 1..n_slots-1 hold past
+snapshots (league opponents), loaded by copying weights into a network that already
+exists (seeds/000: one network with swapped weights instead of a network per snapshot).
+
+A GRU network keeps its state per table row here (reset where a row's FIRST flag is
+set); RoundResult.state_in gives the state each row had before the round, which the
+trajectories keep at the start of each sequence.
+
+The CUDA path (_CudaRunner: a stream per network, a CUDA graph per (network, bucket,
+row count) with static pinned input buffers, events made once) is used only when the
+device is "cuda" and torch.cuda.is_available(); nothing of it runs or is imported on a
+CPU. It is UNCHECKED unless docs/performance.md says a GPU check ran.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+from . import layout
+from .gather import BUCKETS, Batch
+from .network import NetConfig, Network, Obs
+from .spec import GameSpec
+
+
+@dataclass
+class RoundStats:
+    """One round, for inference.jsonl and the status page (all times in ms)."""
+
+    rows: int
+    bucket: int
+    slots: int  # networks that ran
+    copy_ms: float  # submit(): the copy out of the Batch, on the caller's thread
+    queue_ms: float  # from submit() to the worker starting (a round before it still computing)
+    compute_ms: float  # the worker: weights swapped in, the networks run, answers made
+    latency_ms: float  # from submit() to the result
+
+
+class RoundResult(NamedTuple):
+    """The answers of one round, rows in the order they were submitted. The arrays are
+    the result's own (nothing is reused by later rounds)."""
+
+    rows: np.ndarray  # (n,) int32 table rows
+    obs_seq: np.ndarray  # (n,) uint64 the sequence each row was gathered at
+    actions: np.ndarray  # (n, N_HEADS) int32
+    logp: np.ndarray  # (n,) float32 the joint log-probability of the action
+    value: np.ndarray  # (n,) float32
+    versions: np.ndarray  # (n,) uint32 the policy version of the network that answered
+    slot: np.ndarray  # (n,) int16 the slot that answered
+    state_in: np.ndarray | None  # (n, d_model) the GRU state before this step, None without GRU
+    stats: RoundStats
+
+
+class _Inputs:
+    """One set of input buffers, capacity rows at E_MAX, as torch tensors with numpy views
+    of the same memory (pinned on CUDA, so the upload is asynchronous)."""
+
+    def __init__(self, capacity: int, pin: bool):
+        def z(shape, dtype):
+            return torch.zeros(shape, dtype=dtype, pin_memory=pin)
+
+        self.rows = z(capacity, torch.int64)
+        self.obs_seq = np.zeros(capacity, np.uint64)
+        self.flags = z(capacity, torch.int32)
+        self.slot = z(capacity, torch.int16)
+        self.glob = z((capacity, layout.G_GLOB), torch.float32)
+        self.ent = z(capacity * layout.E_MAX * layout.F_ENT, torch.float32)
+        self.ent_type = z(capacity * layout.E_MAX, torch.int16)
+        self.n_ent = z(capacity, torch.int32)
+        self.mask = z((capacity, layout.N_HEADS, layout.HEAD_MAX), torch.uint8)
+        self.np = {k: v.numpy() for k, v in vars(self).items() if isinstance(v, torch.Tensor)}
+
+    def obs(self, n: int, bucket: int) -> Obs:
+        """Views of the first n rows as the network's input (CPU tensors)."""
+        return Obs(
+            self.glob[:n],
+            self.ent[: n * bucket * layout.F_ENT].view(n, bucket, layout.F_ENT),
+            self.ent_type[: n * bucket].view(n, bucket).long(),
+            self.n_ent[:n].long(),
+            self.mask[:n].bool(),
+        )
+
+
+class InferenceEngine:
+    """See the module docstring. Not thread-safe for submitters: one caller (the
+    supervisor's loop) submits; publish/load_slot may come from any thread."""
+
+    def __init__(
+        self, spec: GameSpec, net_cfg: NetConfig = NetConfig(), device: str = "cpu", n_slots: int = 3,
+        max_rows: int = 256, n_table_rows: int | None = None, num_threads: int = 1, seed: int = 0,
+        n_buffers: int = 2,
+    ):
+        if n_slots < 1:
+            raise ValueError(f"n_slots={n_slots} must be >= 1 (slot 0 is the current policy)")
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise ValueError(f"device={device!r} but torch.cuda.is_available() is False: use device='cpu'")
+        self.spec, self.net_cfg, self.device = spec, net_cfg, torch.device(device)
+        self.n_slots, self.max_rows, self.num_threads, self.seed = n_slots, max_rows, num_threads, seed
+        self.n_table_rows = n_table_rows if n_table_rows is not None else max_rows
+        torch.manual_seed(seed)
+        self.nets = [Network(spec, net_cfg).to(self.device).eval() for _ in range(n_slots)]
+        for net in self.nets[1:]:
+            net.load_state_dict(self.nets[0].state_dict())
+        self.versions = [0] + [-1] * (n_slots - 1)  # -1: nothing loaded in this slot yet
+        self._pending: dict[int, tuple[dict, int]] = {}  # slot -> (weights, version), applied by the worker
+        self._lock = threading.Lock()
+        self._pin = self.device.type == "cuda"
+        self._free: queue.SimpleQueue[_Inputs] = queue.SimpleQueue()
+        for _ in range(n_buffers):
+            self._free.put(_Inputs(max_rows, self._pin))
+        self.buffers_made = n_buffers
+        self._state = (
+            torch.zeros(self.n_table_rows, net_cfg.d_model, device=self.device) if net_cfg.gru else None
+        )
+        self._gen: torch.Generator | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._runner = None
+        self.rounds = 0
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the worker thread (and, on CUDA, capture the graphs there)."""
+        if self._pool is not None:
+            raise RuntimeError("InferenceEngine.start() called twice: call stop() first")
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="w3s-infer", initializer=self._init_worker)
+        self._pool.submit(lambda: None).result()  # the initializer's errors surface here
+
+    def _init_worker(self) -> None:
+        # With torch's OpenMP backend the thread count is per calling thread: this sets the
+        # worker's own, and leaves the learner's thread to set its own.
+        torch.set_num_threads(self.num_threads)
+        self._gen = torch.Generator(device=self.device).manual_seed(self.seed)
+        if self.device.type == "cuda":
+            self._runner = _CudaRunner(self)
+
+    def stop(self) -> None:
+        """Finish the rounds already submitted, then end the worker thread."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def __enter__(self) -> InferenceEngine:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- weights -------------------------------------------------------------------------
+
+    def publish(self, state_dict: dict, version: int) -> None:
+        """New current-policy weights (slot 0), in effect from the next round on. The
+        tensors are copied now, so the caller may go on training at once."""
+        self.load_slot(0, state_dict, version)
+
+    def load_slot(self, slot: int, state_dict: dict, version: int) -> None:
+        """Weights for slot `slot` (0 = current, 1.. = past snapshots), in effect from the
+        next round on; the worker copies them into the slot's network between rounds."""
+        if not 0 <= slot < self.n_slots:
+            raise ValueError(f"slot {slot} is not in 0..{self.n_slots - 1}")
+        copy = {k: v.detach().to("cpu", copy=True) for k, v in state_dict.items()}
+        with self._lock:
+            self._pending[slot] = (copy, int(version))
+
+    def _apply_pending(self) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, {}
+        for slot, (sd, version) in pending.items():
+            self.nets[slot].load_state_dict(sd)  # copy_ into the existing parameters
+            self.versions[slot] = version
+
+    def reset_rows(self, rows: np.ndarray) -> None:
+        """Forget the GRU state of these table rows (a game restarted). Applied on the
+        worker before the next round."""
+        if self._state is not None:
+            rows_t = torch.as_tensor(np.asarray(rows, np.int64), device=self.device)
+            self._call(lambda: self._state.index_fill_(0, rows_t, 0.0)).result()
+
+    def _call(self, fn) -> Future:
+        if self._pool is None:
+            raise RuntimeError("InferenceEngine: call start() before submit()")
+        return self._pool.submit(fn)
+
+    # -- rounds --------------------------------------------------------------------------
+
+    def submit(self, batch: Batch, slot_per_row: np.ndarray | None = None) -> Future:
+        """Copy the batch's first n rows (on this thread) and queue their round; the
+        future resolves to a RoundResult. slot_per_row (n,) says which network answers
+        each row (default: all slot 0)."""
+        t0 = time.perf_counter()
+        n, bucket = batch.n, batch.bucket
+        if n > self.max_rows:
+            raise ValueError(f"a batch of {n} rows, the engine holds max_rows={self.max_rows}: raise max_rows")
+        if slot_per_row is None:
+            slots = np.zeros(n, np.int16)
+        else:
+            slots = np.asarray(slot_per_row)[:n]
+            if len(slots) != n:
+                raise ValueError(f"slot_per_row has {len(slots)} entries for {n} rows")
+            used = np.unique(slots)
+            bad = [int(s) for s in used if not 0 <= s < self.n_slots or (s > 0 and self.versions[s] < 0 and s not in self._pending)]
+            if bad:
+                raise ValueError(f"slots {bad} are out of 0..{self.n_slots - 1} or were never loaded: call load_slot() first")
+        try:
+            buf = self._free.get_nowait()
+        except queue.Empty:  # more rounds in flight than buffers: make another set
+            buf = _Inputs(self.max_rows, self._pin)
+            self.buffers_made += 1
+        a = buf.np
+        a["rows"][:n] = batch.rows[:n]
+        buf.obs_seq[:n] = batch.obs_seq[:n]
+        a["flags"][:n] = batch.flags[:n]
+        a["slot"][:n] = slots
+        a["glob"][:n] = batch.glob[:n]
+        a["ent"][: n * bucket * layout.F_ENT] = batch.ent_flat[: n * bucket * layout.F_ENT]
+        a["ent_type"][: n * bucket] = batch.type_flat[: n * bucket]
+        a["n_ent"][:n] = batch.n_ent[:n]
+        a["mask"][:n] = batch.mask[:n]
+        copy_ms = (time.perf_counter() - t0) * 1e3
+        return self._call(lambda: self._round(buf, n, bucket, t0, copy_ms))
+
+    @torch.inference_mode()
+    def _round(self, buf: _Inputs, n: int, bucket: int, t_submit: float, copy_ms: float) -> RoundResult:
+        t0 = time.perf_counter()
+        try:
+            self._apply_pending()
+            actions = np.zeros((n, layout.N_HEADS), np.int32)
+            logp = np.zeros(n, np.float32)
+            value = np.zeros(n, np.float32)
+            versions = np.zeros(n, np.uint32)
+            slot = buf.np["slot"][:n].copy()
+            rows = buf.np["rows"][:n].astype(np.int32)
+            obs_seq = buf.obs_seq[:n].copy()
+            state_in = None
+            used = np.unique(slot)
+            if n:
+                if self._runner is not None:
+                    state_in = self._runner.run(buf, n, bucket, used, actions, logp, value)
+                else:
+                    state_in = self._run_cpu(buf, n, bucket, used, actions, logp, value)
+            for s in used:
+                versions[slot == s] = self.versions[s]
+        finally:
+            self._free.put(buf)
+        self.rounds += 1
+        t1 = time.perf_counter()
+        stats = RoundStats(n, bucket, len(used), copy_ms, (t0 - t_submit) * 1e3 - copy_ms, (t1 - t0) * 1e3, (t1 - t_submit) * 1e3)
+        return RoundResult(rows, obs_seq, actions, logp, value, versions, slot, state_in, stats)
+
+    def _run_cpu(self, buf, n, bucket, used, actions, logp, value) -> np.ndarray | None:
+        obs = buf.obs(n, bucket)
+        rows = buf.rows[:n]
+        first = (buf.flags[:n] & layout.FLAG_FIRST) != 0
+        state_in = None
+        if self._state is not None:
+            state_in = self._state[rows].clone()
+            state_in[first] = 0.0
+        for s in used:
+            net = self.nets[int(s)]
+            if len(used) == 1:  # the common case: no indexing
+                idx, o, st = None, obs, state_in
+            else:
+                idx = torch.as_tensor(np.flatnonzero(buf.np["slot"][:n] == s))
+                o, st = obs.index(idx), (state_in[idx] if state_in is not None else None)
+            r = net.act(o, self._gen, state=st)
+            sel = slice(None) if idx is None else idx.numpy()
+            actions[sel] = r.actions.numpy()
+            logp[sel] = r.logp.numpy()
+            value[sel] = r.value.numpy()
+            if r.state is not None:
+                self._state[rows if idx is None else rows[idx]] = r.state
+        return state_in.numpy() if state_in is not None else None
+
+
+class _CudaRunner:
+    """The GPU path (UNCHECKED on this project's CPU machines; see the module docstring).
+
+    Per slot: a CUDA stream of its own (seeds/000: graphs captured on one stream keep that
+    stream's cuBLAS workspace; two networks' graphs on a shared stream hung the GPU), and
+    per (bucket, row bucket) a CUDA graph captured once over static device buffers.
+    Inputs go pinned host -> device asynchronously on the slot's stream; each round's
+    padding is zero because submit() copies whole bucket-padded rows from the gatherer
+    (whose padding is zeroed), and the static buffers are overwritten for every row in
+    the row bucket (rows past n are zeroed, seeds/000: stale padding crashed a run).
+    Events are created once per slot (creating and destroying them takes the CUDA
+    context's lock, seeds/000). Sampling uses the default CUDA generator, which graphs
+    support (its offset advances on replay). The GRU state is not graphed: a GRU network
+    on CUDA runs eagerly on its stream.
+    """
+
+    ROW_BUCKETS = (8, 32, 128, 512)
+
+    def __init__(self, eng: InferenceEngine):
+        self.eng = eng
+        dev = eng.device
+        self.streams = [torch.cuda.Stream(device=dev) for _ in range(eng.n_slots)]
+        self.done = [torch.cuda.Event() for _ in range(eng.n_slots)]
+        self.graphs: dict[tuple[int, int, int], tuple[torch.cuda.CUDAGraph, dict, tuple]] = {}
+
+    def _static(self, rows: int, bucket: int) -> dict:
+        dev = self.eng.device
+        return {
+            "glob": torch.zeros(rows, layout.G_GLOB, device=dev),
+            "ent": torch.zeros(rows, bucket, layout.F_ENT, device=dev),
+            "ent_type": torch.zeros(rows, bucket, dtype=torch.long, device=dev),
+            "n_ent": torch.zeros(rows, dtype=torch.long, device=dev),
+            "mask": torch.zeros(rows, layout.N_HEADS, layout.HEAD_MAX, dtype=torch.bool, device=dev),
+        }
+
+    def _graph(self, slot: int, bucket: int, rows: int):
+        key = (slot, bucket, rows)
+        if key not in self.graphs:
+            net, stream = self.eng.nets[slot], self.streams[slot]
+            st = self._static(rows, bucket)
+            st["mask"][:, :, 0] = True  # warm-up rows need an allowed choice
+            obs = Obs(st["glob"], st["ent"], st["ent_type"], st["n_ent"], st["mask"])
+            with torch.cuda.stream(stream):
+                for _ in range(2):  # warm up on the capture stream (cuBLAS handles, allocator)
+                    net.act(obs, None)
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g, stream=stream):
+                    out = net.act(obs, None)
+            stream.synchronize()
+            self.graphs[key] = (g, st, out)
+        return self.graphs[key]
+
+    def run(self, buf: _Inputs, n, bucket, used, actions, logp, value):
+        eng = self.eng
+        if eng._state is not None:
+            return self._run_eager(buf, n, bucket, used, actions, logp, value)
+        slot_np = buf.np["slot"][:n]
+        launched = []
+        host = buf.obs(n, bucket)  # pinned CPU views
+        for s in used:
+            s = int(s)
+            idx = np.flatnonzero(slot_np == s)
+            m = len(idx)
+            rb = next((r for r in self.ROW_BUCKETS if r >= m), None)
+            if rb is None:
+                raise ValueError(f"{m} rows for one network, the CUDA graphs go up to {self.ROW_BUCKETS[-1]}")
+            g, st, out = self._graph(s, bucket, rb)
+            stream = self.streams[s]
+            sel = torch.as_tensor(idx) if len(used) > 1 else slice(0, m)
+            with torch.cuda.stream(stream):
+                for name, src in zip(("glob", "ent", "ent_type", "n_ent", "mask"), host):
+                    dst = st[name]
+                    dst[:m].copy_(src[sel], non_blocking=True)
+                    dst[m:].zero_()
+                st["mask"][m:, :, 0] = True  # padded rows: a valid, ignored choice
+                g.replay()
+                res = [out.actions[:m].to("cpu", non_blocking=True), out.logp[:m].to("cpu", non_blocking=True),
+                       out.value[:m].to("cpu", non_blocking=True)]
+                self.done[s].record(stream)
+            launched.append((s, idx, res))
+        for s, idx, (a, lp, v) in launched:  # one wait per network, after all are launched
+            self.done[s].synchronize()
+            actions[idx] = a.numpy()
+            logp[idx] = lp.numpy()
+            value[idx] = v.numpy()
+        return None
+
+    def _run_eager(self, buf, n, bucket, used, actions, logp, value):
+        eng = self.eng
+        obs = buf.obs(n, bucket).to(eng.device)
+        rows = buf.rows[:n].to(eng.device)
+        first = ((buf.flags[:n] & layout.FLAG_FIRST) != 0).to(eng.device)
+        state_in = eng._state[rows].clone()
+        state_in[first] = 0.0
+        slot = buf.slot[:n].to(eng.device)
+        for s in used:
+            idx = (slot == int(s)).nonzero()[:, 0]
+            with torch.cuda.stream(self.streams[int(s)]):
+                r = eng.nets[int(s)].act(obs.index(idx), eng._gen, state=state_in[idx])
+                eng._state[rows[idx]] = r.state
+                i = idx.cpu().numpy()
+                actions[i] = r.actions.cpu().numpy()
+                logp[i] = r.logp.cpu().numpy()
+                value[i] = r.value.cpu().numpy()
+        return state_in.cpu().numpy()
+
+
+def synthetic_batch(spec: GameSpec, n: int, rng: np.random.Generator, max_ent: int = 48, batch: Batch | None = None,
+                    n_table_rows: int | None = None) -> Batch:
+    """A Batch of n valid random rows as a gatherer would make it (padding zeroed, masks
+    with an allowed choice per head, pointer masks on real entities): for tests and
+    benchmarks."""
+    b = batch if batch is not None else Batch(max(n, n_table_rows or n))
+    b.n = n
+    n_ent = rng.integers(0, max_ent + 1, n)
+    b.bucket = next(x for x in BUCKETS if x >= max(int(n_ent.max()) if n else 0, 1))
+    b.rows[:n] = np.arange(n)
+    b.obs_seq[:n] = rng.integers(1, 1 << 30, n)
+    b.flags[:n] = 0
+    b.n_ent[:n] = n_ent
+    b.glob[:n] = rng.standard_normal((n, layout.G_GLOB), dtype=np.float32)
+    real = np.arange(b.bucket)[None, :] < n_ent[:, None]
+    b.ent[:] = rng.standard_normal((n, b.bucket, layout.F_ENT), dtype=np.float32) * real[:, :, None]
+    b.ent_type[:] = rng.integers(0, spec.n_types, (n, b.bucket)) * real
+    b.mask[:n] = 0
+    for h, size in enumerate(spec.head_sizes):
+        m = rng.random((n, size)) < 0.5
+        if h == spec.pointer_head:
+            m[:, : b.bucket] &= real
+            m[:, b.bucket :] = False
+        m[:, 0] = True
+        b.mask[:n, h, :size] = m
+    return b

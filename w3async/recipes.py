@@ -1,0 +1,292 @@
+"""Recipes: TOML files typed as dataclasses, one per section, validated at load.
+
+Every error is collected and reported together, each naming the file, the key and the
+value. Any value can be overridden from the command line: `--set section.key=value`
+(the value is read as TOML, and as a string when it is not valid TOML).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class RecipeError(ValueError):
+    """A recipe that does not load: every problem, one per line."""
+
+    def __init__(self, path: str, problems: list[str]):
+        self.path = path
+        self.problems = problems
+        super().__init__(f"recipe {path}:\n  " + "\n  ".join(problems))
+
+
+@dataclass
+class GameGroup:
+    """A group of identical game processes ([[games]]; a recipe may mix groups)."""
+
+    binary: str = "build/native/null_game"
+    """The game: a Linux executable, or a Windows .exe for runtime = "wine". Relative
+    paths are from the repository root."""
+    runtime: str = "native"
+    """"native" (eventfd doorbells) or "wine" (FIFO doorbells, the table through Z:)."""
+    count: int = 1
+    """Processes in this group."""
+    lanes: int = 1
+    """Lanes (whole games) per process."""
+    sides: int = 2
+    """Agent sides per lane: rows per process = lanes * sides."""
+    nice: int = 10
+    """Nice level of the games, so the supervisor and the learner get the CPU first."""
+    env: dict = field(default_factory=dict)
+    """Extra environment for the game (strings)."""
+
+
+@dataclass
+class RuntimeSection:
+    """Wine settings ([runtime]); unused by native groups."""
+
+    wine: str = "wine"
+    """The Wine loader, or a Proton build folder (see runtime_wine.WineConfig)."""
+    cache_dir: str = ""
+    """Where Wine prefixes live ('' : $W3ASYNC_CACHE or ~/.cache/w3async)."""
+    fsync: bool = False
+    """WINEFSYNC (Proton only: nothing on stock Wine)."""
+    esync: bool = False
+    """WINEESYNC (Proton/staging only: nothing on stock Wine)."""
+
+
+@dataclass
+class SupervisorSection:
+    """How the supervisor answers and watches ([supervisor])."""
+
+    policy: str = "check"
+    """"check" (the null game's checkable answers), "random" (uniform under the masks)
+    or "network" (the learner's policy)."""
+    gather: str = "c"
+    """Row checks and gathers in "c" (csrc/rows.c) or "numpy" (the reference path)."""
+    round_period_ms: float = 0.0
+    """At most one round every this many ms: bigger rounds, a little more latency."""
+    hang_timeout_s: float = 30.0
+    """A game that posts nothing for this long after its rows were answered is hung."""
+    start_timeout_s: float = 60.0
+    """Time a (re)started game has to post its first rows (Wine needs a few seconds)."""
+    stop_timeout_s: float = 3.0
+    """On shutdown, how long games get to exit by themselves before SIGTERM, then SIGKILL."""
+    max_start_failures: int = 3
+    """A slot whose game fails this many starts in a row is marked failed."""
+    backoff_s: float = 0.5
+    """First restart delay of a slot; doubles per failure in a row, capped below."""
+    backoff_max_s: float = 10.0
+    """Cap on a slot's restart delay."""
+    progress_s: float = 5.0
+    """Seconds between console progress lines (0: none)."""
+
+
+@dataclass
+class StopSection:
+    """When the run ends by itself ([stop]); 0 means no limit."""
+
+    steps: int = 0
+    """Agent steps (rows answered)."""
+    seconds: float = 0.0
+    """Wall-clock seconds."""
+    minutes: float = 0.0
+    """Wall-clock minutes (added to seconds)."""
+
+
+@dataclass
+class Recipe:
+    name: str = "unnamed"
+    game: str = "null"
+    """The game spec: "null" or "duel" (type ids, action heads)."""
+    games: list = field(default_factory=lambda: [GameGroup()])
+    runtime: RuntimeSection = field(default_factory=RuntimeSection)
+    supervisor: SupervisorSection = field(default_factory=SupervisorSection)
+    stop: StopSection = field(default_factory=StopSection)
+    path: str = ""
+    """Where the recipe was read from (set by load_recipe)."""
+
+    @property
+    def stop_after_s(self) -> float:
+        return self.stop.seconds + 60.0 * self.stop.minutes
+
+    def binary_path(self, group: GameGroup) -> Path:
+        p = Path(group.binary)
+        return p if p.is_absolute() else REPO_ROOT / p
+
+
+_SECTIONS = {"runtime": RuntimeSection, "supervisor": SupervisorSection, "stop": StopSection}
+_CHOICES = {
+    ("games", "runtime"): ("native", "wine"),
+    ("supervisor", "policy"): ("check", "random", "network"),
+    ("supervisor", "gather"): ("c", "numpy"),
+    ("", "game"): ("null", "duel"),
+}
+
+
+def _type_ok(tp: Any, value: Any) -> tuple[bool, Any]:
+    """Does value fit the annotation tp? Ints are accepted for floats."""
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return True, float(value)
+    if tp is int and isinstance(value, bool):
+        return False, value
+    if tp is dict:
+        return isinstance(value, dict), value
+    if tp in (int, float, str, bool):
+        return isinstance(value, tp), value
+    return True, value
+
+
+def _fill(cls: type, data: dict, where: str, problems: list[str]) -> Any:
+    """Build dataclass cls from data, appending a message per bad key or value."""
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls) if f.name != "path"}
+    kwargs = {}
+    for key, value in data.items():
+        name = f"{where}.{key}" if where else key
+        if key not in known:
+            problems.append(f"unknown key {name!r} (known: {', '.join(sorted(known))})")
+            continue
+        tp = hints[key]
+        ok, value = _type_ok(tp, value)
+        if not ok:
+            problems.append(f"{name} = {value!r}: expected {getattr(tp, '__name__', tp)}, got {type(value).__name__}")
+            continue
+        choices = _CHOICES.get((where.split("[")[0], key))
+        if choices and value not in choices:
+            problems.append(f"{name} = {value!r}: must be one of {', '.join(map(repr, choices))}")
+            continue
+        if tp is dict:
+            bad = [k for k, v in value.items() if not isinstance(v, (str, int, float, bool))]
+            if bad:
+                problems.append(f"{name}: values must be strings or numbers, not tables ({', '.join(bad)})")
+                continue
+            value = {k: (str(int(v)) if isinstance(v, bool) else str(v)) for k, v in value.items()}
+        kwargs[key] = value
+    return cls(**kwargs)
+
+
+def _check_ranges(r: Recipe, problems: list[str]) -> None:
+    for i, g in enumerate(r.games):
+        w = f"games[{i}]"
+        if g.count < 1:
+            problems.append(f"{w}.count = {g.count}: must be at least 1")
+        if g.lanes < 1:
+            problems.append(f"{w}.lanes = {g.lanes}: must be at least 1")
+        if g.sides not in (1, 2):
+            problems.append(f"{w}.sides = {g.sides}: must be 1 or 2")
+        if not -20 <= g.nice <= 19:
+            problems.append(f"{w}.nice = {g.nice}: must be in -20..19")
+    s = r.supervisor
+    for key in ("hang_timeout_s", "start_timeout_s", "stop_timeout_s", "backoff_s", "backoff_max_s"):
+        if getattr(s, key) <= 0:
+            problems.append(f"supervisor.{key} = {getattr(s, key)}: must be > 0")
+    if s.round_period_ms < 0:
+        problems.append(f"supervisor.round_period_ms = {s.round_period_ms}: must be >= 0")
+    if s.max_start_failures < 1:
+        problems.append(f"supervisor.max_start_failures = {s.max_start_failures}: must be >= 1")
+    for key in ("steps", "seconds", "minutes"):
+        if getattr(r.stop, key) < 0:
+            problems.append(f"stop.{key} = {getattr(r.stop, key)}: must be >= 0")
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """'section.key=value' -> (['section', 'key'], value read as TOML or a string)."""
+    if "=" not in text:
+        raise ValueError(f"--set {text!r}: expected section.key=value")
+    key, raw = text.split("=", 1)
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return key.strip().split("."), value
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> None:
+    """Set each 'a.b=value' in the raw TOML dict; games.KEY sets KEY in every group,
+    games.N.KEY in group N only."""
+    for text in overrides:
+        parts, value = parse_override(text)
+        if parts[0] == "games" and len(parts) >= 2:
+            groups = data.setdefault("games", [{}])
+            if isinstance(groups, dict):
+                groups = data["games"] = [groups]
+            if parts[1].isdigit():
+                targets, rest = [groups[int(parts[1])]] if int(parts[1]) < len(groups) else [], parts[2:]
+                if not targets:
+                    raise ValueError(f"--set {text!r}: the recipe has {len(groups)} game groups")
+            else:
+                targets, rest = groups, parts[1:]
+            for t in targets:
+                d = t
+                for p in rest[:-1]:
+                    d = d.setdefault(p, {})
+                d[rest[-1]] = value
+            continue
+        d = data
+        for p in parts[:-1]:
+            d = d.setdefault(p, {})
+            if not isinstance(d, dict):
+                raise ValueError(f"--set {text!r}: {p} is not a section")
+        d[parts[-1]] = value
+
+
+def load_recipe(path: str | os.PathLike, overrides: list[str] | None = None) -> Recipe:
+    """Read, override and validate a recipe; RecipeError lists every problem."""
+    path = str(path)
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        raise RecipeError(path, ["no such file"]) from None
+    except tomllib.TOMLDecodeError as e:
+        raise RecipeError(path, [f"not valid TOML: {e}"]) from None
+    try:
+        apply_overrides(data, overrides or [])
+    except ValueError as e:
+        raise RecipeError(path, [str(e)]) from None
+    return recipe_from_dict(data, path)
+
+
+def recipe_from_dict(data: dict, path: str = "<dict>") -> Recipe:
+    problems: list[str] = []
+    top = {k: v for k, v in data.items() if k not in _SECTIONS and k != "games"}
+    recipe = _fill(Recipe, top, "", problems)
+    recipe.path = path
+    for key, cls in _SECTIONS.items():
+        if key in data:
+            if not isinstance(data[key], dict):
+                problems.append(f"{key} = {data[key]!r}: expected a table [{key}]")
+                continue
+            setattr(recipe, key, _fill(cls, data[key], key, problems))
+    if "games" in data:
+        groups = data["games"]
+        if isinstance(groups, dict):
+            groups = [groups]
+        if not isinstance(groups, list) or not groups or not all(isinstance(g, dict) for g in groups):
+            problems.append("games: expected one [games] table or [[games]] tables")
+        else:
+            recipe.games = [_fill(GameGroup, g, f"games[{i}]", problems) for i, g in enumerate(groups)]
+    _check_ranges(recipe, problems)
+    if problems:
+        raise RecipeError(path, problems)
+    return recipe
+
+
+def resolve_recipe_path(name_or_path: str) -> str:
+    """'null' -> recipes/null.toml; a path is kept."""
+    if os.path.exists(name_or_path) or name_or_path.endswith(".toml"):
+        return name_or_path
+    return str(REPO_ROOT / "recipes" / f"{name_or_path}.toml")
+
+
+def recipe_to_dict(recipe: Recipe) -> dict:
+    """The resolved recipe, for the run folder and checkpoints."""
+    return dataclasses.asdict(recipe)

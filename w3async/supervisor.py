@@ -1,0 +1,557 @@
+"""The supervisor: one asyncio (uvloop) loop that runs the games and answers them.
+
+It spawns every game slot of the recipe, reads the games' obs doorbells with the
+loop's readers, and answers every waiting row in rounds (gather.py: check, gather,
+answer, ring). It watches the games (exit, crash, hang, bad rows) and restarts them
+with backoff; a slot that keeps failing to start is marked failed and the run goes
+on with the others. On SIGINT/SIGTERM it asks the games to stop, ends what is left
+by process group (and every Wine process of its prefix), unlinks the shared memory,
+and checks that nothing of the run is left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import fcntl
+import json
+import os
+import resource
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from . import layout
+from .doorbells import Doorbells
+from .gather import make_gatherer
+from .logs import JsonLog, console
+from .policies import CheckPolicy, RandomPolicy
+from .recipes import GameGroup, Recipe, recipe_to_dict
+from .rows import Table, segment_name
+from .runtime_native import NativeRuntime
+from .runtime_wine import WineConfig, WineError, WineRuntime
+from .spec import NULL_SPEC, GameSpec
+
+
+class RunError(RuntimeError):
+    """The run cannot go on (every slot failed, the run folder is taken, ...)."""
+
+
+# Slot states, as /status and the events name them.
+STARTING, RUNNING, RESTARTING, FAILED, STOPPED = "starting", "running", "restarting", "failed", "stopped"
+
+
+@dataclass
+class Slot:
+    """One game process's place in the run: its rows, its process, its history."""
+
+    index: int
+    group: GameGroup
+    runtime: object
+    binary: Path
+    row0: int
+    nrows: int
+    log_path: Path
+    state: str = STARTING
+    proc: object = None
+    pidfd: int = -1
+    bells: Doorbells | None = None
+    starts: int = 0
+    restarts: int = 0
+    causes: collections.Counter = field(default_factory=collections.Counter)
+    fail_streak: int = 0  # starts in a row that never posted a row
+    started_at: float = 0.0
+    progress_at: float = 0.0  # when its rows' sequence numbers last moved
+    seq_sum: int = 0
+    posted: bool = False  # has this start posted a row yet
+    restart_handle: object = None
+
+    @property
+    def rows(self) -> slice:
+        return slice(self.row0, self.row0 + self.nrows)
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+
+def spec_for(name: str) -> GameSpec:
+    if name == "null":
+        return NULL_SPEC
+    if name == "duel":
+        from .duel_spec import DUEL_SPEC  # noqa: PLC0415 (the duel lands separately)
+
+        return DUEL_SPEC
+    raise ValueError(f"unknown game spec {name!r}")
+
+
+def check_binaries(recipe: Recipe) -> list[str]:
+    """Problems with the recipe's game binaries, each naming the group and the path."""
+    problems = []
+    for i, g in enumerate(recipe.games):
+        p = recipe.binary_path(g)
+        if not p.exists():
+            problems.append(f"games[{i}].binary: {p} does not exist (run `make build`, or fix the path)")
+        elif g.runtime == "native" and not os.access(p, os.X_OK):
+            problems.append(f"games[{i}].binary: {p} is not executable")
+        elif g.runtime == "wine" and p.suffix.lower() != ".exe":
+            problems.append(f"games[{i}].binary: {p} is not a Windows .exe (runtime = \"wine\")")
+    return problems
+
+
+class RunLock:
+    """runs/<run>/run.lock: held (flock) by the live supervisor; it records the pid, the
+    start time and the shared-memory segment so that a later run can clean up after a
+    killed one."""
+
+    def __init__(self, run_dir: Path):
+        self.path = run_dir / "run.lock"
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            info = self.read()
+            os.close(self.fd)
+            raise RunError(f"run folder {run_dir} is in use by a live supervisor (pid {info.get('pid', '?')}, "
+                           f"started {info.get('started', '?')}): stop it, or choose another RUN") from None
+        self.previous = self.read()
+
+    def read(self) -> dict:
+        try:
+            with open(self.path) as f:
+                return json.loads(f.read() or "{}")
+        except (OSError, ValueError):
+            return {}
+
+    def write(self, **info) -> None:
+        data = json.dumps(info).encode()
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, data, 0)
+        os.fsync(self.fd)
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.ftruncate(self.fd, 0)
+            os.close(self.fd)
+            self.fd = -1
+
+
+class Supervisor:
+    """Runs one recipe in one run folder. `await run()` returns when the run ends."""
+
+    def __init__(self, recipe: Recipe, run_dir: Path, policy: Callable | None = None):
+        self.recipe = recipe
+        self.run_dir = Path(run_dir)
+        self.spec = spec_for(recipe.game)
+        self._policy = policy
+        self.slots: list[Slot] = []
+        self.table: Table | None = None
+        self.gatherer = None
+        self.events: JsonLog | None = None
+        self.lock: RunLock | None = None
+        self.runtimes: dict[str, object] = {}
+        self.agent_steps = 0
+        self.rounds = 0
+        self.bad_rows = 0
+        self.error: str | None = None
+        self.leftovers: dict = {}
+        self.on_rows_reset: list[Callable[[slice], None]] = []  # e.g. the learner's trajectory cut
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop = asyncio.Event()
+        self._stopping = False
+        self._round_scheduled = False
+        self._last_round = 0.0
+        self._t0 = 0.0
+        self._cpu0 = 0.0
+
+    # ---- set-up -------------------------------------------------------------------
+
+    def _setup(self) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.lock = RunLock(self.run_dir)
+        self.events = JsonLog(self.run_dir / "events.jsonl")
+        (self.run_dir / "recipe.json").write_text(json.dumps(recipe_to_dict(self.recipe), indent=1))
+        r = self.recipe
+        n_rows = sum(g.count * g.lanes * g.sides for g in r.games)
+        n_games = sum(g.count for g in r.games)
+        self.table = Table(segment_name(self.run_dir.name[:24].replace("/", "_")), n_rows, run_id=os.getpid())
+        self.lock.write(pid=os.getpid(), started=time.time(), shm=self.table.name, pgids=[])
+        self.gatherer = make_gatherer(self.table, n_games, self.spec.n_types, r.supervisor.gather)
+        if self._policy is None:
+            if r.supervisor.policy == "check":
+                self._policy = CheckPolicy(n_rows)
+            elif r.supervisor.policy == "random":
+                self._policy = RandomPolicy(n_rows)
+            else:
+                raise RunError("supervisor.policy = \"network\" needs the learner: use `w3async run` with a learning recipe")
+        row = 0
+        for g in r.games:
+            if g.runtime not in self.runtimes:
+                self.runtimes[g.runtime] = NativeRuntime() if g.runtime == "native" else WineRuntime(
+                    WineConfig(wine=r.runtime.wine, cache_dir=r.runtime.cache_dir or None,
+                               fsync=r.runtime.fsync, esync=r.runtime.esync))
+            for _ in range(g.count):
+                i = len(self.slots)
+                nrows = g.lanes * g.sides
+                self.slots.append(Slot(i, g, self.runtimes[g.runtime], r.binary_path(g), row, nrows,
+                                       self.run_dir / "games" / f"slot-{i}.log"))
+                row += nrows
+        self.events.info("run_start", run=self.run_dir.name, recipe=r.name, pid=os.getpid(), shm=self.table.name,
+                         rows=n_rows, games=n_games, gather=r.supervisor.gather, policy=r.supervisor.policy)
+
+    # ---- games --------------------------------------------------------------------
+
+    def _spawn(self, s: Slot) -> None:
+        """Start slot s on freshly zeroed rows with new doorbells."""
+        s.restart_handle = None
+        if self._stopping:
+            return
+        self.table.reset_rows(s.row0, s.row0 + s.nrows)
+        s.bells = s.runtime.doorbells(self.run_dir, s.index)
+        env = dict(s.group.env)
+        env.update(W3S_ROW0=str(s.row0), W3S_NROWS=str(s.nrows), W3S_SLOT=str(s.index),
+                   W3S_SEED=str(s.index * 1000003 + s.starts))
+        s.log_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with open(s.log_path, "ab") as log:
+                log.write(f"--- start {s.starts} at {time.strftime('%H:%M:%S')}\n".encode())
+                log.flush()
+                s.proc = s.runtime.spawn(s.binary, env, s.bells, self.table, s.group.nice, log)
+        except (OSError, WineError) as e:
+            s.bells.close()
+            s.bells = None
+            self._fail_slot(s, f"cannot start {s.binary}: {e}")
+            return
+        s.starts += 1
+        s.state = STARTING
+        s.started_at = s.progress_at = time.monotonic()
+        s.seq_sum = 0
+        s.posted = False
+        s.pidfd = os.pidfd_open(s.proc.pid)
+        self._loop.add_reader(s.pidfd, self._on_exit, s)
+        self._loop.add_reader(s.bells.obs_fd, self._on_obs, s)
+        self.gatherer.attach_game(s.index, s.rows, s.bells.act)
+        self._record_pgids()
+        self.events.info("game_start", slot=s.index, pid=s.proc.pid, runtime=s.runtime.name, binary=str(s.binary),
+                         rows=[s.row0, s.row0 + s.nrows], start=s.starts)
+
+    def _record_pgids(self) -> None:
+        pg = [s.proc.pid for s in self.slots if s.proc and s.proc.returncode is None]
+        self.lock.write(pid=os.getpid(), started=self._t0_wall, shm=self.table.name, pgids=pg,
+                        wine_prefixes=[str(rt.prefix.path) for rt in self.runtimes.values()
+                                       if getattr(rt, "prefix", None)])
+
+    def _unwire(self, s: Slot) -> None:
+        """Stop listening to slot s and stop gathering its rows; its process is gone."""
+        self.gatherer.detach_game(s.index)
+        if s.pidfd >= 0:
+            self._loop.remove_reader(s.pidfd)
+            os.close(s.pidfd)
+            s.pidfd = -1
+        if s.bells:
+            self._loop.remove_reader(s.bells.obs_fd)
+            s.bells.close()
+            s.bells = None
+        self.table.reset_rows(s.row0, s.row0 + s.nrows)
+        for cut in self.on_rows_reset:
+            cut(s.rows)
+
+    def _stderr_tail(self, s: Slot, n: int = 3) -> str:
+        try:
+            lines = s.log_path.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return ""
+        lines = [x for x in lines if not x.startswith("--- start")]
+        return " | ".join(lines[-n:])
+
+    def _on_exit(self, s: Slot) -> None:
+        """The slot's process exited (its pidfd is readable)."""
+        code = s.proc.wait()
+        tail = self._stderr_tail(s)
+        self._unwire(s)
+        if self._stopping:
+            return
+        if code == layout.EXIT_OK:
+            cause = "recycle"
+        elif code < 0:
+            cause = "crash"
+        else:
+            cause = "exit"
+        how = f"signal {signal.Signals(-code).name}" if code < 0 else f"code {code}"
+        self.events.warning("game_exit", slot=s.index, pid=s.proc.pid, returncode=code, cause=cause,
+                            posted=s.posted, stderr=tail)
+        if code in (layout.EXIT_LAYOUT, layout.EXIT_ATTACH):
+            # Deterministic: a restart would fail the same way.
+            self._fail_slot(s, f"{s.binary} {layout.EXIT_NAMES[code]} (exit {code}): {tail}")
+            return
+        if cause != "recycle" and not s.posted:
+            s.fail_streak += 1
+            if s.fail_streak >= self.recipe.supervisor.max_start_failures:
+                self._fail_slot(s, f"{s.binary} exited at start {s.fail_streak} times in a row, last with {how}: {tail}")
+                return
+        self._schedule_restart(s, cause)
+
+    def _kill(self, s: Slot, cause: str, detail: dict) -> None:
+        """End a misbehaving game at once (no grace) and restart it."""
+        if s.proc is None or s.proc.returncode is not None or s.state in (FAILED, STOPPED):
+            return
+        self.events.warning("game_kill", slot=s.index, pid=s.proc.pid, cause=cause, **detail)
+        _killpg(s.proc.pid, signal.SIGKILL)
+        s.proc.wait()
+        self._unwire(s)
+        if cause == "hang" and not s.posted:
+            s.fail_streak += 1
+            if s.fail_streak >= self.recipe.supervisor.max_start_failures:
+                self._fail_slot(s, f"{s.binary} posted nothing within start_timeout_s, {s.fail_streak} starts in a row")
+                return
+        self._schedule_restart(s, cause)
+
+    def _schedule_restart(self, s: Slot, cause: str) -> None:
+        sv = self.recipe.supervisor
+        s.restarts += 1
+        s.causes[cause] += 1
+        s.state = RESTARTING
+        delay = 0.0 if cause == "recycle" else min(sv.backoff_max_s, sv.backoff_s * 2 ** max(0, s.fail_streak - 1))
+        self.events.info("game_restart", slot=s.index, cause=cause, delay_s=round(delay, 3), restarts=s.restarts)
+        s.restart_handle = self._loop.call_later(delay, self._spawn, s)
+
+    def _fail_slot(self, s: Slot, why: str) -> None:
+        s.state = FAILED
+        self.events.error("slot_failed", slot=s.index, reason=why)
+        console(f"w3async: game slot {s.index} failed: {why}")
+        if all(x.state == FAILED for x in self.slots):
+            self._finish(f"every game slot failed; the last: slot {s.index}: {why}")
+
+    # ---- rounds -------------------------------------------------------------------
+
+    def _on_obs(self, s: Slot) -> None:
+        s.bells.drain_obs()
+        if not self._round_scheduled:
+            self._round_scheduled = True
+            self._loop.call_soon(self._round)
+
+    def _round(self) -> None:
+        self._round_scheduled = False
+        period = self.recipe.supervisor.round_period_ms / 1000.0
+        now = time.monotonic()
+        if period and now - self._last_round < period:
+            self._round_scheduled = True
+            self._loop.call_later(period - (now - self._last_round), self._round)
+            return
+        self._last_round = now
+        b = self.gatherer.gather()
+        if b.bad:
+            self._on_bad_rows(b.bad)
+        n = b.n
+        if not n:
+            return
+        actions, versions = self._policy(b)
+        self.gatherer.answer(b.rows[:n], b.obs_seq[:n], actions, versions)
+        self.agent_steps += n
+        self.rounds += 1
+        if self.recipe.stop.steps and self.agent_steps >= self.recipe.stop.steps:
+            self._finish(None)
+
+    def _on_bad_rows(self, bad) -> None:
+        """Log each bad row with its game, lane and field; restart its game."""
+        seen = set()
+        for r in bad:
+            self.bad_rows += 1
+            gi = int(self.gatherer.row_game[r.row])
+            s = self.slots[gi] if gi >= 0 else None
+            row = self.table.rows[r.row]
+            self.events.error("bad_row", slot=gi, row=r.row, lane=int(row["lane"]), side=int(row["side"]),
+                              field=r.field, index=r.index, value=repr(r.value))
+            if s is not None and gi not in seen:
+                seen.add(gi)
+                self._kill(s, "bad_row", {"field": r.field, "row": r.row})
+
+    # ---- watching -----------------------------------------------------------------
+
+    async def _watch(self) -> None:
+        """Twice a second: find games that posted nothing for too long."""
+        sv = self.recipe.supervisor
+        obs, act = self.table.column("obs_seq"), self.table.column("act_seq")
+        while not self._stop.is_set():
+            await asyncio.sleep(0.5)
+            now = time.monotonic()
+            for s in self.slots:
+                if s.state not in (STARTING, RUNNING) or s.proc is None:
+                    continue
+                seq = int(obs[s.rows].sum())
+                if seq != s.seq_sum:
+                    s.seq_sum, s.progress_at = seq, now
+                    if not s.posted:
+                        s.posted, s.state, s.fail_streak = True, RUNNING, 0
+                    continue
+                answered = bool((obs[s.rows] == act[s.rows]).all())
+                idle = now - s.progress_at
+                if not s.posted and idle > sv.start_timeout_s:
+                    self._kill(s, "hang", {"phase": "start", "idle_s": round(idle, 1)})
+                elif s.posted and answered and idle > sv.hang_timeout_s:
+                    self._kill(s, "hang", {"phase": "step", "idle_s": round(idle, 1)})
+
+    async def _progress(self) -> None:
+        every = self.recipe.supervisor.progress_s
+        if not every:
+            return
+        last_t, last_steps = time.monotonic(), 0
+        while not self._stop.is_set():
+            await asyncio.sleep(every)
+            now = time.monotonic()
+            rate = (self.agent_steps - last_steps) / max(now - last_t, 1e-9)
+            last_t, last_steps = now, self.agent_steps
+            console(f"w3async {self.recipe.name} | {now - self._t0:7.1f} s | {self.agent_steps:,} steps | "
+                    f"{rate:,.0f} steps/s | {self.summary_games()}")
+
+    def summary_games(self) -> str:
+        states = collections.Counter(s.state for s in self.slots)
+        restarts = sum(s.restarts for s in self.slots)
+        return (f"{states[RUNNING] + states[STARTING]} games up, {states[RESTARTING]} restarting, "
+                f"{states[FAILED]} failed | {restarts} restarts")
+
+    def stats(self) -> dict:
+        """Counters for benchmarks and the status endpoint."""
+        cpu = _cpu_s() - self._cpu0
+        return dict(
+            agent_steps=self.agent_steps, rounds=self.rounds,
+            rows_per_round=self.agent_steps / max(self.rounds, 1), seconds=time.monotonic() - self._t0,
+            cpu_s=cpu, bad_rows=self.bad_rows,
+            restarts={c: n for s in self.slots for c, n in s.causes.items()},
+            games={s.index: dict(pid=s.pid, state=s.state, restarts=s.restarts, causes=dict(s.causes))
+                   for s in self.slots},
+        )
+
+    # ---- lifecycle ----------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """Stop the run (SIGINT, SIGTERM, a stop condition)."""
+        self._finish(None)
+
+    def _finish(self, error: str | None) -> None:
+        if error and not self.error:
+            self.error = error
+        self._stop.set()
+
+    async def run(self) -> dict:
+        """Run until a stop condition, a signal or a fatal error; then shut down. Returns
+        stats(); raises RunError when the run failed."""
+        self._loop = asyncio.get_running_loop()
+        self._t0, self._t0_wall, self._cpu0 = time.monotonic(), time.time(), _cpu_s()
+        signals = (signal.SIGINT, signal.SIGTERM)
+        for sig in signals:
+            self._loop.add_signal_handler(sig, self.request_stop)
+        tasks = []
+        try:
+            self._setup()
+            for s in self.slots:
+                if "wine" in self.runtimes and s.runtime is self.runtimes["wine"]:
+                    # The first Wine use may boot a prefix (~20 s): off the loop.
+                    await self._loop.run_in_executor(None, s.runtime.ensure_prefix)
+                self._spawn(s)
+            tasks = [asyncio.create_task(self._watch()), asyncio.create_task(self._progress())]
+            timeout = self.recipe.stop_after_s or None
+            try:
+                await asyncio.wait_for(self._stop.wait(), timeout)
+            except asyncio.TimeoutError:
+                pass
+        except WineError as e:
+            self._finish(str(e))
+        finally:
+            for t in tasks:
+                t.cancel()
+            for sig in signals:
+                self._loop.remove_signal_handler(sig)
+            if self.lock is not None:  # set-up got as far as owning the run folder
+                await self._shutdown()
+        st = self.stats()
+        if self.error:
+            raise RunError(self.error)
+        return st
+
+    async def _shutdown(self) -> None:
+        """Ask, wait, terminate, kill by process group, end Wine, unlink, check."""
+        self._stopping = True
+        self._stop.set()
+        sv = self.recipe.supervisor
+        for s in self.slots:
+            if s.restart_handle:
+                s.restart_handle.cancel()
+        live = [s for s in self.slots if s.proc is not None and s.proc.returncode is None]
+        if self.table is not None:
+            self.table.request_stop()
+        for s in live:
+            if s.bells:
+                s.bells.ring_act()
+        await _wait_exit(live, sv.stop_timeout_s)
+        for sig, grace in ((signal.SIGTERM, 1.0), (signal.SIGKILL, 2.0)):
+            left = [s for s in live if s.proc.poll() is None]
+            for s in left:
+                _killpg(s.proc.pid, sig)
+            await _wait_exit(left, grace)
+        for s in self.slots:
+            if s.proc is not None:
+                if s.proc.poll() is not None and s.pidfd >= 0:
+                    self._unwire(s)
+                if s.state not in (FAILED,):
+                    s.state = STOPPED
+        killed_wine = []
+        for rt in self.runtimes.values():
+            killed_wine += await self._loop.run_in_executor(None, rt.cleanup)
+        groups = [s.proc.pid for s in self.slots if s.proc is not None]
+        self.leftovers = dict(
+            processes=[p for g in groups for p in _pgid_members(g)],
+            wine=[p for rt in self.runtimes.values() for p in getattr(rt, "leftovers", lambda: [])()],
+            wine_sigkilled=killed_wine,
+        )
+        for rt in self.runtimes.values():
+            rt.close()
+        if self.table is not None:
+            self.table.unlink()
+            self.table.close()
+        st = self.stats()
+        if self.events is None:
+            self.lock.release()
+            return
+        self.events.info("shutdown", error=self.error, agent_steps=self.agent_steps, rounds=self.rounds,
+                         seconds=round(st["seconds"], 3), cpu_s=round(st["cpu_s"], 3), leftovers=self.leftovers)
+        self.events.close()
+        self.lock.release()
+
+
+async def _wait_exit(slots: list[Slot], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while any(s.proc.poll() is None for s in slots) and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _pgid_members(pgid: int) -> list[int]:
+    """Live processes still in process group pgid (zombies excluded)."""
+    found = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            if fields[0] not in (b"Z", b"X") and int(fields[2]) == pgid:
+                found.append(int(d))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+def _cpu_s() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
