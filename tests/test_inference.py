@@ -1,0 +1,152 @@
+"""The inference engine: the right network per row, copies at submit, atomic publish."""
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from w3async import layout
+from w3async.inference import InferenceEngine, synthetic_batch
+from w3async.network import NetConfig, Network, obs_from_numpy
+from w3async.spec import GameSpec
+
+SPEC = GameSpec("t", n_types=5, head_sizes=(6, 3, 2, layout.E_MAX), pointer_head=3)
+CFG = NetConfig(d_model=32, n_heads=4, n_layers=1)
+
+
+def weights(seed: int) -> dict:
+    torch.manual_seed(seed)
+    return Network(SPEC, CFG).state_dict()
+
+
+def reference(sd: dict, gru: bool = False) -> Network:
+    net = Network(SPEC, NetConfig(**{**CFG.__dict__, "gru": gru})).eval()
+    net.load_state_dict(sd)
+    return net
+
+
+def batch_obs(b):
+    return obs_from_numpy(b.glob[: b.n], b.ent.copy(), b.ent_type.copy(), b.n_ent[: b.n], b.mask[: b.n])
+
+
+@pytest.fixture
+def engine():
+    eng = InferenceEngine(SPEC, CFG, n_slots=3, max_rows=64)
+    eng.start()
+    yield eng
+    eng.stop()
+
+
+def test_each_row_gets_the_answer_of_its_slot(engine):
+    sds = [weights(s) for s in (1, 2, 3)]
+    engine.publish(sds[0], 10)
+    engine.load_slot(1, sds[1], 4)
+    engine.load_slot(2, sds[2], 7)
+    rng = np.random.default_rng(0)
+    b = synthetic_batch(SPEC, 40, rng)
+    slots = rng.integers(0, 3, 40).astype(np.int16)
+    res = engine.submit(b, slots).result()
+    obs = batch_obs(b)
+    assert (res.rows == b.rows[:40]).all() and (res.obs_seq == b.obs_seq[:40]).all()
+    assert (res.slot == slots).all()
+    assert (res.versions == np.array([10, 4, 7])[slots]).all()
+    with torch.no_grad():
+        for s in range(3):
+            i = np.flatnonzero(slots == s)
+            ev = reference(sds[s]).evaluate(obs.index(torch.as_tensor(i)), torch.as_tensor(res.actions[i]))
+            np.testing.assert_allclose(res.value[i], ev.value.numpy(), atol=1e-5)
+            np.testing.assert_allclose(res.logp[i], ev.logp.numpy(), atol=1e-5)
+            assert np.isfinite(res.logp[i]).all()  # every sampled action was allowed
+    assert res.stats.rows == 40 and res.stats.slots == 3
+
+
+def test_submit_copies_the_batch_and_stale_padding_never_shows(engine):
+    rng = np.random.default_rng(1)
+    big = synthetic_batch(SPEC, 16, rng, max_ent=100)  # fills the engine's buffers far out
+    small = synthetic_batch(SPEC, 16, np.random.default_rng(2), max_ent=20)
+    assert big.bucket > small.bucket
+    expect = reference(engine.nets[0].state_dict())
+    with torch.no_grad():
+        want = expect.evaluate(batch_obs(small), torch.zeros(16, 4, dtype=torch.long)).value.numpy()
+    engine.submit(big).result()
+    fut = engine.submit(small)
+    small.glob[:] = 99.0  # the gatherer reuses its buffers at once: the round must not see it
+    small.ent_flat[:] = 99.0
+    res = fut.result()
+    np.testing.assert_allclose(res.value, want, atol=1e-5)
+
+
+def test_publish_is_atomic_at_round_boundaries(engine):
+    sd_a, sd_b = weights(5), weights(6)
+    rng = np.random.default_rng(3)
+    b = synthetic_batch(SPEC, 32, rng)
+    obs = batch_obs(b)
+    with torch.no_grad():
+        want = {v: reference(sd).evaluate(obs, torch.zeros(32, 4, dtype=torch.long)).value.numpy()
+                for v, sd in ((1, sd_a), (2, sd_b))}
+    stop = threading.Event()
+
+    def publisher():
+        i = 0
+        while not stop.is_set():
+            engine.publish(sd_a if i % 2 == 0 else sd_b, 1 if i % 2 == 0 else 2)
+            i += 1
+
+    engine.publish(sd_a, 1)
+    th = threading.Thread(target=publisher)
+    th.start()
+    try:
+        seen = set()
+        for _ in range(60):
+            res = engine.submit(b).result()
+            v = int(res.versions[0])
+            assert (res.versions == v).all()
+            np.testing.assert_allclose(res.value, want[v], atol=1e-5)
+            seen.add(v)
+    finally:
+        stop.set()
+        th.join()
+    assert seen == {1, 2}
+
+
+def test_rounds_overlap_without_sharing_buffers(engine):
+    rng = np.random.default_rng(4)
+    batches = [synthetic_batch(SPEC, 8, rng) for _ in range(5)]
+    net = reference(engine.nets[0].state_dict())
+    futs = [engine.submit(b) for b in batches]  # more in flight than the 2 buffers
+    for b, f in zip(batches, futs):
+        with torch.no_grad():
+            want = net.evaluate(batch_obs(b), torch.zeros(8, 4, dtype=torch.long)).value.numpy()
+        np.testing.assert_allclose(f.result().value, want, atol=1e-5)
+
+
+def test_unloaded_slot_and_unstarted_engine_are_clear_errors():
+    eng = InferenceEngine(SPEC, CFG, n_slots=2, max_rows=8)
+    b = synthetic_batch(SPEC, 4, np.random.default_rng(0))
+    with pytest.raises(RuntimeError, match="start"):
+        eng.submit(b)
+    eng.start()
+    try:
+        with pytest.raises(ValueError, match="load_slot"):
+            eng.submit(b, np.array([0, 1, 0, 0]))
+        with pytest.raises(ValueError, match="max_rows"):
+            eng.submit(synthetic_batch(SPEC, 9, np.random.default_rng(0)))
+    finally:
+        eng.stop()
+
+
+def test_gru_state_is_kept_per_row_and_reset_on_first():
+    eng = InferenceEngine(SPEC, NetConfig(d_model=32, n_heads=4, n_layers=1, gru=True), max_rows=8, n_table_rows=8)
+    with eng:
+        b = synthetic_batch(SPEC, 4, np.random.default_rng(0))
+        b.flags[:4] = layout.FLAG_FIRST
+        r1 = eng.submit(b).result()
+        assert (r1.state_in == 0).all()
+        b.flags[:4] = 0
+        r2 = eng.submit(b).result()
+        assert not (r2.state_in == 0).all()
+        assert not np.allclose(r1.value, r2.value)
+        b.flags[:4] = layout.FLAG_FIRST
+        r3 = eng.submit(b).result()
+        np.testing.assert_allclose(r3.value, r1.value, atol=1e-6)
