@@ -260,6 +260,12 @@ class Supervisor:
         for cut in self.on_rows_reset:
             cut(s.rows)
 
+    def _note_posted(self, s: Slot) -> None:
+        """Did this start post any row? Read before its rows are reset: a game that
+        crashes between two watch ticks still counts as one that ran."""
+        if not s.posted and int(self.table.column("obs_seq")[s.rows].sum()) > 0:
+            s.posted, s.fail_streak = True, 0
+
     def _stderr_tail(self, s: Slot, n: int = 3) -> str:
         try:
             lines = s.log_path.read_text(errors="replace").strip().splitlines()
@@ -272,6 +278,7 @@ class Supervisor:
         """The slot's process exited (its pidfd is readable)."""
         code = s.proc.wait()
         tail = self._stderr_tail(s)
+        self._note_posted(s)
         self._unwire(s)
         if self._stopping:
             return
@@ -302,6 +309,7 @@ class Supervisor:
         self.events.warning("game_kill", slot=s.index, pid=s.proc.pid, cause=cause, **detail)
         _killpg(s.proc.pid, signal.SIGKILL)
         s.proc.wait()
+        self._note_posted(s)
         self._unwire(s)
         if cause == "hang" and not s.posted:
             s.fail_streak += 1

@@ -1,0 +1,272 @@
+"""The supervisor with real games: many null games answered and checked, restarts with
+their causes, bad input reported by name, and nothing left behind after shutdown."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from w3async.recipes import recipe_from_dict
+from w3async.rows import list_segments
+from w3async.runtime_wine import processes_with_env
+from w3async.supervisor import RunError, Supervisor
+
+from .conftest import REPO
+
+
+def events(run_dir: Path) -> list[dict]:
+    return [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()]
+
+
+def null_recipe(groups: list[dict], **sections) -> dict:
+    d = {"name": "test", "game": "null", "games": groups}
+    d["supervisor"] = {"progress_s": 0, "backoff_s": 0.05, "backoff_max_s": 0.2, **sections.pop("supervisor", {})}
+    d.update(sections)
+    return d
+
+
+async def run_recipe(data: dict, run_dir: Path) -> tuple[Supervisor, dict]:
+    sup = Supervisor(recipe_from_dict(data), run_dir)
+    stats = await sup.run()
+    return sup, stats
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except OSError:
+        return False
+
+
+def assert_nothing_left(sup: Supervisor, run_dir: Path) -> None:
+    pids = [e["pid"] for e in events(run_dir) if e["event"] == "game_start"]
+    assert pids and not [p for p in pids if alive(p)], "a game process outlived the run"
+    assert sup.leftovers["processes"] == [] and sup.leftovers["wine"] == []
+    assert not [s for s in list_segments() if s == sup.table.name], "the run's segment is still linked"
+    for rt in sup.runtimes.values():
+        prefix = getattr(rt, "prefix", None)
+        assert prefix is None  # released
+    shutdown = [e for e in events(run_dir) if e["event"] == "shutdown"]
+    assert len(shutdown) == 1 and shutdown[0]["leftovers"]["processes"] == []
+
+
+def check_failures(run_dir: Path) -> list[str]:
+    """Lines where a null game reports an answer that failed its check."""
+    out = []
+    for log in (run_dir / "games").glob("slot-*.log"):
+        out += [x for x in log.read_text(errors="replace").splitlines() if "answer check failed" in x]
+    return out
+
+
+async def test_native_null_games_answered_and_checked(tmp_path, null_native):
+    data = null_recipe([{"binary": str(null_native), "count": 4, "lanes": 2}], stop={"steps": 20000})
+    sup, stats = await run_recipe(data, tmp_path / "run")
+    assert stats["agent_steps"] >= 20000
+    assert stats["rows_per_round"] > 1.0
+    assert check_failures(tmp_path / "run") == []
+    summaries = [x for log in (tmp_path / "run" / "games").glob("slot-*.log")
+                 for x in log.read_text().splitlines() if x.startswith("null:")]
+    assert len(summaries) == 4 and all(", 0 failures," in x and "exit 0" in x for x in summaries)
+    assert stats["restarts"] == {}
+    assert_nothing_left(sup, tmp_path / "run")
+
+
+@pytest.mark.wine
+async def test_eight_native_and_two_wine_games(tmp_path, null_native, null_exe):
+    """The issue's end-to-end test: 8 native and 2 Wine null games for thousands of
+    steps with zero answer-check failures, then nothing of the run is left."""
+    data = null_recipe(
+        [{"binary": str(null_native), "count": 8, "lanes": 1},
+         {"binary": str(null_exe), "runtime": "wine", "count": 2, "lanes": 1}],
+        supervisor={"start_timeout_s": 120}, stop={"seconds": 12},
+    )
+    sup, stats = await run_recipe(data, tmp_path / "run")
+    run = tmp_path / "run"
+    assert check_failures(run) == []
+    summaries = {log.name: [x for x in log.read_text().splitlines() if x.startswith("null:")]
+                 for log in (run / "games").glob("slot-*.log")}
+    assert len(summaries) == 10
+    for name, lines in summaries.items():
+        assert len(lines) == 1 and ", 0 failures," in lines[0], (name, lines)
+        steps = int(lines[0].split()[1])
+        assert steps >= 2000, (name, lines)  # thousands of steps each, Wine games included
+    assert stats["restarts"] == {}
+    prefix = [e for e in events(run) if e["event"] == "game_start" and e["runtime"] == "wine"]
+    assert len(prefix) == 2
+    assert_nothing_left(sup, run)
+    wine_prefixes = json.loads((run / "run.lock").read_text() or "{}")  # released: emptied
+    assert wine_prefixes == {}
+
+
+async def test_crash_exit_and_recycle_restart_with_causes(tmp_path, null_native):
+    data = null_recipe(
+        [{"binary": str(null_native), "count": 1, "env": {"W3N_ROGUE": "crash", "W3N_ROGUE_STEP": "30"}},
+         {"binary": str(null_native), "count": 1, "env": {"W3N_ROGUE": "exit", "W3N_ROGUE_STEP": "30"}},
+         {"binary": str(null_native), "count": 1, "env": {"W3N_EPISODES": "2", "W3N_EPISODE_STEPS": "20"}},
+         {"binary": str(null_native), "count": 1}],
+        stop={"seconds": 4},
+    )
+    sup, stats = await run_recipe(data, tmp_path / "run")
+    causes = {i: g["causes"] for i, g in stats["games"].items()}
+    assert causes[0].get("crash", 0) >= 2 and set(causes[0]) == {"crash"}
+    assert causes[1].get("exit", 0) >= 2 and set(causes[1]) == {"exit"}
+    assert causes[2].get("recycle", 0) >= 2 and set(causes[2]) == {"recycle"}
+    assert causes[3] == {}
+    exits = [e for e in events(tmp_path / "run") if e["event"] == "game_exit" and e["slot"] == 0]
+    assert exits[0]["returncode"] == -signal.SIGSEGV
+    assert all(g["state"] == "stopped" for g in stats["games"].values())
+    assert_nothing_left(sup, tmp_path / "run")
+
+
+async def test_hang_is_detected_and_restarted(tmp_path, null_native):
+    data = null_recipe(
+        [{"binary": str(null_native), "count": 1, "env": {"W3N_ROGUE": "hang", "W3N_ROGUE_STEP": "10"}},
+         {"binary": str(null_native), "count": 1}],
+        supervisor={"hang_timeout_s": 1.0}, stop={"seconds": 4},
+    )
+    sup, stats = await run_recipe(data, tmp_path / "run")
+    assert stats["games"][0]["causes"].get("hang", 0) >= 1
+    kills = [e for e in events(tmp_path / "run") if e["event"] == "game_kill"]
+    assert kills and kills[0]["cause"] == "hang" and kills[0]["phase"] == "step"
+    assert_nothing_left(sup, tmp_path / "run")
+
+
+@pytest.mark.parametrize("mode,field", [("nan", "glob"), ("count", "n_ent"), ("type", "ent_type"),
+                                        ("mask", "mask"), ("seq", "obs_seq"), ("bytes", "obs_seq")])
+async def test_bad_rows_are_logged_by_field_and_restart_the_game(tmp_path, null_native, mode, field):
+    data = null_recipe(
+        [{"binary": str(null_native), "count": 1, "lanes": 2, "env": {"W3N_ROGUE": mode, "W3N_ROGUE_STEP": "15"}},
+         {"binary": str(null_native), "count": 1}],
+        stop={"seconds": 2},
+    )
+    sup, stats = await run_recipe(data, tmp_path / "run")
+    bad = [e for e in events(tmp_path / "run") if e["event"] == "bad_row"]
+    assert bad, "no bad row was reported"
+    first = bad[0]
+    assert first["slot"] == 0 and first["field"] in (field, "row_magic") and first["row"] == 0
+    assert "lane" in first and "side" in first
+    assert stats["games"][0]["causes"].get("bad_row", 0) >= 1
+    assert stats["games"][1]["causes"] == {}
+    assert stats["agent_steps"] > 1000  # the run went on
+    assert_nothing_left(sup, tmp_path / "run")
+
+
+async def test_game_that_exits_at_once_fails_its_slot_then_the_run(tmp_path):
+    data = null_recipe([{"binary": "/bin/false", "count": 2, "nice": 0}], stop={"seconds": 10})
+    with pytest.raises(RunError) as e:
+        await run_recipe(data, tmp_path / "run")
+    msg = str(e.value)
+    assert "every game slot failed" in msg and "/bin/false" in msg and "exited at start 3 times" in msg
+    failed = [x for x in events(tmp_path / "run") if x["event"] == "slot_failed"]
+    assert {x["slot"] for x in failed} == {0, 1}
+
+
+async def test_wrong_layout_version_is_reported_by_name(tmp_path):
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    for f in ("w3s.h", "w3s.c"):
+        (shim / f).write_text((REPO / "shim" / f).read_text())
+    (shim / "w3s_table.h").write_text(
+        (REPO / "shim" / "w3s_table.h").read_text().replace("#define W3S_VERSION 1u", "#define W3S_VERSION 2u"))
+    exe = tmp_path / "old_game"
+    subprocess.run(["gcc", "-O1", "-I", str(shim), "-o", str(exe), str(REPO / "games/null/null_game.c"),
+                    str(shim / "w3s.c"), "-lm"], check=True)
+    data = null_recipe([{"binary": str(exe), "count": 1}], stop={"seconds": 10})
+    with pytest.raises(RunError) as e:
+        await run_recipe(data, tmp_path / "run")
+    msg = str(e.value)
+    assert "attached with the wrong layout version" in msg and str(exe) in msg and "version 2" in msg
+
+
+def _cli(args: list[str], **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "w3async", *args], capture_output=True, text=True, cwd=REPO,
+                          timeout=120, **kw)
+
+
+def test_cli_missing_binary_names_key_and_path(tmp_path):
+    rec = tmp_path / "r.toml"
+    rec.write_text('name = "x"\n[[games]]\nbinary = "build/native/no_such_game"\n')
+    r = _cli(["run", str(rec), "--runs-dir", str(tmp_path / "runs")])
+    assert r.returncode == 2
+    assert "games[0].binary" in r.stderr and "no_such_game does not exist" in r.stderr and str(rec) in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_cli_unknown_key_and_wrong_type_name_key_and_file(tmp_path):
+    rec = tmp_path / "bad.toml"
+    rec.write_text('name = "x"\ncolour = 3\n[supervisor]\nhang_timeout_s = "soon"\nround_perod_ms = 4\n'
+                   '[[games]]\ncount = "many"\nruntime = "dos"\n')
+    r = _cli(["run", str(rec), "--runs-dir", str(tmp_path / "runs")])
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    for needle in (str(rec), "unknown key 'colour'", "supervisor.hang_timeout_s = 'soon': expected float",
+                   "unknown key 'supervisor.round_perod_ms'", "games[0].count = 'many': expected int",
+                   "games[0].runtime = 'dos': must be one of"):
+        assert needle in r.stderr, (needle, r.stderr)
+
+
+def test_cli_bad_override_and_missing_recipe(tmp_path):
+    r = _cli(["run", "null", "--set", "stop.seconds=soon", "--runs-dir", str(tmp_path)])
+    assert r.returncode == 2 and "stop.seconds = 'soon': expected float" in r.stderr
+    r = _cli(["run", str(tmp_path / "nope.toml")])
+    assert r.returncode == 2 and "nope.toml" in r.stderr and "no such file" in r.stderr
+
+
+def test_cli_sigterm_shuts_down_cleanly(tmp_path, null_native):
+    runs = tmp_path / "runs"
+    p = subprocess.Popen([sys.executable, "-m", "w3async", "run", "null", "--run", "sig", "--runs-dir", str(runs),
+                          "--set", "stop.seconds=60", "--set", "supervisor.progress_s=0.5"],
+                         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 30
+    ev = runs / "sig" / "events.jsonl"
+    while time.time() < deadline:
+        if ev.exists() and sum(1 for x in events(runs / "sig") if x["event"] == "game_start") == 8:
+            break
+        time.sleep(0.1)
+    time.sleep(1.0)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == 0, err
+    assert "ended:" in err and "Traceback" not in err
+    evs = events(runs / "sig")
+    pids = [e["pid"] for e in evs if e["event"] == "game_start"]
+    assert len(pids) == 8 and not [x for x in pids if alive(x)]
+    shm = [e for e in evs if e["event"] == "run_start"][0]["shm"]
+    assert shm not in list_segments()
+    end = [e for e in evs if e["event"] == "shutdown"][0]
+    assert end["agent_steps"] > 0 and end["leftovers"]["processes"] == []
+
+
+def test_live_run_folder_is_refused(tmp_path, null_native):
+    runs = tmp_path / "runs"
+    p = subprocess.Popen([sys.executable, "-m", "w3async", "run", "null", "--run", "busy", "--runs-dir", str(runs),
+                          "--set", "stop.seconds=30", "--set", "games.count=1"],
+                         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline and not (runs / "busy" / "events.jsonl").exists():
+            time.sleep(0.1)
+        r = _cli(["run", "null", "--run", "busy", "--runs-dir", str(runs)])
+        assert r.returncode == 1 and "in use by a live supervisor" in r.stderr and str(p.pid) in r.stderr
+    finally:
+        p.send_signal(signal.SIGINT)
+        p.communicate(timeout=30)
+    assert p.returncode == 0
+
+
+@pytest.mark.wine
+async def test_wine_crash_exits_without_a_dialog_and_restarts(tmp_path, null_exe):
+    data = null_recipe(
+        [{"binary": str(null_exe), "runtime": "wine", "count": 1, "env": {"W3N_ROGUE": "crash", "W3N_ROGUE_STEP": "30"}}],
+        supervisor={"start_timeout_s": 120}, stop={"seconds": 8},
+    )
+    sup, stats = await run_recipe(data, tmp_path / "run")
+    assert stats["games"][0]["causes"].get("exit", 0) + stats["games"][0]["causes"].get("crash", 0) >= 2
+    assert_nothing_left(sup, tmp_path / "run")
