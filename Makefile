@@ -23,6 +23,7 @@ setup: $(VENV)/.installed build
 
 build:
 	$(MAKE) -s -C shim BUILD=$(CURDIR)/build
+	$(MAKE) -s -C games/duel BUILD=$(CURDIR)/build
 
 run: setup
 	$(PY) -m w3async run recipes/$(RECIPE).toml $(if $(RUN),--run $(RUN)) $(ARGS)
