@@ -1,0 +1,128 @@
+"""The league: snapshots of the policy every N updates, and opponents sampled from them.
+
+    league = League(run_dir, LeagueConfig(snapshot_every=10, latest_share=0.5))
+    league.maybe_snapshot(learner.version, learner.net.state_dict())   # after each update
+    opp = league.sample_opponent()        # at a self-play lane's episode start
+    if opp is None: ...                   # the current policy (inference slot 0)
+    else: slot = slots.acquire(opp.version, lambda: league.load(opp)) # a past-snapshot slot
+
+Snapshots are files in runs/<run>/league/ (snap-<version>.pt, written atomically), so a
+resumed run keeps its league; the list of snapshots and the sampler's random state are
+part of the checkpoint (state_dict / load_state_dict).
+
+OpponentSlots maps snapshots onto the inference engine's past-snapshot slots (1..k):
+a snapshot already in a slot is reused, a free slot (no lane playing it) is reloaded
+(seeds/000: past snapshots through a few slots with swapped weights, not a network each).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .checkpoint import atomic_save
+
+LEAGUE_DIR = "league"
+
+
+@dataclass(frozen=True)
+class LeagueConfig:
+    """The recipe's `league` section."""
+
+    snapshot_every: int = 10
+    """A snapshot every this many updates."""
+    latest_share: float = 0.5
+    """Share of self-play episodes against the current policy; the rest against a past snapshot."""
+    max_snapshots: int = 50
+    """Opponents are sampled from the newest this many snapshots (older files stay on disk)."""
+    seed: int = 0
+    """Seeds the opponent sampler."""
+
+    def __post_init__(self) -> None:
+        errors = []
+        if self.snapshot_every < 1:
+            errors.append(f"snapshot_every={self.snapshot_every} must be >= 1")
+        if not 0.0 <= self.latest_share <= 1.0:
+            errors.append(f"latest_share={self.latest_share} must be in [0, 1]")
+        if self.max_snapshots < 1:
+            errors.append(f"max_snapshots={self.max_snapshots} must be >= 1")
+        if errors:
+            raise ValueError("LeagueConfig: " + "; ".join(errors))
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    version: int  # the policy version (learner updates) it was taken at
+    file: str  # its file name in runs/<run>/league/
+
+
+class League:
+    def __init__(self, run_dir: Path, cfg: LeagueConfig = LeagueConfig()):
+        self.dir = Path(run_dir) / LEAGUE_DIR
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.cfg = cfg
+        self.snapshots: list[Snapshot] = []
+        self.rng = np.random.default_rng(cfg.seed)
+
+    def maybe_snapshot(self, version: int, state_dict: dict) -> Snapshot | None:
+        """Snapshot the weights if `version` is a multiple of snapshot_every (and new)."""
+        if version % self.cfg.snapshot_every or any(s.version == version for s in self.snapshots):
+            return None
+        snap = Snapshot(int(version), f"snap-{int(version):08d}.pt")
+        atomic_save({k: v.detach().cpu() for k, v in state_dict.items()}, self.dir / snap.file)
+        self.snapshots.append(snap)
+        return snap
+
+    def sample_opponent(self) -> Snapshot | None:
+        """None (play the current policy) with probability latest_share or while the
+        league is empty; otherwise a uniformly sampled recent snapshot."""
+        pool = self.snapshots[-self.cfg.max_snapshots :]
+        if not pool or self.rng.random() < self.cfg.latest_share:
+            return None
+        return pool[int(self.rng.integers(len(pool)))]
+
+    def load(self, snap: Snapshot) -> dict:
+        return torch.load(self.dir / snap.file, map_location="cpu", weights_only=True)
+
+    def state_dict(self) -> dict:
+        return {"snapshots": [asdict(s) for s in self.snapshots], "rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, sd: dict) -> None:
+        self.snapshots = [Snapshot(**s) for s in sd["snapshots"]]
+        self.rng.bit_generator.state = sd["rng"]
+        missing = [s.file for s in self.snapshots if not (self.dir / s.file).exists()]
+        if missing:
+            raise FileNotFoundError(f"{self.dir}: the checkpoint's league names missing snapshots {missing}")
+
+
+class OpponentSlots:
+    """Which past snapshot each of the engine's slots 1..n_past holds, and how many lanes
+    play it. acquire() returns a slot for a snapshot (loading it into a free one if it is
+    in none) or None when every slot is in use by another snapshot."""
+
+    def __init__(self, n_past: int, load_slot: Callable[[int, dict, int], None]):
+        self.load_slot = load_slot  # InferenceEngine.load_slot
+        self.version = [-1] * (n_past + 1)  # per slot; index 0 unused (the current policy)
+        self.users = [0] * (n_past + 1)
+
+    def acquire(self, version: int, weights: Callable[[], dict]) -> int | None:
+        for s in range(1, len(self.version)):
+            if self.version[s] == version:
+                self.users[s] += 1
+                return s
+        free = [s for s in range(1, len(self.version)) if self.users[s] == 0]
+        if not free:
+            return None
+        s = free[0]
+        self.load_slot(s, weights(), version)
+        self.version[s], self.users[s] = version, 1
+        return s
+
+    def release(self, slot: int) -> None:
+        if slot <= 0 or self.users[slot] <= 0:
+            raise ValueError(f"release({slot}): slot is not held (users {self.users})")
+        self.users[slot] -= 1
