@@ -15,6 +15,11 @@ import pytest
 
 from w3async.rows import list_segments
 
+# Segments made by this test session (and the runs it starts) carry its pid, so the leak
+# check below never touches what another process on the machine made.
+SHM_PREFIX = f"/w3a-t{os.getpid()}-"
+os.environ["W3ASYNC_SHM_PREFIX"] = SHM_PREFIX
+
 REPO = Path(__file__).resolve().parent.parent
 BUILD = REPO / "build"
 NULL_NATIVE = BUILD / "native" / "null_game"
@@ -62,10 +67,9 @@ def null_exe(wine) -> Path:
 
 @pytest.fixture(autouse=True, scope="session")
 def no_leaked_segments():
-    """Every test leaves /dev/shm as it found it."""
-    before = set(list_segments())
+    """The session leaves no segment of its own in /dev/shm."""
     yield
-    leaked = set(list_segments()) - before
+    leaked = set(list_segments(SHM_PREFIX))
     for name in leaked:
         os.unlink("/dev/shm/" + name[1:])
     assert not leaked, f"shared-memory segments left behind: {sorted(leaked)}"

@@ -121,11 +121,16 @@ def layout_hash() -> int:
 LAYOUT_HASH = layout_hash()
 
 
-def check_answer(obs_seq: np.ndarray, lane: np.ndarray, side: np.ndarray, head: int) -> np.ndarray:
-    """w3s_check_answer() for arrays: the answers the null game expects in check mode."""
+_HEAD_SALT = np.array([(h * 0x27D4EB2F) & 0xFFFFFFFF for h in range(N_HEADS)], np.uint32)
+
+
+def check_answer(obs_seq: np.ndarray, lane: np.ndarray, side: np.ndarray, head: int | None = None) -> np.ndarray:
+    """w3s_check_answer() for arrays: the answers the null game expects in check mode.
+    With head=None, all heads at once: an (n, N_HEADS) array."""
     x = obs_seq.astype(np.uint32) * np.uint32(0x9E3779B1)
     x ^= lane.astype(np.uint32) * np.uint32(0x85EBCA77)
     x ^= side.astype(np.uint32) * np.uint32(0xC2B2AE3D)
-    x ^= np.uint32((head * 0x27D4EB2F) & 0xFFFFFFFF)
+    x = x[:, None] ^ (_HEAD_SALT[None, :] if head is None else _HEAD_SALT[None, head : head + 1])
     x ^= x >> np.uint32(15)
-    return (x & np.uint32(0x7FFF)).astype(np.int32)
+    x &= np.uint32(0x7FFF)
+    return x.view(np.int32) if head is None else x[:, 0].view(np.int32)

@@ -20,9 +20,18 @@ from . import layout
 SHM_PREFIX = "/w3a-"
 
 
+def segment_prefix() -> str:
+    """SHM_PREFIX, or $W3ASYNC_SHM_PREFIX (which must start with it): the tests tag their
+    segments with their pid so that a leak check never touches another process's."""
+    p = os.environ.get("W3ASYNC_SHM_PREFIX", SHM_PREFIX)
+    if not p.startswith(SHM_PREFIX) or "/" in p[1:]:
+        raise ValueError(f"W3ASYNC_SHM_PREFIX={p!r} must start with {SHM_PREFIX!r} and hold no other '/'")
+    return p
+
+
 def segment_name(run_tag: str) -> str:
     """A segment name for a run: the prefix lets a later run find what a killed one left."""
-    return f"{SHM_PREFIX}{run_tag}-{secrets.token_hex(4)}"
+    return f"{segment_prefix()}{run_tag}-{secrets.token_hex(4)}"
 
 
 class Table:

@@ -1,0 +1,260 @@
+"""Step synchronisation benchmark (`make bench`): the supervisor against null games.
+
+For each configuration (runtime, processes, lanes x 2 sides) it runs the supervisor in
+this process on uvloop, lets the games warm up, then measures a window: agent steps/s
+(an agent step is one row answered), the supervisor's CPU per agent step (user+system
+of this process), and mean rows per answer round. Each figure is the median of
+--repeats runs. The same null games stepped through gymnasium's
+AsyncVectorEnv(shared_memory=True) run in the same invocation, side by side: its thin
+env drives one null-game process and returns all of that process's rows, with the same
+check-mode answers, so both sides do the same work.
+
+    python bench/step_sync.py                 # the table
+    python bench/step_sync.py --gather        # C against numpy on the gather/answer work
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import resource
+import select
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from w3async import layout  # noqa: E402
+from w3async.gather import CGatherer, Doorbell, NumpyGatherer  # noqa: E402
+from w3async.recipes import recipe_from_dict  # noqa: E402
+from w3async.rows import Table, segment_name  # noqa: E402
+from w3async.supervisor import Supervisor  # noqa: E402
+
+NULL = REPO / "build" / "native" / "null_game"
+NULL_EXE = REPO / "build" / "win64" / "null_game.exe"
+
+
+def cpu_s() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+# ---- the supervisor -----------------------------------------------------------------
+
+
+async def _measure(sup: Supervisor, warm_s: float, window_s: float) -> dict:
+    task = asyncio.create_task(sup.run())
+    # Warm up until every game has posted (Wine games take a second or two), then wait.
+    t_end = time.monotonic() + 180
+    while time.monotonic() < t_end and (not sup.slots or any(not s.posted for s in sup.slots)):
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(warm_s)
+    s0, r0, c0, t0 = sup.agent_steps, sup.rounds, cpu_s(), time.monotonic()
+    await asyncio.sleep(window_s)
+    s1, r1, c1, t1 = sup.agent_steps, sup.rounds, cpu_s(), time.monotonic()
+    sup.request_stop()
+    await task
+    steps = s1 - s0
+    return dict(steps_s=steps / (t1 - t0), cpu_us=(c1 - c0) / max(steps, 1) * 1e6,
+                rows_round=steps / max(r1 - r0, 1), restarts=sum(s.restarts for s in sup.slots))
+
+
+def run_supervisor(runtime: str, count: int, lanes: int, warm_s: float, window_s: float, gather: str = "c") -> dict:
+    import uvloop  # noqa: PLC0415
+
+    binary = NULL if runtime == "native" else NULL_EXE
+    data = {"name": "bench", "game": "null",
+            "games": [{"binary": str(binary), "runtime": runtime, "count": count, "lanes": lanes}],
+            "supervisor": {"progress_s": 0, "gather": gather, "start_timeout_s": 180}}
+    run_dir = Path(tempfile.mkdtemp(prefix="w3a-bench-"))
+    try:
+        return uvloop.run(_measure(Supervisor(recipe_from_dict(data), run_dir), warm_s, window_s))
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+# ---- gymnasium's AsyncVectorEnv over the same null games ------------------------------
+
+OBS_COLS = 3 + layout.G_GLOB + 32 * layout.F_ENT + 32  # seq, lane, side, glob, 32 entities, their types
+
+
+class NullGameEnv:
+    """A thin gymnasium env: one null-game process of `lanes` x 2 sides; a step answers
+    all of its rows and returns all of them."""
+
+    def __init__(self, lanes: int):
+        import gymnasium as gym  # noqa: PLC0415
+
+        self.nrows = lanes * 2
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (self.nrows, OBS_COLS), np.float64)
+        self.action_space = gym.spaces.Box(0, 2**15, (self.nrows, layout.N_HEADS), np.int64)
+        self.metadata = {}
+        self.render_mode = None
+        self.spec = None
+        self.np_random = None
+        self.table = Table(segment_name("gym"), self.nrows)
+        self.obs_fd = os.eventfd(0, os.EFD_CLOEXEC)
+        self.act_fd = os.eventfd(0, os.EFD_CLOEXEC)
+        env = dict(os.environ, W3S_SHM=self.table.name, W3S_ROW0="0", W3S_NROWS=str(self.nrows),
+                   W3S_OBS_FD=str(self.obs_fd), W3S_ACT_FD=str(self.act_fd), W3S_PARENT_PID=str(os.getpid()))
+        self.proc = subprocess.Popen(["nice", "-n", "10", str(NULL)], env=env, pass_fds=(self.obs_fd, self.act_fd),
+                                     stderr=subprocess.DEVNULL)
+        self.rows = self.table.rows
+
+    def _wait_obs(self) -> np.ndarray:
+        r = self.rows
+        while not (r["obs_seq"] == r["act_seq"] + 1).all():
+            select.select([self.obs_fd], [], [], 5.0)
+            os.read(self.obs_fd, 8)
+        obs = np.empty((self.nrows, OBS_COLS))
+        obs[:, 0], obs[:, 1], obs[:, 2] = r["obs_seq"], r["lane"], r["side"]
+        obs[:, 3 : 3 + layout.G_GLOB] = r["glob"]
+        e = 3 + layout.G_GLOB
+        obs[:, e : e + 32 * layout.F_ENT] = r["ent"][:, :32].reshape(self.nrows, -1)
+        obs[:, e + 32 * layout.F_ENT :] = r["ent_type"][:, :32]
+        return obs
+
+    def reset(self, *, seed=None, options=None):
+        return self._wait_obs(), {}
+
+    def step(self, action):
+        r = self.rows
+        r["action"] = action
+        r["act_seq"] = r["obs_seq"]
+        os.write(self.act_fd, (1).to_bytes(8, "little"))
+        return self._wait_obs(), np.zeros(1)[0], False, False, {}
+
+    def close(self):
+        self.table.request_stop()
+        os.write(self.act_fd, (1).to_bytes(8, "little"))
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.table.unlink()
+        self.table.close()
+
+
+def _gym_env(lanes):
+    import gymnasium as gym  # noqa: PLC0415
+
+    class _Env(NullGameEnv, gym.Env):
+        pass
+
+    return _Env(lanes)
+
+
+def run_gym(count: int, lanes: int, warm_s: float, window_s: float) -> dict:
+    from functools import partial  # noqa: PLC0415
+
+    from gymnasium.vector import AsyncVectorEnv  # noqa: PLC0415
+
+    envs = AsyncVectorEnv([partial(_gym_env, lanes) for _ in range(count)], shared_memory=True)
+    try:
+        obs, _ = envs.reset()
+
+        def act(obs):
+            seq = obs[..., 0].astype(np.uint64).ravel()
+            lane = obs[..., 1].astype(np.uint32).ravel()
+            side = obs[..., 2].astype(np.uint32).ravel()
+            return layout.check_answer(seq, lane, side).reshape(count, lanes * 2, layout.N_HEADS).astype(np.int64)
+
+        t_warm = time.monotonic() + warm_s
+        while time.monotonic() < t_warm:
+            obs, *_ = envs.step(act(obs))
+        steps, t0, c0 = 0, time.monotonic(), cpu_s()
+        while time.monotonic() - t0 < window_s:
+            obs, *_ = envs.step(act(obs))
+            steps += count * lanes * 2
+        t1 = time.monotonic()
+        return dict(steps_s=steps / (t1 - t0), cpu_us=(cpu_s() - c0) / steps * 1e6, rows_round=count * lanes * 2)
+    finally:
+        envs.close()
+
+
+# ---- the gather/answer work alone, C against numpy -----------------------------------
+
+
+def bench_gather(rows: int, n_ent: int, rounds: int = 3000) -> dict:
+    t = Table(segment_name("benchg"), rows)
+    out = {}
+    try:
+        r = t.rows
+        r["row_magic"] = layout.ROW_MAGIC
+        r["n_ent"] = n_ent
+        r["mask"][:, :, :8] = 1
+        for name, cls in (("numpy", NumpyGatherer), ("c", CGatherer)):
+            g = cls(t, 1, 8)
+            g.attach_game(0, slice(0, rows), Doorbell(-1, 8))
+            acts = np.zeros((rows, layout.N_HEADS), np.int32)
+            vers = np.zeros(rows, np.uint32)
+            t0 = time.perf_counter()
+            for _ in range(rounds):
+                r["obs_seq"] += 1  # every row waiting again
+                b = g.gather()
+                g.answer(b.rows[: b.n], b.obs_seq[: b.n], acts, vers)
+            out[name] = (time.perf_counter() - t0) / rounds * 1e6
+            assert b.n == rows
+    finally:
+        t.unlink()
+        t.close()
+    return out
+
+
+# ---- the table ------------------------------------------------------------------------
+
+
+def median_of(fn, repeats: int) -> dict:
+    runs = [fn() for _ in range(repeats)]
+    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--warm", type=float, default=1.0, help="seconds of warm-up after every game posted")
+    p.add_argument("--window", type=float, default=4.0, help="seconds measured")
+    p.add_argument("--no-wine", action="store_true")
+    p.add_argument("--no-gym", action="store_true")
+    p.add_argument("--gather", action="store_true", help="only the C vs numpy gather/answer table")
+    a = p.parse_args()
+
+    print("gather+check+answer of one round, us (median machine noise applies; ratios matter)")
+    print(f"{'rows':>6} {'entities':>9} {'numpy us':>10} {'C us':>8} {'C speed-up':>11}")
+    for rows, n_ent in ((16, 8), (64, 8), (64, 64), (256, 32)):
+        g = bench_gather(rows, n_ent)
+        print(f"{rows:>6} {n_ent:>9} {g['numpy']:>10.1f} {g['c']:>8.1f} {g['numpy'] / g['c']:>10.1f}x")
+    if a.gather:
+        return 0
+
+    configs = [("native", 16, 1, 150_000), ("native", 8, 4, 400_000)]
+    if not a.no_wine and shutil.which("wine") and NULL_EXE.exists():
+        configs.append(("wine", 8, 1, 120_000))
+    print()
+    print(f"null games, {a.repeats} runs each, median; window {a.window:.0f} s after {a.warm:.0f} s warm-up")
+    hdr = (f"{'runtime':<8} {'games':>5} {'lanes':>5} {'steps/s':>10} {'target':>8} {'sup us/step':>12} "
+           f"{'rows/round':>11} {'gym steps/s':>12} {'ratio':>6}")
+    print(hdr)
+    print("-" * len(hdr))
+    for runtime, count, lanes, target in configs:
+        m = median_of(lambda: run_supervisor(runtime, count, lanes, a.warm, a.window), a.repeats)
+        gym = None
+        if runtime == "native" and not a.no_gym:
+            gym = median_of(lambda: run_gym(count, lanes, a.warm, a.window), a.repeats)
+        gym_s = f"{gym['steps_s']:>12,.0f} {m['steps_s'] / gym['steps_s']:>5.1f}x" if gym else f"{'-':>12} {'-':>6}"
+        print(f"{runtime:<8} {count:>5} {lanes:>5} {m['steps_s']:>10,.0f} {target:>8,} {m['cpu_us']:>12.2f} "
+              f"{m['rows_round']:>11.1f} {gym_s}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
