@@ -2,15 +2,19 @@
  * form as an agent's answer (du_orders), so a replay records them all alike.
  *
  * The built-in AI sees what its side sees (enemy units through du_visible) and knows
- * the map (bases, camps). Levels differ in what they think about, not in cheats:
- *   easy    thinks every 3rd step; trains mostly melee from a fixed mix; attacks with
- *           7 units and never retreats; no focus fire, no camps.
- *   normal  thinks every step; a fixed 45/40/15 mix; attacks with 10 units; retreats
- *           when its army near the fight is worth less than half of the enemy's there;
- *           defends its base; clears camps for their bounty when idle.
- *   hard    as normal, plus: trains the counter of what it has seen of the enemy,
- *           attacks with 12 units or when clearly stronger, retreats already at 80%,
- *           and focuses its army's fire on the weakest enemy in reach.
+ * the map (bases, camps). Every level trains every step from its mix (spending its
+ * income); levels differ in what they think about, not in cheats:
+ *   easy    commands its army every 2nd step; a 50/30/20 melee/ranged/heavy mix;
+ *           attacks with 10 units, sends the rest home to gather the next wave when
+ *           fewer than 4 are left; never retreats from a fight; no base defence.
+ *   normal  commands every step; a 40/40/20 mix; attacks with 14 units; retreats when
+ *           its army near the fight is worth less than 60% of the enemy's there;
+ *           pulls the army home when enemies come near its base.
+ *   hard    as normal, plus: 65% of its units counter the enemy type it has seen
+ *           most of; attacks with 20 units, regroups under 6; retreats at 70%;
+ *           its archers focus fire on the weakest enemy within 5 cells of the army.
+ * Taking camps for their bounty (the camps flag) measured worse for every level, so no
+ * level does it by default: camps are there for a learning agent to find.
  * random picks a legal choice per head uniformly; script trains melee and attack-moves
  * to the enemy base; idle does nothing. */
 #include <stdio.h>
@@ -19,14 +23,15 @@
 #include "duel.h"
 
 typedef struct du_ai_level {
-    int think_every, attack_at, retreat_pct, focus, counter, camps, defend, regroup;
+    int think_every, attack_at, retreat_pct, focus, counter, camps, defend, regroup, early;
     int mix[3]; /* percent melee, ranged, heavy */
 } du_ai_level;
 
 static const du_ai_level du_levels[3] = {
-    {3, 8, 0, 0, 0, 0, 0, 3, {60, 30, 10}},
-    {1, 10, 50, 0, 0, 1, 1, 3, {45, 40, 15}},
-    {1, 12, 80, 1, 1, 1, 1, 3, {35, 40, 25}},
+    /* think attack retreat% focus counter camps defend regroup early mix */
+    {2, 10, 0, 0, 0, 0, 0, 4, 0, {50, 30, 20}},
+    {1, 14, 60, 0, 0, 0, 1, 4, 0, {40, 40, 20}},
+    {1, 20, 70, 1, 1, 0, 1, 6, 0, {35, 40, 25}},
 };
 static const char *du_level_names[3] = {"easy", "normal", "hard"};
 
@@ -83,23 +88,9 @@ static int64_t du_cd2(int32_t ax, int32_t ay, int32_t bx, int32_t by)
     return dx * dx + dy * dy;
 }
 
-#include <stdlib.h>
-static du_ai_level du_tune(int level)
-{
-    du_ai_level lv = du_levels[level];
-    char name[32];
-    snprintf(name, sizeof(name), "W3D_TUNE%d", level);
-    const char *e = getenv(name);
-    if (e)
-        sscanf(e, "%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d", &lv.think_every, &lv.attack_at, &lv.retreat_pct, &lv.focus,
-               &lv.counter, &lv.camps, &lv.defend, &lv.regroup, &lv.mix[0], &lv.mix[1], &lv.mix[2]);
-    return lv;
-}
-
 static void du_ai(du_ctl *c, const du_lane *l, du_cache *cache, int s, du_orders *o)
 {
-    du_ai_level lvv = du_tune(c->level);
-    const du_ai_level *lv = &lvv;
+    const du_ai_level *lv = &du_levels[c->level];
     const du_map *m = l->map;
     c->mode_steps++;
     int think = l->step % lv->think_every == 0;
@@ -131,7 +122,7 @@ static void du_ai(du_ctl *c, const du_lane *l, du_cache *cache, int s, du_orders
             continue;
         if (n && du_cd2(u->x, u->y, (int32_t)cx, (int32_t)cy) <= near) {
             enemy_near += value;
-            if (u->hp < focus_hp) {
+            if (u->hp < focus_hp && du_cd2(u->x, u->y, (int32_t)cx, (int32_t)cy) <= (int64_t)25 * DU_FP * DU_FP) {
                 focus_hp = u->hp;
                 focus = u->id;
             }
@@ -163,7 +154,7 @@ static void du_ai(du_ctl *c, const du_lane *l, du_cache *cache, int s, du_orders
         o->cmd = DU_CMD_MOVE0 + home_region;
         c->mode = 0;
     } else if (c->mode == 0) {
-        int strong = lv->focus && own_near > 0 && n >= 6 && du_army_value(l, s) > 2 * (enemy_near + 200);
+        int strong = lv->early && own_near > 0 && n >= 6 && du_army_value(l, s) > 2 * (enemy_near + 200);
         if (n >= lv->attack_at || strong) {
             c->mode = 1;
             c->mode_steps = 0;
@@ -202,8 +193,12 @@ static void du_ai(du_ctl *c, const du_lane *l, du_cache *cache, int s, du_orders
         c->mode_steps = 1;
         o->cmd = DU_CMD_HOLD;
     }
-    if (lv->focus && focus >= 0 && c->mode != 2)
+    if (lv->focus && focus >= 0 && c->mode != 2 && o->cmd == DU_CMD_KEEP &&
+        (lv->focus == 2 || du_army_count(l, s, DU_RANGED) > 0)) {
+        /* the archers finish the weakest enemy in reach; the rest fight as they will */
+        o->group = lv->focus == 2 ? 0 : DU_RANGED;
         o->focus = focus;
+    }
 }
 
 void du_ctl_orders(du_ctl *c, const du_lane *l, du_cache *cache, int s, du_orders *o)

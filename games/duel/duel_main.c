@@ -421,6 +421,9 @@ static int du_selfplay(du_cfg *cfg, const du_args *a)
         du_game_finish(g);
         total_steps += g->lane.step;
         timeouts += g->lane.end_reason != 1;
+        if (getenv("W3D_TRACE"))
+            printf("game %ld map %s a_side %d winner %d reason %d steps %d\n", k, du_map_name(g->lane.setup.map), a_side,
+                   g->lane.winner, g->lane.end_reason, g->lane.step);
         if (g->lane.winner == 2 || g->lane.winner < 0)
             draws++;
         else
