@@ -270,3 +270,34 @@ async def test_wine_crash_exits_without_a_dialog_and_restarts(tmp_path, null_exe
     sup, stats = await run_recipe(data, tmp_path / "run")
     assert stats["games"][0]["causes"].get("exit", 0) + stats["games"][0]["causes"].get("crash", 0) >= 2
     assert_nothing_left(sup, tmp_path / "run")
+
+
+def test_sigkilled_run_is_cleaned_up_by_the_next(tmp_path, null_native):
+    """A supervisor killed with SIGKILL leaves its segment and (for a moment) its games;
+    the next run on the same folder finds its lock, ends what is left, unlinks the
+    segment, and runs."""
+    runs = tmp_path / "runs"
+    args = ["run", "null", "--run", "k", "--runs-dir", str(runs), "--set", "games.count=3"]
+    p = subprocess.Popen([sys.executable, "-m", "w3async", *args, "--set", "stop.seconds=60"], cwd=REPO,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        if (runs / "k" / "events.jsonl").exists() and \
+                sum(1 for x in events(runs / "k") if x["event"] == "game_start") == 3:
+            break
+        time.sleep(0.1)
+    time.sleep(0.5)
+    shm = [e for e in events(runs / "k") if e["event"] == "run_start"][0]["shm"]
+    old = [e["pid"] for e in events(runs / "k") if e["event"] == "game_start"]
+    p.kill()
+    p.wait()
+    assert shm in list_segments()  # what a killed run leaves
+    r = _cli([*args, "--set", "stop.seconds=2"])
+    assert r.returncode == 0, r.stderr
+    evs = events(runs / "k")
+    prev = [e for e in evs if e["event"] == "previous_run"]
+    assert len(prev) == 1 and prev[0]["dead_pid"] == p.pid and prev[0]["shm"] == shm
+    assert prev[0]["shm_unlinked"] is True
+    assert shm not in list_segments()
+    assert not [x for x in old if alive(x)]
+    assert [e for e in evs if e["event"] == "shutdown"][-1]["agent_steps"] > 0

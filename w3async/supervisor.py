@@ -31,9 +31,9 @@ from .gather import make_gatherer
 from .logs import JsonLog, console
 from .policies import CheckPolicy, RandomPolicy
 from .recipes import GameGroup, Recipe, recipe_to_dict
-from .rows import Table, segment_name
+from .rows import Table, segment_name, unlink_segment
 from .runtime_native import NativeRuntime
-from .runtime_wine import WineConfig, WineError, WineRuntime
+from .runtime_wine import WineConfig, WineError, WineRuntime, processes_with_env
 from .spec import NULL_SPEC, GameSpec
 
 
@@ -174,6 +174,10 @@ class Supervisor:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.lock = RunLock(self.run_dir)
         self.events = JsonLog(self.run_dir / "events.jsonl")
+        if self.lock.previous.get("pid"):
+            # We hold the lock, so the supervisor that wrote it is dead (killed, or the
+            # machine went down): end what it left before anything else.
+            self.events.warning("previous_run", **cleanup_previous_run(self.lock.previous))
         (self.run_dir / "recipe.json").write_text(json.dumps(recipe_to_dict(self.recipe), indent=1))
         r = self.recipe
         n_rows = sum(g.count * g.lanes * g.sides for g in r.games)
@@ -529,6 +533,55 @@ class Supervisor:
                          seconds=round(st["seconds"], 3), cpu_s=round(st["cpu_s"], 3), leftovers=self.leftovers)
         self.events.close()
         self.lock.release()
+
+
+def cleanup_previous_run(info: dict) -> dict:
+    """End what a dead supervisor left, from its lock file: its games' process groups
+    (only processes that still carry its segment's name in their environment, so a
+    recycled pid is never hit), the processes of its Wine prefixes that no live run
+    holds, and its shared-memory segment. Returns what was done, for the events log."""
+    shm = info.get("shm") or ""
+    killed = []
+    for pgid in info.get("pgids", []):
+        for pid in _pgid_members(int(pgid)):
+            if _environ_mentions(pid, shm.lstrip("/")):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+                except ProcessLookupError:
+                    pass
+    wine_killed = []
+    for path in info.get("wine_prefixes", []):
+        lock = Path(str(path) + ".lock")
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free: no live run uses this prefix
+            for pid in processes_with_env("WINEPREFIX", str(path)):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    wine_killed.append(pid)
+                except ProcessLookupError:
+                    pass
+        except BlockingIOError:
+            pass
+        finally:
+            os.close(fd)
+    unlinked = bool(shm) and unlink_segment(shm)
+    return dict(dead_pid=info.get("pid"), started=info.get("started"), killed=killed, wine_killed=wine_killed,
+                shm=shm, shm_unlinked=unlinked)
+
+
+def _environ_mentions(pid: int, needle: str) -> bool:
+    if not needle:
+        return False
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return needle.encode() in f.read()
+    except OSError:
+        return False
 
 
 async def _wait_exit(slots: list[Slot], timeout: float) -> None:
