@@ -5,6 +5,10 @@
 A doorbell only wakes: the rows' sequence numbers say what is ready, so several
 rings may merge into one wake-up and nothing is lost.
 
+The obs doorbell of every game of a runtime is one and the same (the games need not
+know): the loop then wakes once for all the games that posted since it last looked,
+instead of running a callback and a read per game.
+
 Native games get eventfds, inherited by number. Windows games under Wine get FIFOs
 in the run folder, opened through Wine's Z: drive. The supervisor opens each FIFO
 read-write before the game starts: opened the usual way (read-only, write-only) the
@@ -24,9 +28,59 @@ _EVENTFD_ONE = (1).to_bytes(8, "little")
 
 
 @dataclass
-class Doorbells:
+class SharedObs:
+    """The obs doorbell that all the games of a runtime ring."""
+
     kind: str  # "eventfd" or "fifo"
-    obs_fd: int  # the supervisor reads it
+    fd: int
+    path: str = ""
+
+    def drain(self) -> None:
+        """Read whatever rang; never blocks."""
+        try:
+            os.read(self.fd, 8 if self.kind == "eventfd" else 65536)
+        except BlockingIOError:
+            pass
+
+    def close(self) -> None:
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+        if self.path:
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+
+
+def shared_obs_eventfd() -> SharedObs:
+    """Non-blocking: the shim polls before it reads, so the shared flag is harmless."""
+    return SharedObs("eventfd", os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC))
+
+
+def shared_obs_fifo(folder: Path) -> SharedObs:
+    fd, path = _open_fifo(folder / "obs.fifo")
+    return SharedObs("fifo", fd, path)
+
+
+def _open_fifo(p: Path) -> tuple[int, str]:
+    """A fresh FIFO, opened read-write and non-blocking before any game opens it."""
+    p.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        p.unlink()
+    except FileNotFoundError:
+        pass
+    os.mkfifo(p, 0o600)
+    return os.open(p, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC), str(p)
+
+
+@dataclass
+class Doorbells:
+    """A game's doorbells: its own act doorbell and its runtime's shared obs doorbell."""
+
+    kind: str  # "eventfd" or "fifo"
+    obs_fd: int  # the supervisor reads it (shared: not closed with the game)
     act_fd: int  # the supervisor writes it
     child_env: dict = field(default_factory=dict)
     child_fds: tuple = ()
@@ -36,13 +90,6 @@ class Doorbells:
     def act(self) -> Doorbell:
         return Doorbell(self.act_fd, 8 if self.kind == "eventfd" else 1)
 
-    def drain_obs(self) -> None:
-        """Read whatever rang; never blocks."""
-        try:
-            os.read(self.obs_fd, 8 if self.kind == "eventfd" else 4096)
-        except BlockingIOError:
-            pass
-
     def ring_act(self) -> None:
         try:
             os.write(self.act_fd, _EVENTFD_ONE if self.kind == "eventfd" else b"\x01")
@@ -50,11 +97,11 @@ class Doorbells:
             pass  # a full FIFO: a wake-up is pending anyway
 
     def close(self) -> None:
-        for fd in {self.obs_fd, self.act_fd}:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        """Close the game's own act doorbell (the shared obs one stays)."""
+        try:
+            os.close(self.act_fd)
+        except OSError:
+            pass
         for p in self.paths:
             try:
                 os.unlink(p)
@@ -62,26 +109,15 @@ class Doorbells:
                 pass
 
 
-def eventfd_pair() -> Doorbells:
-    """Two eventfds for a native game, passed to it by number (W3S_OBS_FD, W3S_ACT_FD).
-    Non-blocking: the shim polls before it reads, so the shared flag is harmless."""
-    obs = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+def eventfd_pair(obs: SharedObs) -> Doorbells:
+    """The shared obs eventfd and a new act eventfd for a native game, passed to it by
+    number (W3S_OBS_FD, W3S_ACT_FD)."""
     act = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-    return Doorbells("eventfd", obs, act, {"W3S_OBS_FD": str(obs), "W3S_ACT_FD": str(act)}, (obs, act))
+    return Doorbells("eventfd", obs.fd, act, {"W3S_OBS_FD": str(obs.fd), "W3S_ACT_FD": str(act)}, (obs.fd, act))
 
 
-def fifo_pair(folder: Path, slot: int) -> Doorbells:
-    """Two FIFOs in folder for a Windows game, named to it by Z: path."""
-    folder.mkdir(parents=True, exist_ok=True)
-    fds, paths = [], []
-    for name in (f"obs-{slot}.fifo", f"act-{slot}.fifo"):
-        p = folder / name
-        try:
-            p.unlink()
-        except FileNotFoundError:
-            pass
-        os.mkfifo(p, 0o600)
-        fds.append(os.open(p, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC))
-        paths.append(str(p))
-    env = {"W3S_OBS_FIFO": windows_path(paths[0]), "W3S_ACT_FIFO": windows_path(paths[1])}
-    return Doorbells("fifo", fds[0], fds[1], env, (), tuple(paths))
+def fifo_pair(folder: Path, slot: int, obs: SharedObs) -> Doorbells:
+    """The shared obs FIFO and a new act FIFO for a Windows game, named to it by Z: path."""
+    act_fd, act_path = _open_fifo(folder / f"act-{slot}.fifo")
+    env = {"W3S_OBS_FIFO": windows_path(obs.path), "W3S_ACT_FIFO": windows_path(act_path)}
+    return Doorbells("fifo", obs.fd, act_fd, env, (), (act_path,))

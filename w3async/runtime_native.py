@@ -6,15 +6,24 @@ import os
 import subprocess
 from pathlib import Path
 
-from .doorbells import Doorbells, eventfd_pair
+from .doorbells import Doorbells, SharedObs, eventfd_pair, shared_obs_eventfd
 from .rows import Table
 
 
 class NativeRuntime:
     name = "native"
 
+    def __init__(self):
+        self.obs: SharedObs | None = None
+
+    def open_obs(self, run_dir: Path) -> SharedObs:
+        """The obs doorbell all this runtime's games ring (made once)."""
+        if self.obs is None:
+            self.obs = shared_obs_eventfd()
+        return self.obs
+
     def doorbells(self, run_dir: Path, slot: int) -> Doorbells:
-        return eventfd_pair()
+        return eventfd_pair(self.open_obs(run_dir))
 
     def spawn(self, binary: Path, env: dict, bells: Doorbells, table: Table, nice: int, log) -> subprocess.Popen:
         """Start the game in a process group of its own (so that ending it ends its
@@ -34,7 +43,9 @@ class NativeRuntime:
         return []
 
     def close(self) -> None:
-        pass
+        if self.obs is not None:
+            self.obs.close()
+            self.obs = None
 
 
 def nice_prefix(nice: int) -> list[str]:

@@ -267,6 +267,15 @@ class WineRuntime:
     def __init__(self, cfg: WineConfig):
         self.cfg = cfg
         self.prefix: WinePrefix | None = None
+        self.obs = None
+
+    def open_obs(self, run_dir: Path):
+        """The obs FIFO all this runtime's games ring (made once)."""
+        from .doorbells import shared_obs_fifo  # noqa: PLC0415 (doorbells imports this module)
+
+        if self.obs is None:
+            self.obs = shared_obs_fifo(run_dir / "bells")
+        return self.obs
 
     def ensure_prefix(self) -> WinePrefix:
         if self.prefix is None:
@@ -274,9 +283,9 @@ class WineRuntime:
         return self.prefix
 
     def doorbells(self, run_dir: Path, slot: int):
-        from .doorbells import fifo_pair  # noqa: PLC0415 (doorbells imports this module)
+        from .doorbells import fifo_pair  # noqa: PLC0415
 
-        return fifo_pair(run_dir / "bells", slot)
+        return fifo_pair(run_dir / "bells", slot, self.open_obs(run_dir))
 
     def spawn(self, binary: Path, env: dict, bells, table, nice: int, log) -> subprocess.Popen:
         from .runtime_native import nice_prefix  # noqa: PLC0415
@@ -299,6 +308,9 @@ class WineRuntime:
         return self.prefix.processes() if self.prefix else []
 
     def close(self) -> None:
+        if self.obs is not None:
+            self.obs.close()
+            self.obs = None
         if self.prefix:
             self.prefix.release()
             self.prefix = None

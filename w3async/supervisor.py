@@ -164,6 +164,7 @@ class Supervisor:
         self._stop = asyncio.Event()
         self._stopping = False
         self._round_scheduled = False
+        self._obs_readers: set[int] = set()
         self._last_round = 0.0
         self._t0 = 0.0
         self._cpu0 = 0.0
@@ -237,7 +238,6 @@ class Supervisor:
         s.posted = False
         s.pidfd = os.pidfd_open(s.proc.pid)
         self._loop.add_reader(s.pidfd, self._on_exit, s)
-        self._loop.add_reader(s.bells.obs_fd, self._on_obs, s)
         self.gatherer.attach_game(s.index, s.rows, s.bells.act)
         self._record_pgids()
         self.events.info("game_start", slot=s.index, pid=s.proc.pid, runtime=s.runtime.name, binary=str(s.binary),
@@ -257,7 +257,6 @@ class Supervisor:
             os.close(s.pidfd)
             s.pidfd = -1
         if s.bells:
-            self._loop.remove_reader(s.bells.obs_fd)
             s.bells.close()
             s.bells = None
         self.table.reset_rows(s.row0, s.row0 + s.nrows)
@@ -340,8 +339,8 @@ class Supervisor:
 
     # ---- rounds -------------------------------------------------------------------
 
-    def _on_obs(self, s: Slot) -> None:
-        s.bells.drain_obs()
+    def _on_obs(self, obs) -> None:
+        obs.drain()
         if not self._round_scheduled:
             self._round_scheduled = True
             self._loop.call_soon(self._round)
@@ -465,6 +464,9 @@ class Supervisor:
                     # The first Wine use may boot a prefix (~20 s): off the loop.
                     await self._loop.run_in_executor(None, s.runtime.ensure_prefix)
                 self._spawn(s)
+                if s.runtime.obs is not None and s.runtime.obs.fd not in self._obs_readers:
+                    self._obs_readers.add(s.runtime.obs.fd)
+                    self._loop.add_reader(s.runtime.obs.fd, self._on_obs, s.runtime.obs)
             tasks = [asyncio.create_task(self._watch()), asyncio.create_task(self._progress())]
             timeout = self.recipe.stop_after_s or None
             try:
@@ -520,6 +522,8 @@ class Supervisor:
             wine=[p for rt in self.runtimes.values() for p in getattr(rt, "leftovers", lambda: [])()],
             wine_sigkilled=killed_wine,
         )
+        for fd in self._obs_readers:
+            self._loop.remove_reader(fd)
         for rt in self.runtimes.values():
             rt.close()
         if self.table is not None:
