@@ -14,6 +14,8 @@ from w3async.spec import GameSpec
 
 from .test_learner import fake_batch
 
+torch.set_num_threads(1)  # shared 2-core machine: OpenMP's spinning threads slow small calls
+
 SPEC = GameSpec("t", n_types=3, head_sizes=(4, 2, 2, layout.E_MAX), pointer_head=3)
 NET = NetConfig(d_model=16, n_heads=2, n_layers=1)
 

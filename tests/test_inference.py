@@ -11,6 +11,8 @@ from w3async.inference import InferenceEngine, synthetic_batch
 from w3async.network import NetConfig, Network, obs_from_numpy
 from w3async.spec import GameSpec
 
+torch.set_num_threads(1)  # shared 2-core machine: OpenMP's spinning threads slow small calls
+
 SPEC = GameSpec("t", n_types=5, head_sizes=(6, 3, 2, layout.E_MAX), pointer_head=3)
 CFG = NetConfig(d_model=32, n_heads=4, n_layers=1)
 

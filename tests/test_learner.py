@@ -15,6 +15,8 @@ from w3async.network import NetConfig, Network
 from w3async.spec import GameSpec
 from w3async.trajectories import TrajBatch, TrajConfig, Trajectories
 
+torch.set_num_threads(1)  # shared 2-core machine: OpenMP's spinning threads slow small calls
+
 SPEC = GameSpec("bandit", n_types=3, head_sizes=(4, 2, 2, layout.E_MAX), pointer_head=3)
 NET = NetConfig(d_model=32, n_heads=2, n_layers=1)
 

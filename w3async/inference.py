@@ -59,6 +59,7 @@ class RoundStats:
     copy_ms: float  # submit(): the copy out of the Batch, on the caller's thread
     queue_ms: float  # from submit() to the worker starting (a round before it still computing)
     compute_ms: float  # the worker: weights swapped in, the networks run, answers made
+    net_ms: float  # of compute_ms, inside the networks (inputs to sampled actions)
     latency_ms: float  # from submit() to the result
 
 
@@ -260,18 +261,20 @@ class InferenceEngine:
             obs_seq = buf.obs_seq[:n].copy()
             state_in = None
             used = np.unique(slot)
+            t_net = time.perf_counter()
             if n:
                 if self._runner is not None:
                     state_in = self._runner.run(buf, n, bucket, used, actions, logp, value)
                 else:
                     state_in = self._run_cpu(buf, n, bucket, used, actions, logp, value)
+            net_ms = (time.perf_counter() - t_net) * 1e3
             for s in used:
                 versions[slot == s] = self.versions[s]
         finally:
             self._free.put(buf)
         self.rounds += 1
         t1 = time.perf_counter()
-        stats = RoundStats(n, bucket, len(used), copy_ms, (t0 - t_submit) * 1e3 - copy_ms, (t1 - t0) * 1e3, (t1 - t_submit) * 1e3)
+        stats = RoundStats(n, bucket, len(used), copy_ms, (t0 - t_submit) * 1e3 - copy_ms, (t1 - t0) * 1e3, net_ms, (t1 - t_submit) * 1e3)
         return RoundResult(rows, obs_seq, actions, logp, value, versions, slot, state_in, stats)
 
     def _run_cpu(self, buf, n, bucket, used, actions, logp, value) -> np.ndarray | None:

@@ -1,0 +1,97 @@
+"""Inference rounds against batch size: rows/s, round latency, and the round's overhead
+beyond the network's own compute (submit's copy + the hand-off to the worker thread +
+the answer's assembly), on this machine's CPU.
+
+    .venv/bin/python bench/inference_bench.py [--sizes 1,4,16,64,256] [--max-ent 48]
+        [--d-model 64 --layers 2 --heads 4] [--threads 1] [--repeats 200]
+
+"bare" is net.act() on tensors already made, on the calling thread, with the same
+torch thread count: the network's own compute. "round" is engine.submit(batch) to
+future.result() from the caller's side. Two overheads (medians): round-bare (paired
+runs; noisy where other processes share the cores) and in-round overhead = round
+latency - the time inside the network in that same round (RoundStats.net_ms): copy
+out of the Batch + hand-off to the worker + answer assembly and the caller's wake-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+import torch
+
+from w3async.inference import InferenceEngine, synthetic_batch
+from w3async.network import NetConfig, Network, obs_from_numpy
+from w3async.spec import NULL_SPEC
+
+try:  # the reference game's spec when it exists; the null game's otherwise
+    from w3async.duel_spec import DUEL_SPEC as SPEC
+except ImportError:
+    SPEC = NULL_SPEC
+
+
+def median_ms(fn, repeats: int, warmup: int = 20) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="1,4,16,64,256")
+    ap.add_argument("--max-ent", type=int, default=48, help="entities per row drawn from 0..max-ent")
+    ap.add_argument("--d-model", type=int, default=64)
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads of the worker (and of the bare run)")
+    ap.add_argument("--repeats", type=int, default=200)
+    args = ap.parse_args()
+    sizes = [int(x) for x in args.sizes.split(",")]
+    cfg = NetConfig(d_model=args.d_model, n_heads=args.heads, n_layers=args.layers)
+    torch.set_num_threads(args.threads)
+    params = sum(p.numel() for p in Network(SPEC, cfg).parameters())
+    print(f"spec {SPEC.name}, network d_model={cfg.d_model} layers={cfg.n_layers} heads={cfg.n_heads} "
+          f"({params / 1e3:.0f}k parameters), torch threads {args.threads}, entities 0..{args.max_ent}, "
+          f"torch {torch.__version__}")
+    print(f"{'rows':>5} {'bucket':>6} {'bare ms':>8} {'round ms':>9} {'rows/s':>8} {'round-bare':>10} "
+          f"{'in-round overhead':>17} {'copy':>6} {'handoff':>7} {'wake+rest':>9}")
+    rng = np.random.default_rng(0)
+    with InferenceEngine(SPEC, cfg, max_rows=max(sizes), num_threads=args.threads) as engine:
+        net = engine.nets[0]
+        for n in sizes:
+            b = synthetic_batch(SPEC, n, rng, max_ent=args.max_ent)
+            obs = obs_from_numpy(b.glob[:n], b.ent, b.ent_type, b.n_ent[:n], b.mask[:n])
+            gen = torch.Generator().manual_seed(0)
+            bare, rounds, stats = [], [], []
+            # Bare and round alternate, so both see the same load from other processes.
+            for i in range(args.repeats + 20):
+                t0 = time.perf_counter()
+                with torch.inference_mode():
+                    net.act(obs, gen)
+                t1 = time.perf_counter()
+                st = engine.submit(b).result().stats
+                t2 = time.perf_counter()
+                if i >= 20:
+                    bare.append((t1 - t0) * 1e3)
+                    rounds.append((t2 - t1) * 1e3)
+                    stats.append(st)
+            med = statistics.median
+            t_bare, t_round = med(bare), med(rounds)
+            paired = med(r - x for r, x in zip(rounds, bare))
+            # what a round costs beyond the network, measured inside each round
+            inround = med(r - st.net_ms for r, st in zip(rounds, stats))
+            copy, handoff = med(x.copy_ms for x in stats), med(x.queue_ms for x in stats)
+            rest = inround - copy - handoff
+            print(f"{n:>5} {b.bucket:>6} {t_bare:>8.3f} {t_round:>9.3f} {n / t_round * 1e3:>8.0f} {paired:>10.3f} "
+                  f"{inround:>17.3f} {copy:>6.3f} {handoff:>7.3f} {rest:>9.3f}")
+
+
+if __name__ == "__main__":
+    main()
