@@ -1,0 +1,263 @@
+"""Replay parity: does a change leave the duel simulation identical?
+
+    python -m w3async.replay_parity REPLAY... [--env KEY=a,b ...] [--runtime native,wine]
+                                    [--steps N] [--timeout S]
+
+Each replay is played back once per variant (every combination of the --env values
+and the runtimes), all variants at the same time, one `duel --play-replay` process
+each. Every variant's dump (the state after every step) is compared with the recording
+(hashes always, every unit's fields when the recording has states) and with the first
+variant, unit by unit and field by field. The report is a table (replay, steps,
+variants, verdict) and, for a divergence, the first step and the fields that differ.
+
+Exit status: 0 all identical; 1 a divergence; 2 a replay that fails to load, a variant
+that crashes, hangs past --timeout or stops early.
+
+Trap (seeds/000): a variant's environment must really reach the game. Each variant's
+values are set last, over the caller's environment, and the table prints them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .replay import FieldDiff, Replay, ReplayError, diff_step, read_replay
+
+REPO = Path(__file__).resolve().parent.parent
+NATIVE_EXE = REPO / "build" / "native" / "duel"
+WIN_EXE = REPO / "build" / "win64" / "duel.exe"
+
+EXIT_OK, EXIT_DIVERGED, EXIT_BROKEN = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Variant:
+    runtime: str  # "native" or "wine"
+    env: tuple[tuple[str, str], ...]
+
+    @property
+    def name(self) -> str:
+        return " ".join([self.runtime] + [f"{k}={v}" for k, v in self.env])
+
+
+@dataclass
+class Divergence:
+    against: str  # "recording" or the reference variant's name
+    variant: str
+    step: int
+    diffs: list[FieldDiff]
+
+
+@dataclass
+class Result:
+    replay: str
+    steps: int = 0
+    variants: list[str] = field(default_factory=list)
+    divergences: list[Divergence] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> str:
+        if self.errors:
+            return "broken"
+        return "diverged" if self.divergences else "identical"
+
+
+def parse_env(specs: list[str]) -> list[list[tuple[str, str]]]:
+    """['W3D_CUTS=0,7', 'A=x'] -> [[('W3D_CUTS','0'), ('W3D_CUTS','7')], [('A','x')]]."""
+    axes = []
+    for spec in specs:
+        key, sep, values = spec.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"replay_parity: --env {spec!r}: expected KEY=a,b,...")
+        axes.append([(key, v) for v in values.split(",")])
+    return axes
+
+
+def make_variants(runtimes: list[str], env_axes: list[list[tuple[str, str]]]) -> list[Variant]:
+    return [Variant(rt, tuple(combo)) for rt in runtimes for combo in itertools.product(*env_axes)]
+
+
+class _Run:
+    """One variant's playback process, its dump and what it printed."""
+
+    def __init__(self, variant: Variant, dump: Path, proc: subprocess.Popen):
+        self.variant, self.dump, self.proc = variant, dump, proc
+        self.last_step = 0
+        self.lines: list[str] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for raw in self.proc.stdout:
+            line = raw.decode(errors="replace").rstrip()
+            self.lines.append(line)
+            parts = line.split()
+            if len(parts) >= 2 and parts[0] in ("progress", "done") and parts[1].isdigit():
+                self.last_step = int(parts[1])
+
+
+def _windows_path(path: Path) -> str:
+    return "Z:" + str(path.resolve()).replace("/", "\\")
+
+
+def play_variants(replay: Path, variants: list[Variant], steps: int | None, timeout_s: float, workdir: Path,
+                  total: int, log=print, wine_prefix=None) -> tuple[dict[Variant, Path], list[str]]:
+    """Starts every variant at once, waits (printing progress), returns the dumps of
+    those that finished and the errors of those that did not."""
+    runs: list[_Run] = []
+    errors: list[str] = []
+    for k, v in enumerate(variants):
+        dump = workdir / f"{replay.stem}.v{k}.w3dr"
+        args = ["--play-replay", None, "--dump", None] + (["--steps", str(steps)] if steps else [])
+        extra = dict(v.env)
+        if v.runtime == "native":
+            args[1], args[3] = str(replay.resolve()), str(dump)
+            cmd, env = [str(NATIVE_EXE)] + args, {**os.environ, **extra}
+        else:
+            args[1], args[3] = _windows_path(replay), _windows_path(dump)
+            cmd, env = wine_prefix.command(str(WIN_EXE), args), wine_prefix.env(extra)
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        runs.append(_Run(v, dump, proc))
+    deadline = time.monotonic() + timeout_s
+    last_report = 0.0
+    while any(r.proc.poll() is None for r in runs):
+        now = time.monotonic()
+        if now > deadline:
+            for r in runs:
+                if r.proc.poll() is None:
+                    os.killpg(r.proc.pid, 9)
+                    r.proc.wait()
+                    errors.append(f"{r.variant.name}: hung: no end after {timeout_s:.0f} s (at step {r.last_step})")
+            break
+        if now - last_report >= 2.0:
+            last_report = now
+            states = ", ".join(f"[{r.variant.name}] {r.last_step}/{total}" for r in runs)
+            log(f"  {replay.name}: {states}")
+        time.sleep(0.05)
+    dumps = {}
+    for r in runs:
+        r.reader.join(timeout=5)
+        rc = r.proc.returncode
+        if any(e.startswith(r.variant.name + ":") for e in errors):
+            continue
+        if rc != 0:
+            tail = " | ".join(r.lines[-3:])
+            errors.append(f"{r.variant.name}: exited {rc} (crash or error): {tail}")
+        elif not r.dump.exists():
+            errors.append(f"{r.variant.name}: no dump written at {r.dump}")
+        else:
+            dumps[r.variant] = r.dump
+    return dumps, errors
+
+
+def compare(recording: Replay, dumps: dict[Variant, Replay], steps: int) -> list[Divergence]:
+    """First diverging step per variant, against the recording and the first variant."""
+    out: list[Divergence] = []
+    names = list(dumps)
+    ref = dumps[names[0]] if names else None
+    for v in names:
+        d = dumps[v]
+        for against, other in (("recording", recording), (names[0].name, ref)):
+            if other is d:
+                continue
+            for i in range(steps):
+                diffs = diff_step(other.steps[i], d.steps[i])
+                if diffs:
+                    out.append(Divergence(against, v.name, i, diffs))
+                    break
+    return out
+
+
+def check_replay(path: Path, variants: list[Variant], steps: int | None, timeout_s: float, workdir: Path,
+                 log=print, wine_prefix=None) -> Result:
+    res = Result(str(path), variants=[v.name for v in variants])
+    try:
+        rec = read_replay(path)
+    except (ReplayError, OSError) as e:
+        res.errors.append(f"cannot load: {e}")
+        return res
+    n = len(rec.steps) if steps is None else min(steps, len(rec.steps))
+    res.steps = n
+    dumps, errors = play_variants(path, variants, n, timeout_s, workdir, n, log, wine_prefix)
+    res.errors.extend(errors)
+    loaded = {}
+    for v, p in dumps.items():
+        try:
+            loaded[v] = read_replay(p)
+        except ReplayError as e:
+            res.errors.append(f"{v.name}: its dump is unreadable: {e}")
+            continue
+        if len(loaded[v].steps) < n:
+            res.errors.append(f"{v.name}: stopped after {len(loaded[v].steps)} of {n} steps")
+            del loaded[v]
+    res.divergences = compare(rec, loaded, n) if loaded else []
+    return res
+
+
+def report(results: list[Result], out=sys.stdout) -> None:
+    rows = [("replay", "steps", "variants", "verdict")] + [
+        (Path(r.replay).name, str(r.steps), str(len(r.variants)), r.verdict) for r in results]
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    for row in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)), file=out)
+    for r in results:
+        for e in r.errors:
+            print(f"{Path(r.replay).name}: {e}", file=out)
+        for d in r.divergences:
+            print(f"{Path(r.replay).name}: [{d.variant}] differs from [{d.against}] first at step {d.step}:", file=out)
+            for f in d.diffs:
+                print(f"    {f.what} {f.field}: {f.a} vs {f.b}", file=out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m w3async.replay_parity", description=__doc__.split("\n\n")[0])
+    ap.add_argument("replays", nargs="+", type=Path)
+    ap.add_argument("--env", action="append", default=[], help="KEY=a,b: one variant per value (repeatable)")
+    ap.add_argument("--runtime", default="native", help="native, wine or native,wine")
+    ap.add_argument("--steps", type=int, default=None, help="compare at most this many steps")
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds per replay before a variant counts as hung")
+    ap.add_argument("--keep", type=Path, default=None, help="keep the dumps in this folder")
+    a = ap.parse_args(argv)
+    runtimes = [r.strip() for r in a.runtime.split(",") if r.strip()]
+    bad = [r for r in runtimes if r not in ("native", "wine")]
+    if bad or not runtimes:
+        ap.error(f"--runtime {a.runtime}: each must be native or wine")
+    variants = make_variants(runtimes, parse_env(a.env))
+    for rt, exe in (("native", NATIVE_EXE), ("wine", WIN_EXE)):
+        if rt in runtimes and not exe.exists():
+            print(f"replay_parity: {exe} is missing: run `make build`", file=sys.stderr)
+            return EXIT_BROKEN
+    print(f"replay_parity: {len(a.replays)} replay(s) x {len(variants)} variant(s): "
+          + "; ".join(v.name for v in variants), flush=True)
+    results = []
+    with ExitStack() as stack:
+        prefix = None
+        if "wine" in runtimes:
+            from .runtime_wine import WineConfig, acquire_prefix
+
+            prefix = stack.enter_context(acquire_prefix(WineConfig()))
+        workdir = a.keep or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="w3a-parity-")))
+        workdir.mkdir(parents=True, exist_ok=True)
+        for path in a.replays:
+            print(f"replay_parity: {path} ...", flush=True)
+            results.append(check_replay(path, variants, a.steps, a.timeout, workdir,
+                                        log=lambda s: print(s, flush=True), wine_prefix=prefix))
+    report(results)
+    if any(r.errors for r in results):
+        return EXIT_BROKEN
+    return EXIT_DIVERGED if any(r.divergences for r in results) else EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())
