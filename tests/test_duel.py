@@ -1,0 +1,149 @@
+"""The duel game: built-in AI strength, cost per step, and agent mode under the shim
+(rows that pass the supervisor's checks, masks the game honours, replays recorded in a
+training run that play back to the hashes the rows carried)."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from w3async import layout
+from w3async.duel_spec import DUEL_SPEC
+from w3async.gather import NumpyGatherer
+from w3async.replay import read_replay
+from w3async.rows import Table, segment_name
+from w3async.runtime_native import NativeRuntime
+
+REPO = Path(__file__).resolve().parent.parent
+DUEL = REPO / "build" / "native" / "duel"
+
+
+@pytest.fixture(scope="session")
+def duel() -> Path:
+    subprocess.run(["make", "-s", "-C", "games/duel", "native", f"BUILD={REPO / 'build'}"], cwd=REPO, check=True)
+    return DUEL
+
+
+def selfplay(duel: Path, a: str, b: str, games: int = 100, seed: int = 11) -> dict:
+    out = subprocess.run([str(duel), "--selfplay", f"{a},{b}", "--games", str(games), "--seed", str(seed)],
+                         capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_random_loses_to_easy(duel):
+    r = selfplay(duel, "random", "ai:easy")
+    assert r["games"] == 100
+    assert r["wins_a"] < 10, r
+
+
+@pytest.mark.parametrize("upper,lower", [("ai:normal", "ai:easy"), ("ai:hard", "ai:normal")])
+def test_each_level_beats_the_one_below(duel, upper, lower):
+    r = selfplay(duel, upper, lower)
+    assert r["wins_a"] >= 75, r
+
+
+def test_a_step_costs_well_under_a_millisecond(duel):
+    out = subprocess.run([str(duel), "--bench", "--sides", "ai:hard,ai:hard", "--map", "camps", "--steps", "600"],
+                         capture_output=True, text=True, timeout=60, check=True)
+    r = json.loads(out.stdout)
+    assert r["cpu_ms_per_step"] < 0.5, r
+
+
+def test_bad_environment_is_named(duel):
+    p = subprocess.run([str(duel)], env={**os.environ, "W3D_SIDES": "agent,ai:brutal"}, capture_output=True, text=True)
+    assert p.returncode == layout.EXIT_ATTACH
+    assert "ai:brutal" in p.stderr and "ai:easy" in p.stderr, p.stderr
+
+
+def _legal(mask: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """A random allowed choice per head: mask (n, heads, HEAD_MAX) -> (n, heads)."""
+    n = mask.shape[0]
+    out = np.zeros((n, layout.N_HEADS), np.int32)
+    for i in range(n):
+        for h in range(layout.N_HEADS):
+            out[i, h] = rng.choice(np.flatnonzero(mask[i, h]))
+    return out
+
+
+def test_agent_mode_under_the_shim(duel, tmp_path):
+    """4 lanes of agent vs ai:easy in one process; random legal answers, plus a masked-out
+    training order now and then that the game must count as discarded; 3 episodes, then
+    the game exits 0. Every row passes the supervisor's checks; recorded replays play
+    back to the hashes the rows carried."""
+    lanes, rng = 4, np.random.default_rng(5)
+    table = Table(segment_name("duel"), lanes)
+    rt = NativeRuntime()
+    bells = rt.doorbells(tmp_path, 0)
+    log = open(tmp_path / "duel.log", "wb")
+    rec_dir = tmp_path / "replays"
+    rec_dir.mkdir()
+    env = {"W3S_ROW0": "0", "W3S_NROWS": str(lanes), "W3D_SIDES": "agent,ai:easy", "W3D_EPISODES": "3",
+           "W3D_MAP": "rotate", "W3D_SEED": "9", "W3D_RECORD_DIR": str(rec_dir), "W3D_RECORD_SHARE": "1",
+           "W3D_REWARD": "shaped"}
+    proc = rt.spawn(duel, env, bells, table, 0, log)
+    g = NumpyGatherer(table, 1, DUEL_SPEC.n_types)
+    g.attach_game(0, slice(0, lanes), bells.act)
+    hashes: dict[tuple[int, int, int], int] = {}
+    expect_discard: dict[int, bool] = {}
+    seen_first = seen_done = 0
+    try:
+        deadline = time.monotonic() + 60
+        while proc.poll() is None:
+            assert time.monotonic() < deadline, "the duel did not finish 3 episodes in 60 s"
+            select.select([bells.obs_fd], [], [], 0.2)
+            rt.obs.drain()
+            b = g.gather()
+            assert not b.bad, b.bad
+            if b.n == 0:
+                continue
+            mask = b.mask[: b.n]
+            for h, size in enumerate(DUEL_SPEC.head_sizes):
+                assert not mask[:, h, size:].any(), f"head {h} allows a choice past its {size}"
+            acts = _legal(mask, rng)
+            for i in range(b.n):
+                row, flags = int(b.rows[i]), int(b.flags[i])
+                seen_first += bool(flags & layout.FLAG_FIRST)
+                seen_done += bool(flags & layout.FLAG_DONE)
+                assert b.n_ent[i] >= 1 and b.ent_type[i, 0] == 0, "entity 0 is the own base"
+                assert mask[i, 3, 0] == 1
+                if expect_discard.pop(row, False) and not flags & layout.FLAG_FIRST:
+                    assert b.discarded[i] == 1, f"row {row}: a masked-out order was not counted"
+                else:
+                    assert b.discarded[i] == 0, f"row {row}: orders within the masks were discarded"
+                hashes[(int(b.lane[i]), int(b.episode[i]), int(b.step[i]))] = int(b.state_hash[i])
+                banned = np.flatnonzero(mask[i, 0, :4] == 0)
+                if banned.size and not flags & layout.FLAG_DONE and rng.random() < 0.2:
+                    acts[i, 0] = banned[0]
+                    expect_discard[row] = True
+            g.answer(b.rows[: b.n], b.obs_seq[: b.n], acts, np.zeros(b.n, np.uint32))
+        assert proc.wait(5) == layout.EXIT_OK, (tmp_path / "duel.log").read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        log.close()
+        bells.close()
+        rt.close()
+        table.close()
+        table.unlink()
+    assert seen_first >= lanes and seen_done >= 3
+    done = sorted(rec_dir.glob("*.w3dr"))
+    assert len(done) >= 3, list(rec_dir.iterdir())
+    for path in done:
+        rep = read_replay(path)
+        lane, ep = rep.header.lane, rep.header.episode
+        assert rep.header.sides == ("agent", "ai:easy")
+        out = tmp_path / (path.stem + ".dump")
+        subprocess.run([str(duel), "--play-replay", str(path), "--dump", str(out)], check=True, capture_output=True)
+        dump = read_replay(out)
+        assert [s.hash for s in dump.steps] == [s.hash for s in rep.steps]
+        # the row posted at step k carries the hash after step k-1
+        for k, s in enumerate(rep.steps):
+            assert hashes[(lane, ep, k + 1)] == s.hash, f"{path.name}: step {k}"
