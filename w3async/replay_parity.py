@@ -205,7 +205,8 @@ def check_replay(path: Path, variants: list[Variant], steps: int | None, timeout
     return res
 
 
-def report(results: list[Result], out=sys.stdout) -> None:
+def report(results: list[Result], out=None) -> None:
+    out = out or sys.stdout
     rows = [("replay", "steps", "variants", "verdict")] + [
         (Path(r.replay).name, str(r.steps), str(len(r.variants)), r.verdict) for r in results]
     widths = [max(len(row[i]) for row in rows) for i in range(4)]

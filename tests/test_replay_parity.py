@@ -1,0 +1,120 @@
+"""Replay parity: a 600-step replay plays back identically with every cut bit off and on,
+natively and under Wine; the test-only bit is caught at its step in the right field; a
+corrupted or truncated replay, a crashing and a hanging variant are reported."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from w3async import replay_parity as rp
+from w3async.replay import ReplayError, read_replay
+
+from .conftest import need
+
+REPO = Path(__file__).resolve().parent.parent
+DUEL = REPO / "build" / "native" / "duel"
+DUEL_EXE = REPO / "build" / "win64" / "duel.exe"
+
+
+@pytest.fixture(scope="module")
+def long_replay(tmp_path_factory) -> Path:
+    """hard vs hard on the camps map, seed 3: a full 600-step game to the time limit,
+    with the full state per step (so the recording itself is compared unit by unit)."""
+    subprocess.run(["make", "-s", "-C", "games/duel", f"BUILD={REPO / 'build'}"], cwd=REPO, check=True)
+    path = tmp_path_factory.mktemp("replays") / "hard-camps-3.w3dr"
+    subprocess.run([str(DUEL), "--record", str(path), "--sides", "ai:hard,ai:hard", "--map", "camps", "--seed", "3",
+                    "--states"], check=True, capture_output=True)
+    rep = read_replay(path)
+    assert len(rep.steps) >= 400 and rep.header.has_states
+    return path
+
+
+def check(path: Path, tmp_path: Path, env: list[str], runtimes=("native",), steps=None, timeout_s=120.0, prefix=None):
+    variants = rp.make_variants(list(runtimes), rp.parse_env(env))
+    return rp.check_replay(path, variants, steps, timeout_s, tmp_path, log=lambda s: None, wine_prefix=prefix)
+
+
+def test_cut_bits_leave_the_simulation_identical(long_replay, tmp_path):
+    res = check(long_replay, tmp_path, ["W3D_CUTS=0,1,2,4,7"])
+    assert res.verdict == "identical", (res.errors, res.divergences)
+    assert res.steps >= 400 and len(res.variants) == 5
+
+
+@pytest.mark.parametrize("break_step", [200, 57])
+def test_the_break_bit_is_caught_at_its_step(long_replay, tmp_path, break_step):
+    res = check(long_replay, tmp_path, ["W3D_CUTS=7,135", f"W3D_BREAK_STEP={break_step}"])
+    assert not res.errors
+    broken = [d for d in res.divergences if "W3D_CUTS=135" in d.variant]
+    assert {d.against for d in broken} == {"recording", "native W3D_CUTS=7 W3D_BREAK_STEP=%d" % break_step}
+    for d in broken:
+        assert d.step == break_step
+        assert {f.field for f in d.diffs} == {"hp"}
+        assert all(abs(int(f.a) - int(f.b)) == 1 for f in d.diffs)
+    assert not [d for d in res.divergences if "W3D_CUTS=7 " in d.variant + " "]
+
+
+def test_cli_exit_status_and_report(long_replay, capsys):
+    assert rp.main([str(long_replay), "--env", "W3D_CUTS=0,7", "--steps", "450"]) == rp.EXIT_OK
+    out = capsys.readouterr().out
+    assert "identical" in out and "450" in out
+    assert rp.main([str(long_replay), "--env", "W3D_CUTS=0,128", "--steps", "300"]) == rp.EXIT_DIVERGED
+    out = capsys.readouterr().out
+    assert "first at step 200" in out and " hp: " in out
+
+
+def _corrupt(src: Path, dst: Path, offset: int) -> Path:
+    data = bytearray(src.read_bytes())
+    data[offset] ^= 0x5A
+    dst.write_bytes(bytes(data))
+    return dst
+
+
+def test_corrupted_and_truncated_replays_are_named(long_replay, tmp_path):
+    bad = _corrupt(long_replay, tmp_path / "bad.w3dr", 20_000)
+    with pytest.raises(ReplayError) as e:
+        read_replay(bad)
+    assert str(bad) in str(e.value) and "offset" in str(e.value) and "crc" in str(e.value)
+    assert e.value.offset <= 20_000
+
+    cut = tmp_path / "cut.w3dr"
+    cut.write_bytes(long_replay.read_bytes()[:30_001])
+    with pytest.raises(ReplayError) as e:
+        read_replay(cut)
+    assert "truncated" in str(e.value) and str(cut) in str(e.value)
+
+    header = _corrupt(long_replay, tmp_path / "header.w3dr", 33)
+    with pytest.raises(ReplayError, match="header crc"):
+        read_replay(header)
+    with pytest.raises(ReplayError, match="magic"):
+        read_replay(_corrupt(long_replay, tmp_path / "magic.w3dr", 0))
+
+    # the game's own reader says the same, and the parity tool exits 2
+    p = subprocess.run([str(DUEL), "--play-replay", str(bad), "--dump", str(tmp_path / "x.w3dr")],
+                       capture_output=True, text=True)
+    assert p.returncode != 0 and "corrupted" in p.stderr and str(bad) in p.stderr
+    assert rp.main([str(bad), str(cut)]) == rp.EXIT_BROKEN
+
+
+def test_a_crashing_or_hanging_variant_is_broken(long_replay, tmp_path):
+    res = check(long_replay, tmp_path, ["W3D_CUTS=0,999"])
+    assert res.verdict == "broken"
+    assert any("W3D_CUTS=999: exited" in e for e in res.errors), res.errors
+    res = check(long_replay, tmp_path, ["W3D_CUTS=0"], timeout_s=0.001)
+    assert res.verdict == "broken" and any("hung" in e for e in res.errors), res.errors
+
+
+@pytest.mark.wine
+def test_wine_plays_the_replay_like_native(long_replay, tmp_path, wine):
+    need("duel.exe", DUEL_EXE.exists() and shutil.which("x86_64-w64-mingw32-gcc") is not None,
+         "apt-get install gcc-mingw-w64-x86-64, then make build")
+    from w3async.runtime_wine import WineConfig, acquire_prefix
+
+    with acquire_prefix(WineConfig()) as prefix:
+        res = check(long_replay, tmp_path, ["W3D_CUTS=0,7"], runtimes=("native", "wine"), timeout_s=240,
+                    prefix=prefix)
+    assert res.verdict == "identical", (res.errors, res.divergences)
+    assert res.steps >= 400 and sum(v.startswith("wine") for v in res.variants) == 2
