@@ -31,8 +31,12 @@ run: setup
 test: setup
 	$(PY) -m pytest -q $(TESTS)
 
+# Each benchmark prints a table; docs/performance.md records what they measured.
+BENCHES ?= step_sync inference_bench duel_bench status_bench soak
 bench: setup
-	$(PY) bench/step_sync.py $(BENCH_ARGS)
+	@for b in $(BENCHES); do \
+	  if [ -f bench/$$b.py ]; then echo "== bench/$$b.py"; $(PY) bench/$$b.py || exit 1; fi; \
+	done
 
 clean:
 	rm -rf build $(VENV) w3async/_rows*.so
