@@ -61,7 +61,7 @@ def main() -> None:
           f"({params / 1e3:.0f}k parameters), torch threads {args.threads}, entities 0..{args.max_ent}, "
           f"torch {torch.__version__}")
     print(f"{'rows':>5} {'bucket':>6} {'bare ms':>8} {'round ms':>9} {'rows/s':>8} {'round-bare':>10} "
-          f"{'in-round overhead':>17} {'copy':>6} {'handoff':>7} {'wake+rest':>9}")
+          f"{'in-round overhead':>17} {'copy':>6} {'handoff':>7} {'worker':>6} {'wake':>6}")
     rng = np.random.default_rng(0)
     with InferenceEngine(SPEC, cfg, max_rows=max(sizes), num_threads=args.threads) as engine:
         net = engine.nets[0]
@@ -88,9 +88,10 @@ def main() -> None:
             # what a round costs beyond the network, measured inside each round
             inround = med(r - st.net_ms for r, st in zip(rounds, stats))
             copy, handoff = med(x.copy_ms for x in stats), med(x.queue_ms for x in stats)
-            rest = inround - copy - handoff
+            worker = med(x.compute_ms - x.net_ms for x in stats)  # weights check, answers, stats
+            wake = med(r - x.latency_ms for r, x in zip(rounds, stats))  # the caller's wake-up
             print(f"{n:>5} {b.bucket:>6} {t_bare:>8.3f} {t_round:>9.3f} {n / t_round * 1e3:>8.0f} {paired:>10.3f} "
-                  f"{inround:>17.3f} {copy:>6.3f} {handoff:>7.3f} {rest:>9.3f}")
+                  f"{inround:>17.3f} {copy:>6.3f} {handoff:>7.3f} {worker:>6.3f} {wake:>6.3f}")
 
 
 if __name__ == "__main__":

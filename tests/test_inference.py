@@ -152,3 +152,16 @@ def test_gru_state_is_kept_per_row_and_reset_on_first():
         b.flags[:4] = layout.FLAG_FIRST
         r3 = eng.submit(b).result()
         np.testing.assert_allclose(r3.value, r1.value, atol=1e-6)
+
+
+def test_round_stats_window_aggregates(engine):
+    from w3async.inference import RoundStatsWindow
+
+    w = RoundStatsWindow()
+    rng = np.random.default_rng(5)
+    for n in (4, 8, 12):
+        w.add(engine.submit(synthetic_batch(SPEC, n, rng)).result().stats)
+    out = w.flush()
+    assert out["rounds"] == 3 and out["rows"] == 24 and out["rows_per_round"] == 8
+    assert out["latency_max_ms"] >= out["latency_mean_ms"] >= out["net_mean_ms"] > 0
+    assert w.flush()["rounds"] == 0
