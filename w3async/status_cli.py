@@ -1,0 +1,69 @@
+"""`python -m w3async status runs/<run>`: a run's summary from its files, live or finished.
+
+    from w3async.status_cli import main
+    sys.exit(main("runs/fgself-20261130-0400"))
+
+main(run_dir) -> int reads the run folder's logs (docs/logs.md) once, the way the
+status server does (status.RunView without a source), prints the progress line and
+a few lines of detail on stdout, and returns 0; 2 (with the reason on stderr) when
+the folder is not a run folder. It never touches the run: a live supervisor goes on.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from .progress import progress_line
+from .status import RunView
+
+
+def summary(st: dict, games: list[dict]) -> list[str]:
+    """The lines main() prints, from a /status dict and /games list."""
+    run, inf, le = st["run"], st["inference"], st["learner"]
+    state = "live" if run["live"] else ("stopped: " + run["error"] if run.get("error") else "ended")
+    lines = [progress_line(st),
+             f"run      {run['name']} ({state}), recipe {run.get('recipe')}, started {run.get('started')}"
+             + (f", ended {run['ended']}" if run.get("ended") else "")]
+    if inf["rounds"]:
+        lines.append(f"rounds   {inf['rounds']:,}, {inf['rows_per_round']} rows a round"
+                     + (f", latency {inf['latency_ms_mean']} ms (p95 {inf['latency_ms_p95']})"
+                        if inf.get("latency_ms_mean") is not None else ""))
+    if le["updates"]:
+        lines.append(f"learner  {le['updates']} updates, last {le['update_s']} s (wait {le['wait_s']} s), "
+                     f"policy loss {le['policy_loss']}, value loss {le['value_loss']}, entropy {le['entropy']}, "
+                     f"kl {le['approx_kl']}, staleness {le['staleness']}")
+    for lvl, e in st["evaluation"].items():
+        lines.append(f"eval     vs {lvl}: {e['wins']}-{e['draws']}-{e['losses']} (w-d-l) in {e['games']} games, "
+                     f"score {e['win_rate']}, last {e['recent_games']}: {e['recent_win_rate']}")
+    ep = st["episodes"]
+    if ep["total"]:
+        sp = ep["selfplay"]
+        lines.append(f"episodes {ep['total']:,} ({ep['eval']:,} eval), self-play score {sp['win_rate']}; "
+                     f"league {st['league']['snapshots']} snapshots")
+    if st["checkpoint"]:
+        ck = st["checkpoint"]
+        lines.append(f"ckpt     {ck['name']} saved {ck['saved_at']} ({ck['age_s']} s ago)")
+    bad = [g for g in games if g["state"] in ("failed", "restarting") or g["restarts"]]
+    for g in bad[:10]:
+        causes = ", ".join(f"{c} {n}" for c, n in g["causes"].items())
+        lines.append(f"game     slot {g['slot']} ({g['runtime']}): {g['state']}, {g['restarts']} restarts ({causes})")
+    if len(bad) > 10:
+        lines.append(f"game     ... and {len(bad) - 10} more slots with restarts")
+    return lines
+
+
+def main(run_dir: str | Path) -> int:
+    run_dir = Path(run_dir)
+    if not (run_dir / "events.jsonl").exists():
+        print(f"w3async status: {run_dir} is not a run folder (no events.jsonl): give runs/<run>", file=sys.stderr)
+        return 2
+    view = RunView(run_dir)
+    view.refresh()
+    for line in summary(view.status(), view.games()):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]) if len(sys.argv) == 2 else 2)
