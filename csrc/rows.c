@@ -32,6 +32,7 @@ typedef struct {
     int n_rows, n_games;
     int held; /* buffers acquired */
     int32_t *ring_seen; /* per game: the answer() call that last rang it */
+    uint8_t *ring_seen_row; /* per answered row of the current call: written (1) or stale (0) */
     int32_t ring_epoch;
 } Gatherer;
 
@@ -51,6 +52,7 @@ static void Gatherer_dealloc(Gatherer *g)
                 PyBuffer_Release(&b[i]);
     }
     PyMem_Free(g->ring_seen);
+    PyMem_Free(g->ring_seen_row);
     Py_TYPE(g)->tp_free((PyObject *)g);
 }
 
@@ -119,7 +121,8 @@ static int Gatherer_init(Gatherer *g, PyObject *args, PyObject *kw)
         goto err;
     }
     g->ring_seen = PyMem_Calloc(g->n_games ? g->n_games : 1, sizeof(int32_t));
-    if (!g->ring_seen) {
+    g->ring_seen_row = PyMem_Calloc((size_t)n_rows, 1);
+    if (!g->ring_seen || !g->ring_seen_row) {
         PyErr_NoMemory();
         goto err;
     }
@@ -258,7 +261,9 @@ static PyObject *Gatherer_gather(Gatherer *g, PyObject *noargs)
 /* answer(rows, obs_seq, actions, versions) -> rung: for k < len(rows), writes
  * actions[k] (int32[n][N_HEADS], C-contiguous) and versions[k] (uint32) into table row
  * rows[k] (int32), then act_seq = obs_seq[k] (uint64, the sequence gathered) with a
- * release store, then rings each answered game's act doorbell once. The round keeps
+ * release store, then rings each answered game's act doorbell once. A row that no
+ * longer waits at obs_seq[k] (its game restarted meanwhile) or belongs to no game (or
+ * is held) is skipped: a late answer never lands on a new game's rows. The round keeps
  * its own rows and obs_seq, so the next round may gather while this one computes.
  * Returns the number of games rung. A ring that fails with EAGAIN (a FIFO already
  * full: the game has a wake-up pending anyway) is not an error. */
@@ -269,6 +274,10 @@ static PyObject *Gatherer_answer(Gatherer *g, PyObject *args)
         return NULL;
     PyObject *result = NULL;
     Py_ssize_t n = rowsb.len / 4;
+    if (n > g->n_rows) {
+        PyErr_Format(PyExc_ValueError, "answer: %zd rows, the table has %d", n, g->n_rows);
+        goto done;
+    }
     if (seqb.len < n * 8 || actions.len < n * W3S_N_HEADS * 4 || versions.len < n * 4) {
         PyErr_Format(PyExc_ValueError, "answer: %zd rows but obs_seq %zd bytes, actions %zd, versions %zd", n,
                      seqb.len, actions.len, versions.len);
@@ -286,16 +295,25 @@ static PyObject *Gatherer_answer(Gatherer *g, PyObject *args)
             goto done;
         }
     }
+    int32_t epoch = ++g->ring_epoch;
     for (Py_ssize_t k = 0; k < n; k++) {
         w3s_row *r = &rows[idx[k]];
+        /* A stale answer (the game restarted while its round computed, or the row went
+         * to no game) is dropped: its row no longer holds the sequence it answers. */
+        if (row_game[idx[k]] < 0 || __atomic_load_n(&r->obs_seq, __ATOMIC_ACQUIRE) != seq[k] || r->act_seq == seq[k]) {
+            g->ring_seen_row[k] = 0;
+            continue;
+        }
+        g->ring_seen_row[k] = 1;
         memcpy(r->action, act + (size_t)k * W3S_N_HEADS, sizeof(r->action));
         r->policy_version = ver[k];
         __atomic_store_n(&r->act_seq, seq[k], __ATOMIC_RELEASE);
     }
-    int32_t epoch = ++g->ring_epoch;
     int rung = 0;
     static const uint64_t one = 1;
     for (Py_ssize_t k = 0; k < n; k++) {
+        if (!g->ring_seen_row[k])
+            continue;
         int gi = row_game[idx[k]];
         if (gi < 0 || gi >= g->n_games || g->ring_seen[gi] == epoch || fds[gi] < 0)
             continue;

@@ -197,3 +197,50 @@ def test_rows_of_no_game_are_ignored(table):
         b = g.gather()
         assert sorted(b.rows[: b.n].tolist()) == [0, 33]
         table.rows["act_seq"][rows] = table.rows["obs_seq"][rows]
+
+
+@pytest.mark.parametrize("cls", [CGatherer, NumpyGatherer])
+def test_stale_answer_never_lands_on_a_restarted_game(table, cls):
+    """A round that computed while its game restarted: the new game's rows (zeroed,
+    then posted afresh) must not take the old answer."""
+    rng = np.random.default_rng(5)
+    g = _make(table, cls)
+    rows = np.array([3, 4])
+    _fill_valid(table, rng, rows)
+    table.rows["obs_seq"][rows] = [40, 41]
+    table.rows["act_seq"][rows] = [39, 40]
+    b = g.gather()
+    old_rows, old_seq = b.rows[: b.n].copy(), b.obs_seq[: b.n].copy()
+    g.hold(old_rows)
+    assert g.gather().n == 0  # held rows are not gathered again
+    # the game restarts: rows detached, zeroed, re-attached, and the new game posts seq 1
+    g.detach_game(0)
+    table.reset_rows(0, 16)
+    g.attach_game(0, slice(0, 16), Doorbell(-1, 8))
+    _fill_valid(table, rng, rows)
+    g.release(old_rows)
+    acts = np.full((2, layout.N_HEADS), 99, np.int32)
+    g.answer(old_rows, old_seq, acts, np.zeros(2, np.uint32))
+    assert (table.rows["act_seq"][rows] == 0).all() and (table.rows["action"][rows] == 0).all()
+    b = g.gather()
+    assert sorted(b.rows[: b.n].tolist()) == [3, 4]  # the new game's rows still wait
+
+
+@pytest.mark.parametrize("cls", [CGatherer, NumpyGatherer])
+def test_hold_and_release(table, cls):
+    rng = np.random.default_rng(6)
+    g = _make(table, cls)
+    rows = np.array([1, 17, 33])
+    _fill_valid(table, rng, rows)
+    g.hold(np.array([17]))
+    b = g.gather()
+    assert sorted(b.rows[: b.n].tolist()) == [1, 33]
+    g.release(np.array([17]))
+    g.release(np.array([1]))  # not held: unchanged
+    b = g.gather()
+    assert sorted(b.rows[: b.n].tolist()) == [1, 17, 33]
+    assert g.row_game[[1, 17, 33]].tolist() == [0, 1, 2]
+    g.hold(np.array([33]))
+    g.detach_game(2)
+    g.release(np.array([33]))
+    assert g.row_game[33] == -1

@@ -123,8 +123,22 @@ class _GathererBase:
 
     def detach_game(self, game: int) -> None:
         """Stop gathering this game's rows (it exited or is being restarted)."""
-        self.row_game[self.row_game == game] = -1
+        self.row_game[(self.row_game == game) | (self.row_game == -2 - game)] = -1
         self.act_fd[game] = -1
+
+    def hold(self, rows: np.ndarray) -> None:
+        """Leave these rows out of gathers and answers (their round is computing, or the
+        learner's queue is full) until release(). Encoded as -2 - game in row_game, so
+        the C path needs no second map."""
+        rows = np.asarray(rows, np.int64)
+        g = self.row_game[rows]
+        self.row_game[rows[g >= 0]] = -2 - g[g >= 0]
+
+    def release(self, rows: np.ndarray) -> None:
+        """Undo hold() for these rows (rows detached meanwhile stay detached)."""
+        rows = np.asarray(rows, np.int64)
+        g = self.row_game[rows]
+        self.row_game[rows[g <= -2]] = -2 - g[g <= -2]
 
     def games_of(self, rows: np.ndarray) -> np.ndarray:
         return self.row_game[rows]
@@ -212,11 +226,16 @@ class NumpyGatherer(_GathererBase):
         act_seq = obs_seq (the sequence gathered), ring each answered game once.
         Returns the games rung."""
         rows = np.asarray(rows, np.int64)
+        n = len(rows)
+        seq = np.asarray(obs_seq[:n], np.uint64)
+        # Stale answers (the game restarted meanwhile, or the row is held or gameless) drop.
+        fresh = (self.row_game[rows] >= 0) & (self._obs[rows] == seq) & (self._act[rows] != seq)
+        rows, seq = rows[fresh], seq[fresh]
         t = self.table.rows
-        t["action"][rows] = actions[: len(rows)]
-        t["policy_version"][rows] = versions[: len(rows)]
+        t["action"][rows] = np.asarray(actions[:n])[fresh]
+        t["policy_version"][rows] = np.asarray(versions[:n])[fresh]
         # act_seq last: on x86 these stores become visible in program order.
-        self._act[rows] = obs_seq[: len(rows)]
+        self._act[rows] = seq
         games = np.unique(self.row_game[rows])
         rung = 0
         for g in games[games >= 0]:
