@@ -72,31 +72,41 @@ def _legal(mask: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return out
 
 
-def test_agent_mode_under_the_shim(duel, tmp_path):
+@pytest.mark.parametrize("runtime", ["native", pytest.param("wine", marks=pytest.mark.wine)])
+def test_agent_mode_under_the_shim(duel, tmp_path, runtime, request):
     """4 lanes of agent vs ai:easy in one process; random legal answers, plus a masked-out
     training order now and then that the game must count as discarded; 3 episodes, then
     the game exits 0. Every row passes the supervisor's checks; recorded replays play
-    back to the hashes the rows carried."""
+    back natively to the hashes the rows carried (under Wine too)."""
     lanes, rng = 4, np.random.default_rng(5)
+    binary = duel
+    if runtime == "wine":
+        request.getfixturevalue("wine")
+        from w3async.runtime_wine import WineConfig, WineRuntime, windows_path
+
+        subprocess.run(["make", "-s", "-C", "games/duel", f"BUILD={REPO / 'build'}"], cwd=REPO, check=True)
+        binary = REPO / "build" / "win64" / "duel.exe"
+        rt = WineRuntime(WineConfig())
+    else:
+        rt = NativeRuntime()
     table = Table(segment_name("duel"), lanes)
-    rt = NativeRuntime()
     bells = rt.doorbells(tmp_path, 0)
     log = open(tmp_path / "duel.log", "wb")
     rec_dir = tmp_path / "replays"
     rec_dir.mkdir()
     env = {"W3S_ROW0": "0", "W3S_NROWS": str(lanes), "W3D_SIDES": "agent,ai:easy", "W3D_EPISODES": "3",
-           "W3D_MAP": "rotate", "W3D_SEED": "9", "W3D_RECORD_DIR": str(rec_dir), "W3D_RECORD_SHARE": "1",
-           "W3D_REWARD": "shaped"}
-    proc = rt.spawn(duel, env, bells, table, 0, log)
+           "W3D_MAP": "rotate", "W3D_SEED": "9", "W3D_RECORD_SHARE": "1", "W3D_REWARD": "shaped",
+           "W3D_RECORD_DIR": windows_path(rec_dir) if runtime == "wine" else str(rec_dir)}
+    proc = rt.spawn(binary, env, bells, table, 0, log)
     g = NumpyGatherer(table, 1, DUEL_SPEC.n_types)
     g.attach_game(0, slice(0, lanes), bells.act)
     hashes: dict[tuple[int, int, int], int] = {}
     expect_discard: dict[int, bool] = {}
     seen_first = seen_done = 0
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 90
         while proc.poll() is None:
-            assert time.monotonic() < deadline, "the duel did not finish 3 episodes in 60 s"
+            assert time.monotonic() < deadline, "the duel did not finish 3 episodes in 90 s"
             select.select([bells.obs_fd], [], [], 0.2)
             rt.obs.drain()
             b = g.gather()
@@ -130,6 +140,8 @@ def test_agent_mode_under_the_shim(duel, tmp_path):
             proc.wait()
         log.close()
         bells.close()
+        if runtime == "wine":
+            rt.cleanup()
         rt.close()
         table.close()
         table.unlink()
