@@ -35,7 +35,8 @@ SUB_KEYS = {
     "steps": {"agent_steps", "per_s", "per_s_60s"},
     "games": {"total", "alive", "running", "starting", "restarting", "failed", "stopped", "restarts",
               "restarts_by_cause", "bad_rows"},
-    "inference": {"rounds", "rounds_per_s", "rows_per_round", "latency_ms_mean", "latency_ms_p95", "compute_ms_mean",
+    "inference": {"rounds", "rounds_per_s", "rows_per_round", "latency_ms_mean", "latency_ms_p95", "latency_ms_max",
+                  "compute_ms_mean",
                   "compute_share", "buckets", "learner_phase"},
     "learner": {"updates", "update", "update_s", "wait_s", "staleness", "policy_loss", "value_loss", "entropy",
                 "approx_kl", "lr", "steps"},
@@ -402,6 +403,15 @@ def test_tail_reads_only_new_whole_lines(tmp_path):
     assert tail.lines() == [b'{"b": 2}'] and tail.lines() == []
     p.write_bytes(b'{"c": 3}\n')  # rotated: shorter than before
     assert tail.lines() == [b'{"c": 3}']
+
+
+def test_round_lines_in_either_naming(tmp_path):
+    """RoundStatsWindow.flush()'s "latency_mean_ms" reads as docs/logs.md's "latency_ms_mean"."""
+    s = RunSeries()
+    s.add_round_line(T0, {"rounds": 10, "rows": 80, "latency_mean_ms": 1.5, "latency_max_ms": 3.0,
+                          "compute_mean_ms": 0.5, "buckets": {"32": 10}})
+    assert s.last_round["latency_ms_mean"] == 1.5 and s.last_round["latency_ms_max"] == 3.0
+    assert s.plots()["latency_ms"][2]["y"] == [3.0]
 
 
 def test_run_files_incremental(tmp_path):

@@ -167,7 +167,7 @@ class LevelTally:
                     recent_games=len(r), recent_win_rate=rate(r.count(1), r.count(0), len(r)))
 
 
-SAMPLE_FIELDS = ("steps_per_s", "latency_ms", "latency_p95_ms", "compute_ms", "update_s", "wait_s", "restarts")
+SAMPLE_FIELDS = ("steps_per_s", "latency_ms", "latency_p95_ms", "latency_max_ms", "compute_ms", "update_s", "wait_s", "restarts")
 EPISODE_FIELDS = tuple(f"{p}:{lvl}" for lvl in AI_LEVELS for p in ("score", "n")) + ("score:self", "n:self")
 
 # The dashboard's plots: name -> list of (label, bins, field, aggregation).
@@ -176,6 +176,7 @@ PLOTS = {
     "win_rate": [(lvl, "episodes", f"score:{lvl}", "mean") for lvl in AI_LEVELS],
     "latency_ms": [("round latency mean", "samples", "latency_ms", "mean"),
                    ("round latency p95", "samples", "latency_p95_ms", "mean"),
+                   ("round latency max", "samples", "latency_max_ms", "max"),
                    ("compute", "samples", "compute_ms", "mean")],
     "update_s": [("update", "samples", "update_s", "mean"), ("wait for data", "samples", "wait_s", "mean")],
     "restarts": [("restarts (total)", "samples", "restarts", "max")],
@@ -211,9 +212,11 @@ class RunSeries:
 
     def add_round_line(self, t: float, rec: dict) -> None:
         """One inference.jsonl line (one second of rounds)."""
+        rec = round_line(rec)
         self.last_round = rec
         self.add_sample(t, latency_ms=_num(rec.get("latency_ms_mean")),
-                        latency_p95_ms=_num(rec.get("latency_ms_p95")), compute_ms=_num(rec.get("compute_ms_mean")))
+                        latency_p95_ms=_num(rec.get("latency_ms_p95")), latency_max_ms=_num(rec.get("latency_ms_max")),
+                        compute_ms=_num(rec.get("compute_ms_mean")))
 
     def add_update(self, t: float, rec: dict) -> None:
         """One learner.jsonl update line."""
@@ -254,6 +257,21 @@ class RunSeries:
 
     def evaluation(self) -> dict:
         return {lvl: self.levels[lvl].as_dict() for lvl in AI_LEVELS if lvl in self.levels}
+
+
+# inference.RoundStatsWindow.flush() names its means "<x>_mean_ms"; docs/logs.md names
+# them "<x>_ms_mean". Both are read, the documented name first.
+_ROUND_ALIASES = {"latency_ms_mean": "latency_mean_ms", "latency_ms_max": "latency_max_ms",
+                  "compute_ms_mean": "compute_mean_ms", "compute_ms_max": "compute_max_ms"}
+
+
+def round_line(rec: dict) -> dict:
+    """An inference.jsonl line with the documented key names filled in from aliases."""
+    out = dict(rec)
+    for doc, alias in _ROUND_ALIASES.items():
+        if out.get(doc) is None and alias in rec:
+            out[doc] = rec[alias]
+    return out
 
 
 def _num(v) -> float:

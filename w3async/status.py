@@ -256,7 +256,8 @@ class RunView:
                        bad_rows=int(bad_rows)),
             inference=dict(rounds=int(rounds), rounds_per_s=_f(rounds_per_s, 1),
                            rows_per_round=_f(agent_steps / rounds if rounds else None, 2),
-                           latency_ms_mean=lat, latency_ms_p95=_f(lr.get("latency_ms_p95")), compute_ms_mean=comp,
+                           latency_ms_mean=lat, latency_ms_p95=_f(lr.get("latency_ms_p95")),
+                           latency_ms_max=_f(lr.get("latency_ms_max")), compute_ms_mean=comp,
                            compute_share=_f(rounds_per_s * comp / 1000.0 if rounds_per_s and comp else None, 4),
                            buckets=lr.get("buckets") or {}, learner_phase=lr.get("learner_phase")),
             learner=dict(updates=s.updates, update=lu.get("update"), update_s=_f(lu.get("update_s")),
@@ -311,7 +312,8 @@ def metrics_text(st: dict) -> str:
     m("inference_rounds_total", "counter", "inference rounds", [({}, i["rounds"])])
     m("inference_rows_per_round", "gauge", "rows per round (run average)", [({}, i["rows_per_round"])])
     m("inference_latency_ms", "gauge", "round latency over the last second",
-      [({"stat": "mean"}, i["latency_ms_mean"]), ({"stat": "p95"}, i["latency_ms_p95"])])
+      [({"stat": "mean"}, i["latency_ms_mean"]), ({"stat": "p95"}, i["latency_ms_p95"]),
+       ({"stat": "max"}, i["latency_ms_max"])])
     m("inference_compute_ms", "gauge", "round compute time (mean, last second)", [({}, i["compute_ms_mean"])])
     m("inference_compute_share", "gauge", "share of wall time spent computing rounds", [({}, i["compute_share"])])
     m("learner_updates_total", "counter", "PPO updates", [({}, le["updates"])])
