@@ -52,6 +52,7 @@ def main() -> None:
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--threads", type=int, default=1, help="torch threads of the worker (and of the bare run)")
     ap.add_argument("--repeats", type=int, default=200)
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda (the graphed path)")
     args = ap.parse_args()
     sizes = [int(x) for x in args.sizes.split(",")]
     cfg = NetConfig(d_model=args.d_model, n_heads=args.heads, n_layers=args.layers)
@@ -63,18 +64,21 @@ def main() -> None:
     print(f"{'rows':>5} {'bucket':>6} {'bare ms':>8} {'round ms':>9} {'rows/s':>8} {'round-bare':>10} "
           f"{'in-round overhead':>17} {'copy':>6} {'handoff':>7} {'worker':>6} {'wake':>6}")
     rng = np.random.default_rng(0)
-    with InferenceEngine(SPEC, cfg, max_rows=max(sizes), num_threads=args.threads) as engine:
+    cuda = args.device.startswith("cuda")
+    with InferenceEngine(SPEC, cfg, max_rows=max(sizes), num_threads=args.threads, device=args.device) as engine:
         net = engine.nets[0]
         for n in sizes:
             b = synthetic_batch(SPEC, n, rng, max_ent=args.max_ent)
-            obs = obs_from_numpy(b.glob[:n], b.ent, b.ent_type, b.n_ent[:n], b.mask[:n])
-            gen = torch.Generator().manual_seed(0)
+            obs = obs_from_numpy(b.glob[:n], b.ent, b.ent_type, b.n_ent[:n], b.mask[:n], device=args.device)
+            gen = torch.Generator(device=args.device).manual_seed(0)
             bare, rounds, stats = [], [], []
             # Bare and round alternate, so both see the same load from other processes.
             for i in range(args.repeats + 20):
                 t0 = time.perf_counter()
                 with torch.inference_mode():
-                    net.act(obs, gen)
+                    net.act(obs, gen)  # on CUDA: eager, not graphed (the round replays a graph)
+                if cuda:
+                    torch.cuda.synchronize()
                 t1 = time.perf_counter()
                 st = engine.submit(b).result().stats
                 t2 = time.perf_counter()

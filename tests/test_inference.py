@@ -32,9 +32,13 @@ def batch_obs(b):
     return obs_from_numpy(b.glob[: b.n], b.ent.copy(), b.ent_type.copy(), b.n_ent[: b.n], b.mask[: b.n])
 
 
-@pytest.fixture
-def engine():
-    eng = InferenceEngine(SPEC, CFG, n_slots=3, max_rows=64)
+# The CUDA path runs only where a GPU is (unchecked on this project's CPU machines).
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"))]
+
+
+@pytest.fixture(params=DEVICES)
+def engine(request):
+    eng = InferenceEngine(SPEC, CFG, n_slots=3, max_rows=64, device=request.param)
     eng.start()
     yield eng
     eng.stop()
@@ -57,8 +61,8 @@ def test_each_row_gets_the_answer_of_its_slot(engine):
         for s in range(3):
             i = np.flatnonzero(slots == s)
             ev = reference(sds[s]).evaluate(obs.index(torch.as_tensor(i)), torch.as_tensor(res.actions[i]))
-            np.testing.assert_allclose(res.value[i], ev.value.numpy(), atol=1e-5)
-            np.testing.assert_allclose(res.logp[i], ev.logp.numpy(), atol=1e-5)
+            np.testing.assert_allclose(res.value[i], ev.value.numpy(), atol=1e-4)
+            np.testing.assert_allclose(res.logp[i], ev.logp.numpy(), atol=1e-4)
             assert np.isfinite(res.logp[i]).all()  # every sampled action was allowed
     assert res.stats.rows == 40 and res.stats.slots == 3
 
@@ -68,7 +72,7 @@ def test_submit_copies_the_batch_and_stale_padding_never_shows(engine):
     big = synthetic_batch(SPEC, 16, rng, max_ent=100)  # fills the engine's buffers far out
     small = synthetic_batch(SPEC, 16, np.random.default_rng(2), max_ent=20)
     assert big.bucket > small.bucket
-    expect = reference(engine.nets[0].state_dict())
+    expect = reference({k: v.cpu() for k, v in engine.nets[0].state_dict().items()})
     with torch.no_grad():
         want = expect.evaluate(batch_obs(small), torch.zeros(16, 4, dtype=torch.long)).value.numpy()
     engine.submit(big).result()
@@ -76,7 +80,7 @@ def test_submit_copies_the_batch_and_stale_padding_never_shows(engine):
     small.glob[:] = 99.0  # the gatherer reuses its buffers at once: the round must not see it
     small.ent_flat[:] = 99.0
     res = fut.result()
-    np.testing.assert_allclose(res.value, want, atol=1e-5)
+    np.testing.assert_allclose(res.value, want, atol=1e-4)
 
 
 def test_publish_is_atomic_at_round_boundaries(engine):
@@ -104,7 +108,7 @@ def test_publish_is_atomic_at_round_boundaries(engine):
             res = engine.submit(b).result()
             v = int(res.versions[0])
             assert (res.versions == v).all()
-            np.testing.assert_allclose(res.value, want[v], atol=1e-5)
+            np.testing.assert_allclose(res.value, want[v], atol=1e-4)
             seen.add(v)
     finally:
         stop.set()
@@ -115,12 +119,12 @@ def test_publish_is_atomic_at_round_boundaries(engine):
 def test_rounds_overlap_without_sharing_buffers(engine):
     rng = np.random.default_rng(4)
     batches = [synthetic_batch(SPEC, 8, rng) for _ in range(5)]
-    net = reference(engine.nets[0].state_dict())
+    net = reference({k: v.cpu() for k, v in engine.nets[0].state_dict().items()})
     futs = [engine.submit(b) for b in batches]  # more in flight than the 2 buffers
     for b, f in zip(batches, futs):
         with torch.no_grad():
             want = net.evaluate(batch_obs(b), torch.zeros(8, 4, dtype=torch.long)).value.numpy()
-        np.testing.assert_allclose(f.result().value, want, atol=1e-5)
+        np.testing.assert_allclose(f.result().value, want, atol=1e-4)
 
 
 def test_unloaded_slot_and_unstarted_engine_are_clear_errors():

@@ -196,6 +196,7 @@ class InferenceEngine:
         torch.set_num_threads(self.num_threads)
         self._gen = torch.Generator(device=self.device).manual_seed(self.seed)
         if self.device.type == "cuda":
+            torch.cuda.manual_seed(self.seed)  # the graphs sample from the default CUDA generator
             self._runner = _CudaRunner(self)
 
     def stop(self) -> None:
@@ -231,7 +232,10 @@ class InferenceEngine:
         with self._lock:
             pending, self._pending = self._pending, {}
         for slot, (sd, version) in pending.items():
-            self.nets[slot].load_state_dict(sd)  # copy_ into the existing parameters
+            if self._runner is not None:
+                self._runner.load(slot, sd)  # on the slot's stream, ordered with its replays
+            else:
+                self.nets[slot].load_state_dict(sd)  # copy_ into the existing parameters
             self.versions[slot] = version
 
     def reset_rows(self, rows: np.ndarray) -> None:
@@ -342,101 +346,140 @@ class InferenceEngine:
 class _CudaRunner:
     """The GPU path (UNCHECKED on this project's CPU machines; see the module docstring).
 
-    Per slot: a CUDA stream of its own (seeds/000: graphs captured on one stream keep that
-    stream's cuBLAS workspace; two networks' graphs on a shared stream hung the GPU), and
-    per (bucket, row bucket) a CUDA graph captured once over static device buffers.
-    Inputs go pinned host -> device asynchronously on the slot's stream; each round's
-    padding is zero because submit() copies whole bucket-padded rows from the gatherer
-    (whose padding is zeroed), and the static buffers are overwritten for every row in
-    the row bucket (rows past n are zeroed, seeds/000: stale padding crashed a run).
-    Events are created once per slot (creating and destroying them takes the CUDA
-    context's lock, seeds/000). Sampling uses the default CUDA generator, which graphs
-    support (its offset advances on replay). The GRU state is not graphed: a GRU network
-    on CUDA runs eagerly on its stream.
+    - One upload per round: the round's rows go from the pinned input buffers to a device
+      staging copy (one non-blocking copy per field, raw dtypes) on the upload stream.
+    - Per slot: a CUDA stream of its own (seeds/000: graphs captured on one stream keep
+      that stream's cuBLAS workspace; two networks' graphs sharing one hung the GPU) and,
+      per (bucket, row bucket), a CUDA graph captured once over static device inputs in
+      the raw dtypes (the casts are inside the graph) with pinned host outputs. A round
+      gathers each slot's rows from staging into the static inputs on the device, zeroes
+      the static rows past them (seeds/000: stale padding crashed a run), replays, and
+      copies the outputs to pinned memory; one wait per slot after all are launched.
+    - Events are made once per slot and reused (creating and destroying them takes the
+      CUDA context's lock, seeds/000).
+    - New weights are copied into a slot's network on that slot's stream, so they are
+      ordered with its replays. Capture uses capture_error_mode="thread_local", so the
+      learner's thread may use the GPU meanwhile.
+    - Sampling draws from the default CUDA generator, whose offsets graphs advance.
+    - A GRU network is not graphed (its state is per table row): it runs eagerly on its
+      slot's stream.
     """
 
     ROW_BUCKETS = (8, 32, 128, 512)
+    _FIELDS = ("glob", "ent", "ent_type", "n_ent", "mask")
 
     def __init__(self, eng: InferenceEngine):
         self.eng = eng
-        dev = eng.device
-        self.streams = [torch.cuda.Stream(device=dev) for _ in range(eng.n_slots)]
+        self.upload = torch.cuda.Stream(device=eng.device)
+        self.uploaded = torch.cuda.Event()
+        self.streams = [torch.cuda.Stream(device=eng.device) for _ in range(eng.n_slots)]
         self.done = [torch.cuda.Event() for _ in range(eng.n_slots)]
-        self.graphs: dict[tuple[int, int, int], tuple[torch.cuda.CUDAGraph, dict, tuple]] = {}
-
-    def _static(self, rows: int, bucket: int) -> dict:
-        dev = self.eng.device
-        return {
-            "glob": torch.zeros(rows, layout.G_GLOB, device=dev),
-            "ent": torch.zeros(rows, bucket, layout.F_ENT, device=dev),
-            "ent_type": torch.zeros(rows, bucket, dtype=torch.long, device=dev),
-            "n_ent": torch.zeros(rows, dtype=torch.long, device=dev),
-            "mask": torch.zeros(rows, layout.N_HEADS, layout.HEAD_MAX, dtype=torch.bool, device=dev),
+        cap = eng.max_rows
+        dev = eng.device
+        self.staging = {
+            "glob": torch.zeros(cap, layout.G_GLOB, device=dev),
+            "ent": torch.zeros(cap * layout.E_MAX * layout.F_ENT, device=dev),
+            "ent_type": torch.zeros(cap * layout.E_MAX, dtype=torch.int16, device=dev),
+            "n_ent": torch.zeros(cap, dtype=torch.int32, device=dev),
+            "mask": torch.zeros(cap, layout.N_HEADS, layout.HEAD_MAX, dtype=torch.uint8, device=dev),
+            "slot": torch.zeros(cap, dtype=torch.int16, device=dev),
         }
+        self.graphs: dict[tuple[int, int, int], tuple] = {}
+
+    def load(self, slot: int, sd: dict) -> None:
+        with torch.cuda.stream(self.streams[slot]):
+            self.eng.nets[slot].load_state_dict(sd)
 
     def _graph(self, slot: int, bucket: int, rows: int):
         key = (slot, bucket, rows)
-        if key not in self.graphs:
-            net, stream = self.eng.nets[slot], self.streams[slot]
-            st = self._static(rows, bucket)
-            st["mask"][:, :, 0] = True  # warm-up rows need an allowed choice
-            obs = Obs(st["glob"], st["ent"], st["ent_type"], st["n_ent"], st["mask"])
-            with torch.cuda.stream(stream):
-                for _ in range(2):  # warm up on the capture stream (cuBLAS handles, allocator)
-                    net.act(obs, None)
-                g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g, stream=stream):
-                    out = net.act(obs, None)
-            stream.synchronize()
-            self.graphs[key] = (g, st, out)
+        if key in self.graphs:
+            return self.graphs[key]
+        net, stream, dev = self.eng.nets[slot], self.streams[slot], self.eng.device
+        st = {
+            "glob": torch.zeros(rows, layout.G_GLOB, device=dev),
+            "ent": torch.zeros(rows, bucket, layout.F_ENT, device=dev),
+            "ent_type": torch.zeros(rows, bucket, dtype=torch.int16, device=dev),
+            "n_ent": torch.zeros(rows, dtype=torch.int32, device=dev),
+            "mask": torch.zeros(rows, layout.N_HEADS, layout.HEAD_MAX, dtype=torch.uint8, device=dev),
+        }
+        st["mask"][:, :, 0] = 1  # warm-up rows need an allowed choice per head
+
+        def step():
+            obs = Obs(st["glob"], st["ent"], st["ent_type"].long(), st["n_ent"].long(), st["mask"].bool())
+            return net.act(obs, None)
+
+        stream.wait_stream(torch.cuda.current_stream(dev))
+        with torch.cuda.stream(stream):
+            for _ in range(2):  # warm up on the capture stream (cuBLAS handles, the allocator)
+                step()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, stream=stream, capture_error_mode="thread_local"):
+                out = step()
+        stream.synchronize()
+        host = [torch.zeros(rows, layout.N_HEADS, dtype=torch.int64, pin_memory=True),
+                torch.zeros(rows, pin_memory=True), torch.zeros(rows, pin_memory=True)]
+        self.graphs[key] = (g, st, out, host)
         return self.graphs[key]
 
     def run(self, buf: _Inputs, n, bucket, used, actions, logp, value):
         eng = self.eng
         if eng._state is not None:
             return self._run_eager(buf, n, bucket, used, actions, logp, value)
+        stage = self.staging
+        sizes = {"glob": n, "ent": n * bucket * layout.F_ENT, "ent_type": n * bucket, "n_ent": n, "mask": n, "slot": n}
+        with torch.cuda.stream(self.upload):
+            for name, k in sizes.items():
+                stage[name][:k].copy_(getattr(buf, name)[:k], non_blocking=True)  # pinned -> device
+            self.uploaded.record(self.upload)
+        ent = stage["ent"][: sizes["ent"]].view(n, bucket, layout.F_ENT)
+        ent_type = stage["ent_type"][: sizes["ent_type"]].view(n, bucket)
+        src = {"glob": stage["glob"][:n], "ent": ent, "ent_type": ent_type, "n_ent": stage["n_ent"][:n],
+               "mask": stage["mask"][:n]}
         slot_np = buf.np["slot"][:n]
         launched = []
-        host = buf.obs(n, bucket)  # pinned CPU views
         for s in used:
             s = int(s)
             idx = np.flatnonzero(slot_np == s)
             m = len(idx)
             rb = next((r for r in self.ROW_BUCKETS if r >= m), None)
             if rb is None:
-                raise ValueError(f"{m} rows for one network, the CUDA graphs go up to {self.ROW_BUCKETS[-1]}")
-            g, st, out = self._graph(s, bucket, rb)
+                raise ValueError(f"{m} rows for one network; the CUDA graphs go up to {self.ROW_BUCKETS[-1]} rows")
+            g, st, out, host = self._graph(s, bucket, rb)
             stream = self.streams[s]
-            sel = torch.as_tensor(idx) if len(used) > 1 else slice(0, m)
+            stream.wait_event(self.uploaded)
             with torch.cuda.stream(stream):
-                for name, src in zip(("glob", "ent", "ent_type", "n_ent", "mask"), host):
-                    dst = st[name]
-                    dst[:m].copy_(src[sel], non_blocking=True)
-                    dst[m:].zero_()
-                st["mask"][m:, :, 0] = True  # padded rows: a valid, ignored choice
+                if len(used) > 1:
+                    sel = (stage["slot"][:n] == s).nonzero()[:, 0]  # on the device: no host sync
+                for name in self._FIELDS:
+                    st[name][:m].copy_(src[name] if len(used) == 1 else src[name].index_select(0, sel))
+                    st[name][m:].zero_()
+                st["mask"][m:, :, 0] = 1  # padded rows: one allowed choice, their answers unread
                 g.replay()
-                res = [out.actions[:m].to("cpu", non_blocking=True), out.logp[:m].to("cpu", non_blocking=True),
-                       out.value[:m].to("cpu", non_blocking=True)]
+                for h, o in zip(host, (out.actions, out.logp, out.value)):
+                    h[:m].copy_(o[:m], non_blocking=True)
                 self.done[s].record(stream)
-            launched.append((s, idx, res))
-        for s, idx, (a, lp, v) in launched:  # one wait per network, after all are launched
+            launched.append((s, idx, host, m))
+        for s, idx, (a, lp, v), m in launched:  # one wait per network, after all are launched
             self.done[s].synchronize()
-            actions[idx] = a.numpy()
-            logp[idx] = lp.numpy()
-            value[idx] = v.numpy()
+            actions[idx] = a[:m].numpy()
+            logp[idx] = lp[:m].numpy()
+            value[idx] = v[:m].numpy()
         return None
 
     def _run_eager(self, buf, n, bucket, used, actions, logp, value):
         eng = self.eng
-        obs = buf.obs(n, bucket).to(eng.device)
-        rows = buf.rows[:n].to(eng.device)
-        first = ((buf.flags[:n] & layout.FLAG_FIRST) != 0).to(eng.device)
+        dev = eng.device
+        obs = buf.obs(n, bucket).to(dev)
+        rows = buf.rows[:n].to(dev)
+        first = ((buf.flags[:n] & layout.FLAG_FIRST) != 0).to(dev)
         state_in = eng._state[rows].clone()
         state_in[first] = 0.0
-        slot = buf.slot[:n].to(eng.device)
+        slot = buf.slot[:n].to(dev)
         for s in used:
-            idx = (slot == int(s)).nonzero()[:, 0]
-            with torch.cuda.stream(self.streams[int(s)]):
+            stream = self.streams[int(s)]
+            stream.wait_stream(torch.cuda.current_stream(dev))
+            with torch.cuda.stream(stream):
+                idx = (slot == int(s)).nonzero()[:, 0]
                 r = eng.nets[int(s)].act(obs.index(idx), eng._gen, state=state_in[idx])
                 eng._state[rows[idx]] = r.state
                 i = idx.cpu().numpy()
