@@ -244,3 +244,19 @@ def test_hold_and_release(table, cls):
     g.detach_game(2)
     g.release(np.array([33]))
     assert g.row_game[33] == -1
+
+
+def test_batch_select_compacts_in_place(table):
+    rng = np.random.default_rng(9)
+    g = _make(table, CGatherer)
+    rows = np.array([2, 5, 9, 20, 40])
+    _fill_valid(table, rng, rows)
+    b = g.gather()
+    before = _snapshot(b)
+    keep = np.array([True, False, True, False, True])
+    b.select(keep)
+    after = _snapshot(b)
+    assert b.n == 3 and after["bucket"] == before["bucket"]
+    for k in before:
+        if k != "bucket":
+            np.testing.assert_array_equal(after[k], before[k][keep], err_msg=k)

@@ -81,6 +81,20 @@ class Batch:
         self.type_flat = np.zeros(c * layout.E_MAX, np.int16)
         self.mask = np.zeros((c, layout.N_HEADS, layout.HEAD_MAX), np.uint8)
 
+    def select(self, keep: np.ndarray) -> None:
+        """Keep only the rows where keep (n,) is True, in order, in place (the bucket
+        stays: padding past each row's n_ent is still zero)."""
+        idx = np.flatnonzero(np.asarray(keep[: self.n], bool))
+        k = len(idx)
+        ent, types = self.ent, self.ent_type
+        for name in ("rows", "obs_seq", "lane", "side", "episode", "step", "flags", "reward", "n_ent",
+                     "state_hash", "discarded", "glob", "mask"):
+            a = getattr(self, name)
+            a[:k] = a[idx]
+        ent[:k] = ent[idx]
+        types[:k] = types[idx]
+        self.n = k
+
     @property
     def ent(self) -> np.ndarray:
         """(n, bucket, F_ENT) entity features, zero past each row's n_ent."""

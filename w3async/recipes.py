@@ -44,6 +44,9 @@ class GameGroup:
     """Agent sides per lane: rows per process = lanes * sides."""
     nice: int = 10
     """Nice level of the games, so the supervisor and the learner get the CPU first."""
+    role: str = "train"
+    """"train": the current policy's rows feed the learner; "eval": played by the current
+    policy (against the built-in AI at fixed seeds), logged, never trained on."""
     env: dict = field(default_factory=dict)
     """Extra environment for the game (strings)."""
 
@@ -90,11 +93,45 @@ class SupervisorSection:
 
 
 @dataclass
+class InferenceSection:
+    """The inference rounds' compute ([inference])."""
+
+    device: str = "cpu"
+    """"cpu", or "cuda" (streams and graphs; only where torch sees a GPU)."""
+    num_threads: int = 1
+    """torch threads of the inference worker (on 2 cores: 1, and 1 for the learner)."""
+    n_slots: int = 3
+    """Networks held: slot 0 the current policy, the rest past snapshots (league)."""
+    seed: int = 0
+    """Seeds the networks' initial weights and the action sampling."""
+
+
+@dataclass
+class CheckpointSection:
+    """Checkpoints ([checkpoint]): atomic, with a `latest` pointer; a run resumes from one."""
+
+    every_updates: int = 10
+    """A checkpoint every this many learner updates (and one at the end of the run)."""
+    keep: int = 3
+    """Checkpoints kept on disk (the newest)."""
+
+
+@dataclass
+class EvaluationSection:
+    """Evaluation against the built-in AI ([evaluation])."""
+
+    window: int = 50
+    """Win rates are over each level's last `window` evaluation episodes."""
+
+
+@dataclass
 class StopSection:
     """When the run ends by itself ([stop]); 0 means no limit."""
 
     steps: int = 0
     """Agent steps (rows answered)."""
+    updates: int = 0
+    """Learner updates."""
     seconds: float = 0.0
     """Wall-clock seconds."""
     minutes: float = 0.0
@@ -110,6 +147,17 @@ class Recipe:
     runtime: RuntimeSection = field(default_factory=RuntimeSection)
     supervisor: SupervisorSection = field(default_factory=SupervisorSection)
     stop: StopSection = field(default_factory=StopSection)
+    inference: InferenceSection = field(default_factory=InferenceSection)
+    checkpoint: CheckpointSection = field(default_factory=CheckpointSection)
+    evaluation: EvaluationSection = field(default_factory=EvaluationSection)
+    network: object = None
+    """network.NetConfig ([network]): the policy's size."""
+    learner: object = None
+    """learner.LearnerConfig ([learner]): PPO's hyper-parameters and pacing."""
+    trajectories: object = None
+    """trajectories.TrajConfig ([trajectories]): sequence length, batch, queue."""
+    league: object = None
+    """league.LeagueConfig ([league]): snapshots and opponents."""
     path: str = ""
     """Where the recipe was read from (set by load_recipe)."""
 
@@ -122,9 +170,21 @@ class Recipe:
         return p if p.is_absolute() else REPO_ROOT / p
 
 
-_SECTIONS = {"runtime": RuntimeSection, "supervisor": SupervisorSection, "stop": StopSection}
+_SECTIONS = {"runtime": RuntimeSection, "supervisor": SupervisorSection, "stop": StopSection,
+             "inference": InferenceSection, "checkpoint": CheckpointSection, "evaluation": EvaluationSection}
+
+
+def _learning_sections() -> dict:
+    """The learning side's typed sections (imported late: they pull in torch)."""
+    from .learner import LearnerConfig  # noqa: PLC0415
+    from .league import LeagueConfig  # noqa: PLC0415
+    from .network import NetConfig  # noqa: PLC0415
+    from .trajectories import TrajConfig  # noqa: PLC0415
+
+    return {"network": NetConfig, "learner": LearnerConfig, "trajectories": TrajConfig, "league": LeagueConfig}
 _CHOICES = {
     ("games", "runtime"): ("native", "wine"),
+    ("games", "role"): ("train", "eval"),
     ("supervisor", "policy"): ("check", "random", "network"),
     ("supervisor", "gather"): ("c", "numpy"),
     ("", "game"): ("null", "duel"),
@@ -170,7 +230,11 @@ def _fill(cls: type, data: dict, where: str, problems: list[str]) -> Any:
                 continue
             value = {k: (str(int(v)) if isinstance(v, bool) else str(v)) for k, v in value.items()}
         kwargs[key] = value
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except (ValueError, TypeError) as e:  # the section's own checks (__post_init__)
+        problems.append(f"[{where}] {e}")
+        return cls()
 
 
 def _check_ranges(r: Recipe, problems: list[str]) -> None:
@@ -184,6 +248,12 @@ def _check_ranges(r: Recipe, problems: list[str]) -> None:
             problems.append(f"{w}.sides = {g.sides}: must be 1 or 2")
         if not -20 <= g.nice <= 19:
             problems.append(f"{w}.nice = {g.nice}: must be in -20..19")
+    if r.inference.num_threads < 1 or r.inference.n_slots < 1:
+        problems.append(f"inference.num_threads = {r.inference.num_threads}, n_slots = {r.inference.n_slots}: both must be >= 1")
+    if r.checkpoint.every_updates < 1 or r.checkpoint.keep < 1:
+        problems.append(f"checkpoint.every_updates = {r.checkpoint.every_updates}, keep = {r.checkpoint.keep}: both must be >= 1")
+    if r.evaluation.window < 1:
+        problems.append(f"evaluation.window = {r.evaluation.window}: must be >= 1")
     s = r.supervisor
     for key in ("hang_timeout_s", "start_timeout_s", "stop_timeout_s", "backoff_s", "backoff_max_s"):
         if getattr(s, key) <= 0:
@@ -192,7 +262,7 @@ def _check_ranges(r: Recipe, problems: list[str]) -> None:
         problems.append(f"supervisor.round_period_ms = {s.round_period_ms}: must be >= 0")
     if s.max_start_failures < 1:
         problems.append(f"supervisor.max_start_failures = {s.max_start_failures}: must be >= 1")
-    for key in ("steps", "seconds", "minutes"):
+    for key in ("steps", "updates", "seconds", "minutes"):
         if getattr(r.stop, key) < 0:
             problems.append(f"stop.{key} = {getattr(r.stop, key)}: must be >= 0")
 
@@ -257,7 +327,7 @@ def load_recipe(path: str | os.PathLike, overrides: list[str] | None = None) -> 
 
 def recipe_from_dict(data: dict, path: str = "<dict>") -> Recipe:
     problems: list[str] = []
-    top = {k: v for k, v in data.items() if k not in _SECTIONS and k != "games"}
+    top = {k: v for k, v in data.items() if k not in _SECTIONS and k not in _learning_sections() and k != "games"}
     recipe = _fill(Recipe, top, "", problems)
     recipe.path = path
     for key, cls in _SECTIONS.items():
@@ -266,6 +336,12 @@ def recipe_from_dict(data: dict, path: str = "<dict>") -> Recipe:
                 problems.append(f"{key} = {data[key]!r}: expected a table [{key}]")
                 continue
             setattr(recipe, key, _fill(cls, data[key], key, problems))
+    for key, cls in _learning_sections().items():
+        section = data.get(key, {})
+        if not isinstance(section, dict):
+            problems.append(f"{key} = {section!r}: expected a table [{key}]")
+            section = {}
+        setattr(recipe, key, _fill(cls, section, key, problems))
     if "games" in data:
         groups = data["games"]
         if isinstance(groups, dict):
