@@ -16,7 +16,8 @@ function fmt(v, digits) {
   return v.toFixed(digits === undefined ? 1 : digits);
 }
 
-function fmtTime(s) {
+function fmtTime(s, span) {
+  if (span !== undefined && span < 10) return s.toFixed(1) + "s";
   if (s < 120) return Math.round(s) + "s";
   if (s < 7200) return Math.round(s / 60) + "m";
   return (s / 3600).toFixed(1) + "h";
@@ -60,7 +61,7 @@ function drawPlot(canvas, lines, opts) {
   ctx.textAlign = "center";
   for (let k = 0; k <= 4; k++) {
     const t = tmin + (tmax - tmin) * k / 4;
-    ctx.fillText(fmtTime(t), x(t), H - B + 14);
+    ctx.fillText(fmtTime(t, tmax - tmin), x(t), H - B + 14);
   }
   let lx = L + 4;
   lines.forEach((ln, j) => {

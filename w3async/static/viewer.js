@@ -7,7 +7,7 @@
   const OWNER_COLORS = ["#1f5fbf", "#c0392b", "#7f7f7f"];
   const TYPE_LETTERS = ["B", "m", "r", "H", "c", "X"];
   const PLAY_MS = 120;
-  const RELOAD_MS = 15000;
+  const RELOAD_MS = 2000;  // a check of /status's replay path, already fetched by the dashboard
 
   const canvas = document.getElementById("viewer-canvas");
   const slider = document.getElementById("viewer-slider");
@@ -114,9 +114,13 @@
 
   async function load() {
     try {
+      // Only when /status names a replay we have not shown: a run without evaluation
+      // games yet asks nothing (and logs no 404).
       const st = window.w3Status.last;
-      const path = st && st.episodes ? st.episodes.last_eval_replay : undefined;
-      if (V.data && path === V.path) return;  // nothing newer
+      const path = st && st.episodes ? st.episodes.last_eval_replay : null;
+      if (!path) { if (!V.data) label.textContent = "no evaluation replay yet"; return; }
+      if (path === V.path) return;
+      V.path = path;
       const r = await fetch("/replay/latest", { cache: "no-store" });
       const body = await r.json();
       if (!r.ok) { status.error = body.error; if (!V.data) label.textContent = body.error; return; }
@@ -124,7 +128,6 @@
       const playing = V.timer !== null;
       stop();
       V.data = body;
-      V.path = body.meta ? body.meta.path : null;
       slider.max = String(body.steps.length - 1);
       status.loaded = true;
       status.steps = body.steps.length;
