@@ -38,7 +38,12 @@
 #include "w3s.h"
 
 #ifdef _WIN32
+#include <direct.h>
 #include <windows.h>
+#define du_mkdir(p) _mkdir(p)
+#else
+#include <sys/stat.h>
+#define du_mkdir(p) mkdir((p), 0755)
 #endif
 
 typedef struct du_cfg {
@@ -75,6 +80,23 @@ static double du_wall_s(void)
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 #endif
+}
+
+/* mkdir -p; 0, or -1 with errno from the first mkdir that failed for another reason
+ * than the folder being there. */
+static int du_mkdirs(const char *path)
+{
+    char buf[1024];
+    snprintf(buf, sizeof(buf), "%s", path);
+    for (char *p = buf + 1; *p; p++)
+        if (*p == '/' || *p == '\\') {
+            char keep = *p;
+            *p = 0;
+            if (du_mkdir(buf) != 0 && errno != EEXIST && errno != EACCES)
+                return -1;
+            *p = keep;
+        }
+    return du_mkdir(buf) != 0 && errno != EEXIST ? -1 : 0;
 }
 
 static int du_parse_sides(const char *s, du_ctl ctl[2], char *err, size_t errlen)
@@ -127,6 +149,8 @@ static int du_config(du_cfg *c, char *err, size_t errlen)
     c->record_dir = getenv("W3D_RECORD_DIR");
     if (c->record_dir && !*c->record_dir)
         c->record_dir = NULL;
+    if (c->record_dir && du_mkdirs(c->record_dir))
+        fprintf(stderr, "duel: mkdir(%s) failed: %s (replays will not be written)\n", c->record_dir, strerror(errno));
     const char *share = getenv("W3D_RECORD_SHARE");
     c->record_share = share && *share ? strtod(share, NULL) : 1.0;
     return 0;
@@ -628,8 +652,11 @@ int main(int argc, char **argv)
     }
     if (a.seed)
         cfg.seed = a.seed;
-    if (a.record_dir)
+    if (a.record_dir) {
         cfg.record_dir = a.record_dir;
+        if (du_mkdirs(a.record_dir))
+            fprintf(stderr, "duel: mkdir(%s) failed: %s\n", a.record_dir, strerror(errno));
+    }
     for (int s = 0; s < 2 && a.mode != 3; s++)
         if (cfg.ctl[s].kind == DU_CTL_AGENT) {
             fprintf(stderr, "duel: standalone modes need two non-agent sides (got agent on side %d)\n", s);

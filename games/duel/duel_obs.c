@@ -141,8 +141,6 @@ void du_observe(const du_lane *l, du_cache *c, int s, struct w3s_row *row, du_vi
                 f[13] = 1.0f;
                 break;
             }
-        int own = s == 1, other = 1 - own;
-        (void)other;
         float dx0 = (float)(u->x - bx[s]), dy0 = (float)(u->y - by[s]);
         float dx1 = (float)(u->x - bx[1 - s]), dy1 = (float)(u->y - by[1 - s]);
         f[14] = (dx0 < 0 ? -dx0 : dx0) / fw + (dy0 < 0 ? -dy0 : dy0) / fh;

@@ -217,7 +217,7 @@ int du_play_next(du_play *p, int32_t *step, du_orders o[2], char *err, size_t er
     uint32_t tag = du_get32(b);
     size_t n = 4;
     if (tag == DU_REC_END) {
-        if (du_read(p, b + 4, 24, "the end record", err, errlen))
+        if (du_read(p, b + 4, 20, "the end record", err, errlen))
             return -1;
         n = 24;
     } else if (tag == DU_REC_STEP) {
