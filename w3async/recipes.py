@@ -135,7 +135,7 @@ class StopSection:
     seconds: float = 0.0
     """Wall-clock seconds."""
     minutes: float = 0.0
-    """Wall-clock minutes (added to seconds)."""
+    """Wall-clock minutes (with seconds also set, the sooner limit wins)."""
 
 
 @dataclass
@@ -163,7 +163,9 @@ class Recipe:
 
     @property
     def stop_after_s(self) -> float:
-        return self.stop.seconds + 60.0 * self.stop.minutes
+        """The wall-clock limit: the sooner of seconds and minutes that are set (0: none)."""
+        limits = [x for x in (self.stop.seconds, 60.0 * self.stop.minutes) if x > 0]
+        return min(limits) if limits else 0.0
 
     def binary_path(self, group: GameGroup) -> Path:
         p = Path(group.binary)

@@ -154,6 +154,7 @@ class Supervisor:
         self.events: JsonLog | None = None
         self.lock: RunLock | None = None
         self.runtimes: dict[str, object] = {}
+        self.training = None  # training.Training where a network answers
         self.agent_steps = 0
         self.rounds = 0
         self.bad_rows = 0
@@ -191,8 +192,6 @@ class Supervisor:
                 self._policy = CheckPolicy(n_rows)
             elif r.supervisor.policy == "random":
                 self._policy = RandomPolicy(n_rows)
-            else:
-                raise RunError("supervisor.policy = \"network\" needs the learner: use `w3async run` with a learning recipe")
         row = 0
         for g in r.games:
             if g.runtime not in self.runtimes:
@@ -205,6 +204,11 @@ class Supervisor:
                 self.slots.append(Slot(i, g, self.runtimes[g.runtime], r.binary_path(g), row, nrows,
                                        self.run_dir / "games" / f"slot-{i}.log"))
                 row += nrows
+        if r.supervisor.policy == "network" and self._policy is None:
+            from .training import Training  # noqa: PLC0415 (torch only where a network answers)
+
+            self.training = Training(self)
+            self.on_rows_reset.append(self.training.on_rows_reset)
         self.events.info("run_start", run=self.run_dir.name, recipe=r.name, pid=os.getpid(), shm=self.table.name,
                          rows=n_rows, games=n_games, gather=r.supervisor.gather, policy=r.supervisor.policy)
 
@@ -341,9 +345,7 @@ class Supervisor:
 
     def _on_obs(self, obs) -> None:
         obs.drain()
-        if not self._round_scheduled:
-            self._round_scheduled = True
-            self._loop.call_soon(self._round)
+        self.schedule_round()
 
     def _round(self) -> None:
         self._round_scheduled = False
@@ -360,12 +362,24 @@ class Supervisor:
         n = b.n
         if not n:
             return
+        if self.training is not None:
+            self.training.round(b)  # answered when its round comes back from the worker
+            return
         actions, versions = self._policy(b)
         self.gatherer.answer(b.rows[:n], b.obs_seq[:n], actions, versions)
         self.agent_steps += n
         self.rounds += 1
+        self.check_stop_steps()
+
+    def check_stop_steps(self) -> None:
         if self.recipe.stop.steps and self.agent_steps >= self.recipe.stop.steps:
             self._finish(None)
+
+    def schedule_round(self) -> None:
+        """Run a round soon (rows were released, or a doorbell rang)."""
+        if not self._round_scheduled and not self._stopping:
+            self._round_scheduled = True
+            self._loop.call_soon(self._round)
 
     def _on_bad_rows(self, bad) -> None:
         """Log each bad row with its game, lane and field; restart its game."""
@@ -406,6 +420,12 @@ class Supervisor:
                 elif s.posted and answered and idle > sv.hang_timeout_s:
                     self._kill(s, "hang", {"phase": "step", "idle_s": round(idle, 1)})
 
+    async def _log_rounds(self) -> None:
+        """Once a second: the rounds' statistics into inference.jsonl."""
+        while not self._stop.is_set():
+            await asyncio.sleep(1.0)
+            self.training.flush_round_stats()
+
     async def _progress(self) -> None:
         every = self.recipe.supervisor.progress_s
         if not every:
@@ -416,8 +436,14 @@ class Supervisor:
             now = time.monotonic()
             rate = (self.agent_steps - last_steps) / max(now - last_t, 1e-9)
             last_t, last_steps = now, self.agent_steps
-            console(f"w3async {self.recipe.name} | {now - self._t0:7.1f} s | {self.agent_steps:,} steps | "
+            line = (f"w3async {self.recipe.name} | {now - self._t0:7.1f} s | {self.agent_steps:,} steps | "
                     f"{rate:,.0f} steps/s | {self.summary_games()}")
+            if self.training is not None:
+                t = self.training
+                wins = " ".join(f"{k} {v['rate']:.0%}/{v['n']}" for k, v in t.win_rates().items() if v["rate"] is not None)
+                upd = t.last_update.get("update_s")
+                line += f" | updates {t.learner.version}" + (f" ({upd:.1f} s)" if upd else "") + (f" | {wins}" if wins else "")
+            console(line)
 
     def summary_games(self) -> str:
         states = collections.Counter(s.state for s in self.slots)
@@ -459,6 +485,9 @@ class Supervisor:
         tasks = []
         try:
             self._setup()
+            if self.training is not None:
+                await self._loop.run_in_executor(None, self.training.start, self._loop)
+                tasks.append(asyncio.create_task(self._log_rounds()))
             for s in self.slots:
                 if "wine" in self.runtimes and s.runtime is self.runtimes["wine"]:
                     # The first Wine use may boot a prefix (~20 s): off the loop.
@@ -467,7 +496,7 @@ class Supervisor:
                 if s.runtime.obs is not None and s.runtime.obs.fd not in self._obs_readers:
                     self._obs_readers.add(s.runtime.obs.fd)
                     self._loop.add_reader(s.runtime.obs.fd, self._on_obs, s.runtime.obs)
-            tasks = [asyncio.create_task(self._watch()), asyncio.create_task(self._progress())]
+            tasks += [asyncio.create_task(self._watch()), asyncio.create_task(self._progress())]
             timeout = self.recipe.stop_after_s or None
             try:
                 await asyncio.wait_for(self._stop.wait(), timeout)
@@ -513,6 +542,9 @@ class Supervisor:
                     self._unwire(s)
                 if s.state not in (FAILED,):
                     s.state = STOPPED
+        if self.training is not None:
+            # The learner's update finishes, then a last checkpoint (resumable).
+            await self._loop.run_in_executor(None, self.training.stop)
         killed_wine = []
         for rt in self.runtimes.values():
             killed_wine += await self._loop.run_in_executor(None, rt.cleanup)
