@@ -53,6 +53,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch threads of the worker (and of the bare run)")
     ap.add_argument("--repeats", type=int, default=200)
     ap.add_argument("--device", default="cpu", help="cpu, or cuda (the graphed path)")
+    ap.add_argument("--learner", action="store_true",
+                    help="also time a PPO update (32 sequences x 16 steps, 2 epochs) with 1 and 2 torch threads")
     args = ap.parse_args()
     sizes = [int(x) for x in args.sizes.split(",")]
     cfg = NetConfig(d_model=args.d_model, n_heads=args.heads, n_layers=args.layers)
@@ -96,6 +98,41 @@ def main() -> None:
             wake = med(r - x.latency_ms for r, x in zip(rounds, stats))  # the caller's wake-up
             print(f"{n:>5} {b.bucket:>6} {t_bare:>8.3f} {t_round:>9.3f} {n / t_round * 1e3:>8.0f} {paired:>10.3f} "
                   f"{inround:>17.3f} {copy:>6.3f} {handoff:>7.3f} {worker:>6.3f} {wake:>6.3f}")
+    if args.learner:
+        learner_line(SPEC, cfg, args.max_ent)
+
+
+def learner_line(spec, cfg: NetConfig, max_ent: int) -> None:
+    """An update's time on a synthetic batch, 1 vs 2 torch threads (set OMP_WAIT_POLICY
+    in the environment to compare OpenMP's waiting)."""
+    import os
+
+    from w3async.learner import Learner, LearnerConfig
+    from w3async.trajectories import TrajBatch
+
+    rng = np.random.default_rng(0)
+    n_seq, t, bucket = 32, 16, 48
+    n_ent = rng.integers(1, max_ent + 1, (n_seq, t)).astype(np.int32)
+    real = np.arange(bucket) < n_ent[..., None]
+    mask = np.zeros((n_seq, t, 4, 192), np.uint8)
+    mask[..., 0] = 1
+    z = np.zeros((n_seq, t), np.float32)
+    tb = TrajBatch(glob=rng.standard_normal((n_seq, t, 32), dtype=np.float32),
+                   ent=rng.standard_normal((n_seq, t, bucket, 16), dtype=np.float32) * real[..., None],
+                   ent_type=np.zeros((n_seq, t, bucket), np.int16), n_ent=n_ent, mask=mask,
+                   action=np.zeros((n_seq, t, 4), np.int32), logp=z, value=z, next_value=z, reward=z + 1,
+                   done=z > 0, truncated=z > 0, first=z > 0, version=np.zeros((n_seq, t), np.uint32),
+                   rows=np.arange(n_seq, dtype=np.int32), state0=None, bucket=bucket)
+    print(f"learner (OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}): update of {tb.reward.size} steps, "
+          f"2 epochs, minibatches of 8 sequences")
+    for threads in (1, 2):
+        learner = Learner(Network(spec, cfg), LearnerConfig(minibatch_seqs=8, update_epochs=2, num_threads=threads))
+        learner.run_update(tb)
+        times = []
+        for _ in range(3):
+            times.append(learner.run_update(tb).update_s)
+        print(f"  {threads} thread(s): {statistics.median(times):.2f} s an update, "
+              f"{tb.reward.size / statistics.median(times):.0f} steps/s")
 
 
 if __name__ == "__main__":
