@@ -159,3 +159,18 @@ def test_agent_mode_under_the_shim(duel, tmp_path, runtime, request):
         # the row posted at step k carries the hash after step k-1
         for k, s in enumerate(rep.steps):
             assert hashes[(lane, ep, k + 1)] == s.hash, f"{path.name}: step {k}"
+
+
+def test_live_games_do_not_depend_on_the_cuts(duel, tmp_path):
+    """The built-in AI reads the cached paths too (visibility memo): six whole games, with
+    every cut off and on, give byte-identical replays (every side's orders, every hash)."""
+    dirs = []
+    for cuts in ("0", "7"):
+        d = tmp_path / f"cuts{cuts}"
+        subprocess.run([str(duel), "--selfplay", "ai:hard,random", "--games", "6", "--seed", "3", "--record-dir", str(d)],
+                       env={**os.environ, "W3D_CUTS": cuts}, check=True, capture_output=True)
+        dirs.append(d)
+    names = sorted(p.name for p in dirs[0].glob("*.w3dr"))
+    assert len(names) == 6 and names == sorted(p.name for p in dirs[1].glob("*.w3dr"))
+    for n in names:
+        assert (dirs[0] / n).read_bytes() == (dirs[1] / n).read_bytes(), n
