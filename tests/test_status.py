@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import aiohttp
+import numpy as np
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
@@ -371,11 +372,13 @@ def refresh_cost(n_episodes: int) -> float:
     """Seconds per refresh (a poll that finds one new line, /status, /series) of a view
     that already holds n_episodes."""
     s = RunSeries()
-    for i in range(n_episodes):
-        s.add_episode(T0 + i * 0.5, ("ai:easy", "self", "ai:hard", "self")[i % 4], i % 2 == 0,
-                      ("win", "loss")[i % 3 % 2], steps=100, version=i // 100)
-        if i % 10 == 0:
-            s.add_sample(T0 + i * 0.5, steps_per_s=1000.0, latency_ms=2.0, restarts=i // 1000)
+    i = np.arange(n_episodes)
+    s.add_episodes(T0 + i * 0.5, [("ai:easy", "self", "ai:hard", "self")[k % 4] for k in i], list(i % 2 == 0),
+                   [("win", "loss")[k % 3 % 2] for k in i], [100] * n_episodes, [0.0] * n_episodes,
+                   list(i // 100), [None] * n_episodes)
+    j = np.arange(0, n_episodes, 10)
+    s.samples.add_many(T0 + j * 0.5, steps_per_s=np.full(len(j), 1000.0), latency_ms=np.full(len(j), 2.0),
+                       restarts=j // 1000)
     view = RunView(Path("/nonexistent-run"))
     view.series = view.files.series = s
     t = time.perf_counter()
@@ -390,6 +393,22 @@ def refresh_cost(n_episodes: int) -> float:
 def test_refresh_cost_is_flat_in_episodes():
     small, big = min(refresh_cost(100) for _ in range(3)), min(refresh_cost(100_000) for _ in range(3))
     assert big < 3 * small + 0.002, (small, big)
+
+
+def test_batch_and_single_episodes_agree():
+    rng = np.random.default_rng(0)
+    n = 500
+    t = T0 + np.sort(rng.uniform(0, 5000, n))
+    opp = [("ai:easy", "ai:normal", "self", "league:3")[k] for k in rng.integers(0, 4, n)]
+    ev = [o.startswith("ai:") for o in opp]
+    res = [("win", "loss", "draw")[k] for k in rng.integers(0, 3, n)]
+    a, b = RunSeries(max_bins=16), RunSeries(max_bins=16)
+    a.add_episodes(t, opp, ev, res, [1] * n, [0.0] * n, [0] * n, ["r%d" % k for k in range(n)])
+    for k in range(n):
+        b.add_episode(float(t[k]), opp[k], ev[k], res[k], 1, 0.0, 0, "r%d" % k)
+    assert a.evaluation() == b.evaluation() and a.selfplay.as_dict() == b.selfplay.as_dict()
+    assert a.plots() == b.plots() and a.last_eval_replay == b.last_eval_replay
+    assert len(a.episodes) == len(b.episodes) == n and a.opponents == b.opponents
 
 
 def test_tail_reads_only_new_whole_lines(tmp_path):

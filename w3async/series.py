@@ -32,6 +32,7 @@ import numpy as np
 # Evaluation opponents (the built-in AI's levels), in the order the plots use.
 AI_LEVELS = ("ai:easy", "ai:normal", "ai:hard")
 RESULTS = {"win": 1, "draw": 0, "loss": -1}
+_LEVEL = {lvl: i for i, lvl in enumerate(AI_LEVELS)}
 RECENT = 100  # episodes in a "recent" win rate, per level
 
 
@@ -59,12 +60,14 @@ class Columns:
             b[: self.n] = a[: self.n]
             self._cols[k] = b
 
-    def append(self, **values) -> None:
-        """One record; a column not named gets 0 (NaN for floats)."""
-        self._reserve(1)
+    def extend(self, **arrays) -> None:
+        """Records as equal-length arrays, one per column (a column not named gets 0,
+        NaN for floats)."""
+        n = len(next(iter(arrays.values())))
+        self._reserve(n)
         for k, a in self._cols.items():
-            a[self.n] = values.get(k, np.nan if a.dtype.kind == "f" else 0)
-        self.n += 1
+            a[self.n: self.n + n] = arrays[k] if k in arrays else (np.nan if a.dtype.kind == "f" else 0)
+        self.n += n
 
 
 class Bins:
@@ -124,6 +127,24 @@ class Bins:
                 self.max[i, b] = v
         self.used = max(self.used, b + 1)
 
+    def add_many(self, t: np.ndarray, **values: np.ndarray) -> None:
+        """Many records at once (values: arrays as long as t; NaN is not counted)."""
+        t = np.asarray(t, dtype=np.float64)
+        if not len(t):
+            return
+        if self.origin is None:
+            self.origin = float(t.min())
+        self._bin(float(t.max()))  # merges first when the batch runs past the last bin
+        idx = np.clip((t - self.origin) // self.width_s, 0, self.max_bins - 1).astype(np.intp)
+        for name, v in values.items():
+            v = np.asarray(v, dtype=np.float64)
+            ok = ~np.isnan(v)
+            i, b, v = self._index[name], idx[ok], v[ok]
+            np.add.at(self.sum[i], b, v)
+            np.add.at(self.cnt[i], b, 1)
+            np.maximum.at(self.max[i], b, v)
+        self.used = max(self.used, int(idx.max()) + 1)
+
     def points(self, name: str, agg: str = "mean") -> tuple[np.ndarray, np.ndarray]:
         """(bin centre times, values) of the bins that hold `name`: agg is mean, max or
         sum. Costs O(max_bins)."""
@@ -151,12 +172,13 @@ class LevelTally:
     draws: int = 0
     recent: collections.deque = field(default_factory=lambda: collections.deque(maxlen=RECENT))
 
-    def add(self, result: int) -> None:
-        self.games += 1
-        self.wins += result == 1
-        self.losses += result == -1
-        self.draws += result == 0
-        self.recent.append(result)
+    def add_many(self, results: np.ndarray) -> None:
+        """Results: 1 win, 0 draw, -1 loss."""
+        self.games += len(results)
+        self.wins += int((results == 1).sum())
+        self.losses += int((results == -1).sum())
+        self.draws += int((results == 0).sum())
+        self.recent.extend(results[-RECENT:].tolist())
 
     def as_dict(self) -> dict:
         def rate(w, d, n):
@@ -202,8 +224,13 @@ class RunSeries:
         self.updates = 0
 
     def _t(self, t: float) -> float:
+        """Note the earliest time; every Bins counts from the run's start, so batches
+        and single records land in the same bins."""
         if self.t0 is None:
             self.t0 = t
+        for b in (self.samples, self.episode_bins):
+            if b.origin is None:
+                b.origin = self.t0
         return t
 
     def add_sample(self, t: float, **values: float) -> None:
@@ -212,36 +239,59 @@ class RunSeries:
 
     def add_round_line(self, t: float, rec: dict) -> None:
         """One inference.jsonl line (one second of rounds)."""
-        rec = round_line(rec)
-        self.last_round = rec
-        self.add_sample(t, latency_ms=_num(rec.get("latency_ms_mean")),
-                        latency_p95_ms=_num(rec.get("latency_ms_p95")), latency_max_ms=_num(rec.get("latency_ms_max")),
-                        compute_ms=_num(rec.get("compute_ms_mean")))
+        self.add_round_lines(np.array([t]), [round_line(rec)])
+
+    def add_round_lines(self, t: np.ndarray, recs: list[dict]) -> None:
+        """inference.jsonl lines (round_line()'d), one a second."""
+        self._t(float(np.min(t)))
+        self.last_round = recs[-1]
+        self.samples.add_many(t, latency_ms=_col(recs, "latency_ms_mean"), latency_p95_ms=_col(recs, "latency_ms_p95"),
+                              latency_max_ms=_col(recs, "latency_ms_max"), compute_ms=_col(recs, "compute_ms_mean"))
 
     def add_update(self, t: float, rec: dict) -> None:
         """One learner.jsonl update line."""
-        self.updates += 1
-        self.last_update = rec
-        self.add_sample(t, update_s=_num(rec.get("update_s")), wait_s=_num(rec.get("wait_s")))
+        self.add_updates(np.array([t]), [rec])
+
+    def add_updates(self, t: np.ndarray, recs: list[dict]) -> None:
+        self._t(float(np.min(t)))
+        self.updates += len(recs)
+        self.last_update = recs[-1]
+        self.samples.add_many(t, update_s=_col(recs, "update_s"), wait_s=_col(recs, "wait_s"))
 
     def add_episode(self, t: float, opponent: str, eval: bool, result: str, steps: int = 0, ret: float = 0.0,
                     version: int = 0, replay: str | None = None) -> None:
         """One finished episode (episodes.jsonl's fields)."""
-        t = self._t(t)
-        r = RESULTS.get(result, 0)
-        score = 1.0 if r == 1 else 0.5 if r == 0 else 0.0
-        level = AI_LEVELS.index(opponent) if opponent in AI_LEVELS else -1
-        self.episodes.append(t=t, level=level, result=r, steps=steps, ret=ret, version=version)
-        self.opponents[opponent] += 1
-        if eval and level >= 0:
-            self.levels.setdefault(opponent, LevelTally()).add(r)
-            self.episode_bins.add(t, **{f"score:{opponent}": score, f"n:{opponent}": 1})
-            if replay:
-                self.last_eval_replay = replay
-        elif not eval:
-            self.selfplay.add(r)
-            self.episode_bins.add(t, **{"score:self": score, "n:self": 1})
-        self.last_episode = dict(t=t, opponent=opponent, eval=eval, result=result)
+        self.add_episodes(np.array([t]), [opponent], [eval], [result], [steps], [ret], [version], [replay])
+
+    def add_episodes(self, t: np.ndarray, opponents: list[str], evals: list[bool], results: list[str],
+                     steps: list[int], rets: list[float], versions: list[int], replays: list[str | None]) -> None:
+        """Finished episodes, as equal-length lists (episodes.jsonl's fields): one numpy
+        pass per batch, so a run's whole history reads as fast as its files parse."""
+        n = len(t)
+        if not n:
+            return
+        t = np.asarray(t, dtype=np.float64)
+        self._t(float(t.min()))
+        r = np.array([RESULTS.get(x, 0) for x in results], dtype=np.int8)
+        level = np.array([_LEVEL.get(o, -1) for o in opponents], dtype=np.int8)
+        ev = np.array(evals, dtype=bool)
+        self.episodes.extend(t=t, level=level, result=r, steps=steps, ret=rets, version=versions)
+        self.opponents.update(opponents)
+        score = np.where(r == 1, 1.0, np.where(r == 0, 0.5, 0.0))
+        for k, lvl in enumerate(AI_LEVELS):
+            m = ev & (level == k)
+            if m.any():
+                self.levels.setdefault(lvl, LevelTally()).add_many(r[m])
+                self.episode_bins.add_many(t[m], **{f"score:{lvl}": score[m], f"n:{lvl}": np.ones(int(m.sum()))})
+        m = ~ev
+        if m.any():
+            self.selfplay.add_many(r[m])
+            self.episode_bins.add_many(t[m], **{"score:self": score[m], "n:self": np.ones(int(m.sum()))})
+        for i in range(n - 1, -1, -1):
+            if ev[i] and level[i] >= 0 and replays[i]:
+                self.last_eval_replay = replays[i]
+                break
+        self.last_episode = dict(t=float(t[-1]), opponent=opponents[-1], eval=bool(ev[-1]), result=results[-1])
 
     def plots(self) -> dict:
         """{plot: [{label, t: [s since start], y: [...]}]}: O(max_bins) per line."""
@@ -358,20 +408,48 @@ class RunFiles:
         """Read what the files gained; returns the number of records handled."""
         n = 0
         for name, tail in self.tails.items():
-            handle = getattr(self, "_" + name.split(".")[0])
-            for line in tail.lines():
-                try:
-                    rec = json.loads(line)
-                    t = parse_ts(rec["ts"])
-                except (ValueError, KeyError, TypeError):
-                    self.bad_lines += 1  # a torn or foreign line: counted, skipped
-                    continue
-                self.last_ts = t if self.last_ts is None else max(self.last_ts, t)
-                handle(t, rec)
-                n += 1
+            lines = tail.lines()
+            if not lines:
+                continue
+            recs, t = self._parse(lines)
+            if recs:
+                self.last_ts = max(self.last_ts or 0.0, float(t.max()))
+                getattr(self, "_" + name.split(".")[0])(t, recs)
+                n += len(recs)
         return n
 
-    def _events(self, t: float, rec: dict) -> None:
+    def _parse(self, lines: list[bytes]) -> tuple[list[dict], np.ndarray]:
+        """Records with a good `ts`, and their times. One json.loads per batch (a torn
+        or foreign line sends the batch down the line-by-line path, which skips it)."""
+        try:
+            recs = json.loads(b"[" + b",".join(lines) + b"]")
+        except ValueError:
+            recs = []
+            for ln in lines:
+                try:
+                    recs.append(json.loads(ln))
+                except ValueError:
+                    self.bad_lines += 1
+        good = [r for r in recs if isinstance(r, dict) and isinstance(r.get("ts"), str)]
+        self.bad_lines += len(recs) - len(good)
+        try:  # numpy parses ISO 8601 in C; it wants the "Z" off
+            t = np.array([r["ts"].rstrip("Z") for r in good], dtype="datetime64[us]").astype(np.int64) / 1e6
+        except ValueError:
+            keep, ts = [], []
+            for r in good:
+                try:
+                    ts.append(parse_ts(r["ts"]))
+                    keep.append(r)
+                except ValueError:
+                    self.bad_lines += 1
+            good, t = keep, np.array(ts, dtype=np.float64)
+        return good, t
+
+    def _events(self, t: np.ndarray, recs: list[dict]) -> None:
+        for ti, rec in zip(t.tolist(), recs):
+            self._event(ti, rec)
+
+    def _event(self, t: float, rec: dict) -> None:
         ev = rec.get("event")
         s = self.series
         if ev == "run_start":
@@ -399,22 +477,33 @@ class RunFiles:
                 if g.state != "failed":
                     g.state = "stopped"
 
-    def _inference(self, t: float, rec: dict) -> None:
-        if rec.get("event") != "rounds":
+    def _inference(self, t: np.ndarray, recs: list[dict]) -> None:
+        keep = [i for i, r in enumerate(recs) if r.get("event") == "rounds"]
+        if not keep:
             return
-        self.rounds += int(rec.get("rounds") or 0)
-        self.rows += int(rec.get("rows") or 0)
-        self.series.add_round_line(t, rec)
+        recs, t = [round_line(recs[i]) for i in keep], t[keep]
+        self.rounds += sum(int(r.get("rounds") or 0) for r in recs)
+        self.rows += sum(int(r.get("rows") or 0) for r in recs)
+        self.series.add_round_lines(t, recs)
         if not self.live_sampler:
-            self.series.add_sample(t, steps_per_s=_num(rec.get("rows")))
+            self.series.samples.add_many(t, steps_per_s=_col(recs, "rows"))
 
-    def _learner(self, t: float, rec: dict) -> None:
-        if rec.get("event") == "update":
-            self.series.add_update(t, rec)
+    def _learner(self, t: np.ndarray, recs: list[dict]) -> None:
+        keep = [i for i, r in enumerate(recs) if r.get("event") == "update"]
+        if keep:
+            self.series.add_updates(t[keep], [recs[i] for i in keep])
 
-    def _episodes(self, t: float, rec: dict) -> None:
-        if rec.get("event") != "episode":
+    def _episodes(self, t: np.ndarray, recs: list[dict]) -> None:
+        keep = [i for i, r in enumerate(recs) if r.get("event") == "episode"]
+        if not keep:
             return
-        self.series.add_episode(t, str(rec.get("opponent", "")), bool(rec.get("eval")), str(rec.get("result", "")),
-                                int(rec.get("steps") or 0), _num(rec.get("return")), int(rec.get("policy_version") or 0),
-                                rec.get("replay"))
+        recs, t = [recs[i] for i in keep], t[keep]
+        self.series.add_episodes(
+            t, [str(r.get("opponent", "")) for r in recs], [bool(r.get("eval")) for r in recs],
+            [str(r.get("result", "")) for r in recs], [int(r.get("steps") or 0) for r in recs],
+            _col(recs, "return"), [int(r.get("policy_version") or 0) for r in recs], [r.get("replay") for r in recs])
+
+
+def _col(recs: list[dict], key: str) -> np.ndarray:
+    """A field of many records as floats (NaN where missing or not a number)."""
+    return np.array([_num(r.get(key)) for r in recs], dtype=np.float64)
