@@ -53,6 +53,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch threads of the worker (and of the bare run)")
     ap.add_argument("--repeats", type=int, default=200)
     ap.add_argument("--device", default="cpu", help="cpu, or cuda (the graphed path)")
+    ap.add_argument("--beside", default="",
+                    help="update_pause_ms values (e.g. 0,8): rounds of 16 rows while a learner thread updates")
+    ap.add_argument("--learner-nice", type=int, default=0, help="nice of the learner thread in --beside")
     ap.add_argument("--learner", action="store_true",
                     help="also time a PPO update (32 sequences x 16 steps, 2 epochs) with 1 and 2 torch threads")
     args = ap.parse_args()
@@ -100,6 +103,68 @@ def main() -> None:
                   f"{inround:>17.3f} {copy:>6.3f} {handoff:>7.3f} {worker:>6.3f} {wake:>6.3f}")
     if args.learner:
         learner_line(SPEC, cfg, args.max_ent)
+    for pause in [float(x) for x in args.beside.split(",") if x]:
+        beside_line(SPEC, cfg, args.max_ent, pause, nice=args.learner_nice)
+
+
+def beside_line(spec, cfg: NetConfig, max_ent: int, pause_ms: float, rows: int = 16, seconds: float = 8.0,
+                nice: int = 0) -> None:
+    """Rounds of `rows` rows back to back (as a busy supervisor would run them) while a
+    learner thread runs updates with update_pause_ms = pause_ms: round latency while the
+    learner is idle and while it updates, and the update's time."""
+    import threading
+
+    from w3async.learner import Learner, LearnerConfig
+
+    tb = synthetic_trajbatch(max_ent)
+    learner = Learner(Network(spec, cfg), LearnerConfig(minibatch_seqs=8, update_epochs=2, update_pause_ms=pause_ms,
+                                                                  thread_nice=nice))
+    rng = np.random.default_rng(1)
+    b = synthetic_batch(spec, rows, rng, max_ent=max_ent)
+    updating = threading.Event()
+    stop = threading.Event()
+    update_s = []
+
+    def learn():
+        while not stop.is_set():
+            time.sleep(0.5)  # idle: waiting for data
+            updating.set()
+            update_s.append(learner.run_update(tb).update_s)
+            updating.clear()
+
+    idle, busy = [], []
+    with InferenceEngine(spec, cfg, max_rows=rows) as engine:
+        th = threading.Thread(target=learn)
+        th.start()
+        t_end = time.perf_counter() + seconds
+        while time.perf_counter() < t_end:
+            was = updating.is_set()
+            t0 = time.perf_counter()
+            engine.submit(b).result()
+            (busy if was and updating.is_set() else idle).append((time.perf_counter() - t0) * 1e3)
+        stop.set()
+        th.join()
+    q = lambda xs, p: float(np.percentile(xs, p)) if xs else float("nan")  # noqa: E731
+    print(f"update_pause_ms {pause_ms:g}, learner nice {nice}: rounds of {rows} rows idle median {q(idle, 50):.2f} ms (p90 {q(idle, 90):.2f}, "
+          f"n {len(idle)}), during updates median {q(busy, 50):.2f} ms (p90 {q(busy, 90):.2f}, n {len(busy)}); "
+          f"update {statistics.median(update_s) if update_s else float('nan'):.2f} s ({len(update_s)} updates)")
+
+
+def synthetic_trajbatch(max_ent: int, n_seq: int = 32, t: int = 16, bucket: int = 48):
+    from w3async.trajectories import TrajBatch
+
+    rng = np.random.default_rng(0)
+    n_ent = rng.integers(1, max_ent + 1, (n_seq, t)).astype(np.int32)
+    real = np.arange(bucket) < n_ent[..., None]
+    mask = np.zeros((n_seq, t, 4, 192), np.uint8)
+    mask[..., 0] = 1
+    z = np.zeros((n_seq, t), np.float32)
+    return TrajBatch(glob=rng.standard_normal((n_seq, t, 32), dtype=np.float32),
+                     ent=rng.standard_normal((n_seq, t, bucket, 16), dtype=np.float32) * real[..., None],
+                     ent_type=np.zeros((n_seq, t, bucket), np.int16), n_ent=n_ent, mask=mask,
+                     action=np.zeros((n_seq, t, 4), np.int32), logp=z, value=z, next_value=z, reward=z + 1,
+                     done=z > 0, truncated=z > 0, first=z > 0, version=np.zeros((n_seq, t), np.uint32),
+                     rows=np.arange(n_seq, dtype=np.int32), state0=None, bucket=bucket)
 
 
 def learner_line(spec, cfg: NetConfig, max_ent: int) -> None:
@@ -108,21 +173,8 @@ def learner_line(spec, cfg: NetConfig, max_ent: int) -> None:
     import os
 
     from w3async.learner import Learner, LearnerConfig
-    from w3async.trajectories import TrajBatch
 
-    rng = np.random.default_rng(0)
-    n_seq, t, bucket = 32, 16, 48
-    n_ent = rng.integers(1, max_ent + 1, (n_seq, t)).astype(np.int32)
-    real = np.arange(bucket) < n_ent[..., None]
-    mask = np.zeros((n_seq, t, 4, 192), np.uint8)
-    mask[..., 0] = 1
-    z = np.zeros((n_seq, t), np.float32)
-    tb = TrajBatch(glob=rng.standard_normal((n_seq, t, 32), dtype=np.float32),
-                   ent=rng.standard_normal((n_seq, t, bucket, 16), dtype=np.float32) * real[..., None],
-                   ent_type=np.zeros((n_seq, t, bucket), np.int16), n_ent=n_ent, mask=mask,
-                   action=np.zeros((n_seq, t, 4), np.int32), logp=z, value=z, next_value=z, reward=z + 1,
-                   done=z > 0, truncated=z > 0, first=z > 0, version=np.zeros((n_seq, t), np.uint32),
-                   rows=np.arange(n_seq, dtype=np.int32), state0=None, bucket=bucket)
+    tb = synthetic_trajbatch(max_ent)
     print(f"learner (OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}): update of {tb.reward.size} steps, "
           f"2 epochs, minibatches of 8 sequences")
     for threads in (1, 2):

@@ -165,3 +165,25 @@ def test_gru_network_updates():
 def test_config_errors_name_every_key():
     with pytest.raises(ValueError, match="lr=0.*gamma=2"):
         LearnerConfig(lr=0, gamma=2)
+
+
+def test_thread_nice_applies_to_the_learners_thread_only():
+    import os
+    import threading
+
+    learner = Learner(Network(SPEC, NET), LearnerConfig(minibatch_seqs=8, update_epochs=1, thread_nice=3))
+    seen = {}
+
+    def run():
+        tid = threading.get_native_id()
+        before = os.getpriority(os.PRIO_PROCESS, tid)
+        learner.run_update(fake_batch(n_seq=8))
+        learner.run_update(fake_batch(n_seq=8))  # applied once per thread
+        seen["delta"] = os.getpriority(os.PRIO_PROCESS, tid) - before
+
+    main_before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    th = threading.Thread(target=run)
+    th.start()
+    th.join()
+    assert seen["delta"] == 3
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == main_before

@@ -26,6 +26,8 @@ minibatches with the clipped losses), with three changes for this harness:
 from __future__ import annotations
 
 import copy
+import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -72,6 +74,10 @@ class LearnerConfig:
     """Sleep after each minibatch so that inference rounds get the CPU/GPU (seeds/000: 4-8 ms)."""
     num_threads: int = 1
     """torch threads of the learner's thread (on 2 cores: 1 here, 1 for inference)."""
+    thread_nice: int = 0
+    """Nice of the thread that runs run_update (Linux sets it per thread; 0 leaves it).
+    A positive value lets the inference worker and the loop take the CPU first, and the
+    learner the rest (seeds/000: niced games let the server and learner go first)."""
     seed: int = 0
     """Seeds the minibatch order."""
 
@@ -86,6 +92,8 @@ class LearnerConfig:
         for k in ("update_epochs", "minibatch_seqs", "num_threads"):
             if getattr(self, k) < 1:
                 errors.append(f"{k}={getattr(self, k)} must be >= 1")
+        if not 0 <= self.thread_nice <= 19:
+            errors.append(f"thread_nice={self.thread_nice} must be in 0..19")
         for k in ("clip_coef", "ent_coef", "vf_coef", "update_pause_ms"):
             if getattr(self, k) < 0:
                 errors.append(f"{k}={getattr(self, k)} must be >= 0")
@@ -145,7 +153,16 @@ class Learner:
         self.pause = pause if pause is not None else self._sleep
         self.rng = np.random.default_rng(cfg.seed)
         self.version = 0  # updates done; the policy version the inference side publishes
+        self._niced: set[int] = set()  # native ids of the threads thread_nice was applied to
         self.steps_trained = 0
+
+    def _nice_this_thread(self) -> None:
+        tid = threading.get_native_id()
+        if self.cfg.thread_nice and tid not in self._niced:
+            # On Linux setpriority(PRIO_PROCESS, tid) changes that one thread; raising a
+            # nice value needs no privilege. Lowering it back would.
+            os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + self.cfg.thread_nice)
+            self._niced.add(tid)
 
     def _sleep(self) -> None:
         if self.cfg.update_pause_ms > 0:
@@ -189,7 +206,8 @@ class Learner:
         docstring. Raises NonFiniteLossError (and leaves the weights as they were) if a
         loss was not finite."""
         t_start = time.perf_counter()
-        torch.set_num_threads(self.cfg.num_threads)
+        torch.set_num_threads(self.cfg.num_threads)  # per thread with torch's OpenMP backend
+        self._nice_this_thread()
         cfg, net = self.cfg, self.net
         n_seq, seq_len = tb.shape
         before = (copy.deepcopy(net.state_dict()), copy.deepcopy(self.opt.state_dict()))
