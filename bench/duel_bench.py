@@ -82,6 +82,7 @@ def main() -> int:
     a = ap.parse_args()
     subprocess.run(["make", "-s", "-C", "games/duel", f"BUILD={REPO / 'build'}"], cwd=REPO, check=True)
     env = {**os.environ, "W3D_CUTS": str(a.cuts)}
+    load0 = os.getloadavg()[0]
     rows = [
         throughput("native", lambda args: [str(NATIVE), *args], env, 1, 1, a.steps),
         throughput("native", lambda args: [str(NATIVE), *args], env, 8, 4, a.steps // 4),
@@ -98,7 +99,9 @@ def main() -> int:
             rows.append(throughput("wine", lambda args: prefix.command(str(EXE), args), wenv, 8, 4, a.steps // 4))
     else:
         print("duel_bench: Wine rows skipped (no wine, no duel.exe, or --no-wine)")
-    print(f"duel, ai:hard vs ai:hard on camps, W3D_CUTS={a.cuts}, {os.cpu_count()} CPUs")
+    # steps/s depends on what else the machine runs; CPU per step and instructions do not
+    print(f"duel, ai:hard vs ai:hard on camps, W3D_CUTS={a.cuts}, {os.cpu_count()} CPUs, "
+          f"load average {load0:.1f} before, {os.getloadavg()[0]:.1f} after")
     print(f"{'setup':8} {'procs x lanes':>13} {'steps/s':>10} {'cpu ms/step':>12} {'sim ms/step':>12}")
     for r in rows:
         print(f"{r['setup']:8} {r['procs']:>6} x {r['lanes']:<4} {r['steps/s']:>10.0f} "
