@@ -245,9 +245,13 @@ def main(argv: list[str] | None = None) -> int:
     with ExitStack() as stack:
         prefix = None
         if "wine" in runtimes:
-            from .runtime_wine import WineConfig, acquire_prefix
+            from .runtime_wine import WineConfig, WineError, acquire_prefix
 
-            prefix = stack.enter_context(acquire_prefix(WineConfig()))
+            try:
+                prefix = stack.enter_context(acquire_prefix(WineConfig()))
+            except (WineError, OSError) as e:
+                print(f"replay_parity: no Wine prefix for --runtime wine: {e}", file=sys.stderr)
+                return EXIT_BROKEN
         workdir = a.keep or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="w3a-parity-")))
         workdir.mkdir(parents=True, exist_ok=True)
         for path in a.replays:
