@@ -56,10 +56,10 @@ def test_sampled_actions_are_always_allowed_and_masked_choices_have_zero_probabi
                 assert (a < size).all()
                 assert obs.mask[torch.arange(64), h, a].all(), f"head {h} sampled a masked choice"
         z, ents, real = net.encode(obs)
-        for h, lp in enumerate(net.heads_logp(z, ents, real, obs.mask)):
-            allowed = obs.mask[:, h, : lp.shape[1]]
-            assert (lp.exp()[~allowed] == 0).all()  # exactly zero
-            assert torch.allclose(lp.exp().sum(1), torch.ones(64))
+        lp = net.heads_logp(z, ents, real, obs.mask)
+        assert lp.shape == (64, layout.N_HEADS, layout.HEAD_MAX)
+        assert (lp.exp()[~obs.mask] == 0).all()  # exactly zero
+        assert torch.allclose(lp.exp().sum(2), torch.ones(64, layout.N_HEADS))
 
 
 def test_logp_of_sampled_action_matches_evaluate(net):
@@ -81,7 +81,7 @@ def test_padding_does_not_change_outputs(net):
         assert torch.allclose(a[0], b[0], atol=1e-5)
         lps32 = net.heads_logp(a[0], a[1], a[2], obs32.mask)
         lps64 = net.heads_logp(b[0], b[1], b[2], obs64.mask)
-        for x, y in zip(lps32, lps64):
+        for x, y in zip(lps32.unbind(1), lps64.unbind(1)):
             assert torch.equal(torch.isfinite(x), torch.isfinite(y))
             assert torch.allclose(x[torch.isfinite(x)], y[torch.isfinite(y)], atol=1e-5)
         gen = torch.Generator()
@@ -130,6 +130,17 @@ def test_gru_state_resets_on_first():
 def test_config_errors_name_the_values():
     with pytest.raises(ValueError, match="n_heads=3"):
         NetConfig(d_model=32, n_heads=3)
+
+
+def test_a_spec_without_pointer_head():
+    spec = GameSpec("np", n_types=2, head_sizes=(3, 1, 5, 2))
+    net = Network(spec, NetConfig(d_model=16, n_heads=2, n_layers=1)).eval()
+    obs = random_obs(32, 32, seed=10, spec=GameSpec("np", 2, (3, 1, 5, 2)))
+    with torch.no_grad():
+        for _ in range(10):
+            a = net.act(obs, torch.Generator().manual_seed(_)).actions
+            assert obs.mask[torch.arange(32)[:, None], torch.arange(4)[None, :], a].all()
+            assert (a < torch.tensor(spec.head_sizes)).all()
 
 
 def test_parameter_count_is_small():

@@ -141,18 +141,32 @@ class Network(nn.Module):
         self.ln_out = nn.LayerNorm(d)
         self.pool = nn.Sequential(nn.Linear(2 * d, d), nn.GELU())
         self.core = nn.GRUCell(d, d) if cfg.gru else None
-        self.heads = nn.ModuleList(
-            None if h == spec.pointer_head else nn.Linear(d, n) for h, n in enumerate(spec.head_sizes)
-        )
+        # The plain heads as one linear layer; its outputs and the pointer's logits are
+        # laid out as one (B, N_HEADS, HEAD_MAX) tensor by a fixed gather (few, large ops
+        # instead of a dozen small ones per head: a round's cost is mostly op dispatch).
+        plain = [h for h in range(layout.N_HEADS) if h != spec.pointer_head]
+        n_plain = sum(spec.head_sizes[h] for h in plain)
+        self.heads = nn.Linear(d, n_plain)
         if spec.pointer_head is not None:
             self.ptr_q = nn.Linear(d, d)
             self.ptr_k = nn.Linear(d, d)
+        # source column of each (head, choice): a plain output, a pointer column (after the
+        # plain ones), or the last column, a constant 0 for choices past a head's size
+        zero_col = n_plain + (layout.HEAD_MAX if spec.pointer_head is not None else 0)
+        src = torch.full((layout.N_HEADS, layout.HEAD_MAX), zero_col, dtype=torch.long)
+        off = 0
+        for h in plain:
+            src[h, : spec.head_sizes[h]] = torch.arange(off, off + spec.head_sizes[h])
+            off += spec.head_sizes[h]
+        if spec.pointer_head is not None:
+            src[spec.pointer_head] = n_plain + torch.arange(layout.HEAD_MAX)
+        self.register_buffer("_src", src.view(-1), persistent=False)
+        sizes = torch.arange(layout.HEAD_MAX)[None, :] < torch.tensor(spec.head_sizes)[:, None]
+        self.register_buffer("_in_size", sizes, persistent=False)  # (N_HEADS, HEAD_MAX)
         self.value_head = nn.Linear(d, 1)
         # Small initial logits (CleanRL's std=0.01 policy init): a near-uniform first policy.
-        for head in self.heads:
-            if head is not None:
-                nn.init.orthogonal_(head.weight, 0.01)
-                nn.init.zeros_(head.bias)
+        nn.init.orthogonal_(self.heads.weight, 0.01)
+        nn.init.zeros_(self.heads.bias)
         nn.init.orthogonal_(self.value_head.weight, 1.0)
         nn.init.zeros_(self.value_head.bias)
 
@@ -186,25 +200,25 @@ class Network(nn.Module):
         state = self.core(z, state)
         return state, state
 
-    def heads_logp(self, z: Tensor, ents: Tensor, real: Tensor, mask: Tensor) -> list[Tensor]:
-        """Masked log-probabilities per head: (B, head_size), -inf where not allowed."""
-        out = []
-        for h, n in enumerate(self.spec.head_sizes):
-            allowed = mask[:, h, :n]
-            if h == self.spec.pointer_head:
-                e = ents.shape[1]
-                k = self.ptr_k(ents)  # (B, E, d)
-                logits = torch.einsum("bed,bd->be", k, self.ptr_q(z)) / math.sqrt(z.shape[1])
-                logits = F.pad(logits, (0, n - e))
-                real_n = F.pad(real, (0, n - e))
-                ptr_ok = allowed & real_n
-                # A pointer mask with no real entity is a game bug that the checks should
-                # have caught; keep the game's word rather than produce an empty choice.
-                allowed = torch.where(ptr_ok.any(1, keepdim=True), ptr_ok, allowed)
-            else:
-                logits = self.heads[h](z)
-            out.append(torch.log_softmax(logits.masked_fill(~allowed, -math.inf), dim=1))
-        return out
+    def heads_logp(self, z: Tensor, ents: Tensor, real: Tensor, mask: Tensor) -> Tensor:
+        """Masked log-probabilities (B, N_HEADS, HEAD_MAX): -inf where a choice is not
+        allowed (masked, past the head's size, or a pointer at no real entity)."""
+        b, e = real.shape
+        cols = [self.heads(z)]
+        allowed = mask & self._in_size
+        if self.spec.pointer_head is not None:
+            p = self.spec.pointer_head
+            k = self.ptr_k(ents)  # (B, E, d)
+            ptr = torch.einsum("bed,bd->be", k, self.ptr_q(z)) / math.sqrt(z.shape[1])
+            cols.append(F.pad(ptr, (0, layout.HEAD_MAX - e)))
+            ptr_ok = allowed[:, p] & F.pad(real, (0, layout.HEAD_MAX - e))
+            # A pointer mask with no real entity is a game bug that the checks should
+            # have caught; keep the game's word rather than produce an empty choice.
+            ptr_ok = torch.where(ptr_ok.any(1, keepdim=True), ptr_ok, allowed[:, p])
+            allowed = torch.cat([allowed[:, :p], ptr_ok[:, None], allowed[:, p + 1 :]], dim=1)
+        cols.append(z.new_zeros(b, 1))
+        logits = torch.cat(cols, 1).index_select(1, self._src).view(b, layout.N_HEADS, layout.HEAD_MAX)
+        return torch.log_softmax(logits.masked_fill(~allowed, -math.inf), dim=2)
 
     # -- the two entry points ------------------------------------------------------------
 
@@ -216,19 +230,17 @@ class Network(nn.Module):
         log-probability and the value. `state`/`first` feed the GRU (ignored without)."""
         z, ents, real = self.encode(obs)
         z, new_state = self._core_step(z, state, first)
-        actions, logp = [], torch.zeros(z.shape[0], device=z.device)
-        for lp in self.heads_logp(z, ents, real, obs.mask):
-            if greedy:
-                a = lp.argmax(1)
-            else:
-                u = torch.rand(lp.shape, generator=generator, device=lp.device)
-                # u in [tiny, 1): the noise is finite, so a -inf (masked) logit never wins.
-                gumbel = -torch.log(-torch.log(u.clamp_min(torch.finfo(u.dtype).tiny)))
-                a = (lp + gumbel).argmax(1)
-            actions.append(a)
-            logp = logp + lp.gather(1, a[:, None])[:, 0]
+        lp = self.heads_logp(z, ents, real, obs.mask)
+        if greedy:
+            actions = lp.argmax(2)
+        else:
+            u = torch.rand(lp.shape, generator=generator, device=lp.device)
+            # u in [tiny, 1): the noise is finite, so a -inf (masked) logit never wins.
+            gumbel = -torch.log(-torch.log(u.clamp_min(torch.finfo(u.dtype).tiny)))
+            actions = (lp + gumbel).argmax(2)
+        logp = lp.gather(2, actions[:, :, None])[:, :, 0].sum(1)
         value = self.value_head(z)[:, 0]
-        return ActResult(torch.stack(actions, 1), logp, value, new_state)
+        return ActResult(actions, logp, value, new_state)
 
     def evaluate(
         self, obs: Obs, actions: Tensor, state0: Tensor | None = None, first: Tensor | None = None,
@@ -251,11 +263,9 @@ class Network(nn.Module):
                 state, _ = self._core_step(zs[:, t], state, fs[:, t] if fs is not None else None)
                 outs.append(state)
             z = torch.stack(outs, 1).reshape(b * seq_len, -1)
-        logp = torch.zeros(z.shape[0], device=z.device)
-        entropy = torch.zeros_like(logp)
-        for h, lp in enumerate(self.heads_logp(z, ents, real, obs.mask)):
-            logp = logp + lp.gather(1, actions[:, h : h + 1].long())[:, 0]
-            # p * log p with p = 0 is 0: fill the -inf first, or the product (and, through
-            # torch.where, its gradient) is 0 * -inf = nan.
-            entropy = entropy - (lp.exp() * lp.masked_fill(~torch.isfinite(lp), 0.0)).sum(1)
+        lp = self.heads_logp(z, ents, real, obs.mask)
+        logp = lp.gather(2, actions.long()[:, :, None])[:, :, 0].sum(1)
+        # p * log p with p = 0 is 0: fill the -inf first, or the product (and, through
+        # torch.where, its gradient) is 0 * -inf = nan.
+        entropy = -(lp.exp() * lp.masked_fill(~torch.isfinite(lp), 0.0)).sum((1, 2))
         return EvalResult(logp, entropy, self.value_head(z)[:, 0])
