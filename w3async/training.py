@@ -166,18 +166,20 @@ class Training:
         """Answer a gathered batch through the networks (asynchronously)."""
         n = b.n
         rows = b.rows[:n].astype(np.int64)
-        self._episodes(b, rows)
-        train = (self.row_role[rows] == TRAIN) & (self.row_slot[rows] == 0)
-        if self.traj.full and train.any():
-            held = rows[train]
-            self.sup.gatherer.hold(held)
-            self._held.append(held)
-            b.select(~train)
-            n = b.n
-            rows = b.rows[:n].astype(np.int64)
-            train = np.zeros(n, bool)
+        if self.traj.full:
+            # Back-pressure: the train groups' rows wait, unanswered and unseen, until the
+            # learner takes a batch (unblock); evaluation rows go on.
+            waiting = self.row_role[rows] == TRAIN
+            if waiting.any():
+                self.sup.gatherer.hold(rows[waiting])
+                self._held.append(rows[waiting])
+                b.select(~waiting)
+                n = b.n
+                rows = b.rows[:n].astype(np.int64)
         if not n:
             return
+        self._episodes(b, rows)
+        train = (self.row_role[rows] == TRAIN) & (self.row_slot[rows] == 0)
         self.traj.record_obs(b, train)
         fut = self.engine.submit(b, self.row_slot[rows])
         self.sup.gatherer.hold(rows)

@@ -12,6 +12,10 @@
  *   W3N_TYPES=N          entity type ids are drawn from 0..N-1 (default 8)
  *   W3N_EPISODES=N       exit 0 after N finished episodes, all lanes together (0: never)
  *   W3N_STEP_US=N        busy work per step, in microseconds of spinning (default 0)
+ *   W3N_LEARN=1          a contextual bandit for learning tests: glob[2..5] show a target
+ *                        0..3 one-hot and the reward is 1 when the last answer's head 0 was the
+ *                        target shown with it (head 0 allows 4 choices); a random policy
+ *                        earns 0.25 a step, a learned one up to 1
  *   W3N_ROGUE=mode       misbehave at step W3N_ROGUE_STEP (default 20) of the process:
  *                        nan, count, type, mask, seq, bytes, crash, exit, hang
  */
@@ -32,7 +36,7 @@ static void null_sleep_forever(void) { for (;;) pause(); }
 #endif
 
 typedef struct null_cfg {
-    long check, episode_steps, entities, types, episodes, step_us, rogue_step;
+    long check, episode_steps, entities, types, episodes, step_us, rogue_step, learn;
     const char *rogue;
 } null_cfg;
 
@@ -44,6 +48,7 @@ static int null_config(null_cfg *cfg, char *err, size_t errlen)
         w3s_env_int("W3N_TYPES", 8, &cfg->types, err, errlen) ||
         w3s_env_int("W3N_EPISODES", 0, &cfg->episodes, err, errlen) ||
         w3s_env_int("W3N_STEP_US", 0, &cfg->step_us, err, errlen) ||
+        w3s_env_int("W3N_LEARN", 0, &cfg->learn, err, errlen) ||
         w3s_env_int("W3N_ROGUE_STEP", 20, &cfg->rogue_step, err, errlen))
         return -1;
     cfg->rogue = getenv("W3N_ROGUE");
@@ -58,6 +63,17 @@ static int null_config(null_cfg *cfg, char *err, size_t errlen)
     return 0;
 }
 
+/* Learn mode's target for a row at a step: varies with everything, so only reading
+ * glob[2] predicts it. */
+static uint32_t null_target(uint32_t lane, uint32_t side, uint64_t episode, uint32_t step)
+{
+    uint32_t x = (uint32_t)episode * 2654435761u ^ step * 40503u ^ lane * 97u ^ side * 13u;
+    x ^= x >> 13;
+    x *= 0x5bd1e995u;
+    x ^= x >> 15;
+    return x & 3u;
+}
+
 /* Fills row i for its lane's current step: deterministic values that the supervisor's
  * checks accept. */
 static void null_fill(w3s_row *r, uint32_t lane, uint32_t side, uint64_t episode, uint32_t step,
@@ -68,20 +84,27 @@ static void null_fill(w3s_row *r, uint32_t lane, uint32_t side, uint64_t episode
     r->episode = episode;
     r->step = step;
     r->flags = (step == 0 ? W3S_FLAG_FIRST : 0) | (step + 1 >= (uint32_t)cfg->episode_steps ? W3S_FLAG_DONE : 0);
-    r->reward = (r->flags & W3S_FLAG_DONE) ? (side == 0 ? 1.0f : -1.0f) : 0.0f;
+    if (!cfg->learn)
+        r->reward = (r->flags & W3S_FLAG_DONE) ? (side == 0 ? 1.0f : -1.0f) : 0.0f;
+    /* learn mode: main() sets the reward from the last answer before filling */
     r->n_ent = (uint32_t)cfg->entities;
     r->discarded = 0;
     r->state_hash = (episode * 0x9E3779B97F4A7C15ULL) ^ ((uint64_t)lane << 32) ^ step;
     for (int g = 0; g < W3S_G_GLOB; g++)
         r->glob[g] = (float)((step + g) % 7) * 0.25f;
+    if (cfg->learn) { /* the target, one-hot in glob[2..5] */
+        uint32_t t = null_target(lane, side, episode, step);
+        for (uint32_t k = 0; k < 4; k++)
+            r->glob[2 + k] = k == t ? 1.0f : 0.0f;
+    }
     for (uint32_t e = 0; e < r->n_ent; e++) {
         for (int f = 0; f < W3S_F_ENT; f++)
             r->ent[e][f] = (float)((e + f + step) % 5) * 0.5f;
         r->ent_type[e] = (int16_t)((e + lane) % (uint32_t)cfg->types);
     }
-    /* heads 0-2: the first 16 choices; head 3 points at an entity */
+    /* heads 0-2: the first 16 choices (4 for head 0 in learn mode); head 3 points at an entity */
     for (int h = 0; h < W3S_N_HEADS; h++) {
-        uint32_t n = h == 3 ? (r->n_ent ? r->n_ent : 1) : 16;
+        uint32_t n = h == 3 ? (r->n_ent ? r->n_ent : 1) : (h == 0 && cfg->learn) ? 4 : 16;
         memset(r->mask[h], 1, n);
         memset(r->mask[h] + n, 0, W3S_HEAD_MAX - n);
     }
@@ -168,11 +191,17 @@ int main(void)
     uint32_t lanes = nrows / 2;
     uint64_t *episode = calloc(lanes, sizeof(uint64_t));
     uint32_t *step = calloc(lanes, sizeof(uint32_t));
+    uint32_t *target = calloc(nrows, sizeof(uint32_t)); /* learn mode: the target shown last step */
     uint64_t steps = 0, checked = 0, finished = 0;
     for (;;) {
         for (uint32_t l = 0; l < lanes; l++)
-            for (uint32_t s = 0; s < 2; s++)
-                null_fill(w3s_row_at(c, l * 2 + s), l, s, episode[l], step[l], &cfg);
+            for (uint32_t s = 0; s < 2; s++) {
+                w3s_row *r = w3s_row_at(c, l * 2 + s);
+                if (cfg.learn) /* the reward for the answer to the row posted last step */
+                    r->reward = step[l] == 0 ? 0.0f : (float)(r->action[0] == (int32_t)target[l * 2 + s]);
+                null_fill(r, l, s, episode[l], step[l], &cfg);
+                target[l * 2 + s] = null_target(l, s, episode[l], step[l]);
+            }
         null_spin_us(cfg.step_us);
         if (cfg.rogue && (long)steps == cfg.rogue_step)
             null_rogue(c, cfg.rogue);
@@ -226,5 +255,6 @@ int main(void)
     w3s_detach(c);
     free(episode);
     free(step);
+    free(target);
     return rc;
 }
