@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -99,12 +100,19 @@ def test_corrupted_and_truncated_replays_are_named(long_replay, tmp_path):
     assert rp.main([str(bad), str(cut)]) == rp.EXIT_BROKEN
 
 
-def test_a_crashing_or_hanging_variant_is_broken(long_replay, tmp_path):
+def test_a_crashing_or_hanging_variant_is_broken(long_replay, tmp_path, monkeypatch):
     res = check(long_replay, tmp_path, ["W3D_CUTS=0,999"])
     assert res.verdict == "broken"
     assert any("W3D_CUTS=999: exited" in e for e in res.errors), res.errors
-    res = check(long_replay, tmp_path, ["W3D_CUTS=0"], timeout_s=0.001)
-    assert res.verdict == "broken" and any("hung" in e for e in res.errors), res.errors
+    # a game that never ends: the variant is killed at the timeout and reported hung
+    hang = tmp_path / "hang.sh"
+    hang.write_text("#!/bin/sh\necho progress 50 0\nexec sleep 60\n")
+    hang.chmod(0o755)
+    monkeypatch.setattr(rp, "NATIVE_EXE", hang)
+    t0 = time.monotonic()
+    res = check(long_replay, tmp_path, ["W3D_CUTS=0"], timeout_s=1.0)
+    assert time.monotonic() - t0 < 10
+    assert res.verdict == "broken" and any("hung" in e and "at step 50" in e for e in res.errors), res.errors
 
 
 @pytest.mark.wine
