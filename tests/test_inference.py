@@ -156,6 +156,12 @@ def test_gru_state_is_kept_per_row_and_reset_on_first():
         b.flags[:4] = layout.FLAG_FIRST
         r3 = eng.submit(b).result()
         np.testing.assert_allclose(r3.value, r1.value, atol=1e-6)
+        # a restart's reset is queued behind the rounds in flight and before later ones
+        b.flags[:4] = 0
+        eng.submit(b)
+        eng.reset_rows(np.arange(4))
+        r4 = eng.submit(b).result()
+        assert (r4.state_in == 0).all()
 
 
 def test_round_stats_window_aggregates(engine):

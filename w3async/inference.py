@@ -238,12 +238,15 @@ class InferenceEngine:
                 self.nets[slot].load_state_dict(sd)  # copy_ into the existing parameters
             self.versions[slot] = version
 
-    def reset_rows(self, rows: np.ndarray) -> None:
-        """Forget the GRU state of these table rows (a game restarted). Applied on the
-        worker before the next round."""
-        if self._state is not None:
-            rows_t = torch.as_tensor(np.asarray(rows, np.int64), device=self.device)
-            self._call(lambda: self._state.index_fill_(0, rows_t, 0.0)).result()
+    def reset_rows(self, rows: np.ndarray) -> Future | None:
+        """Forget the GRU state of these table rows (a game restarted). Queued on the
+        worker (FIFO: after the rounds already submitted, before any submitted later);
+        returns at once (the loop must not wait), with the future of the reset or None
+        when the network has no state."""
+        if self._state is None:
+            return None
+        rows_t = torch.as_tensor(np.asarray(rows, np.int64), device=self.device)
+        return self._call(lambda: self._state.index_fill_(0, rows_t, 0.0))
 
     def _call(self, fn) -> Future:
         if self._pool is None:
