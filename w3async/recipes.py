@@ -48,7 +48,8 @@ class GameGroup:
     """"train": the current policy's rows feed the learner; "eval": played by the current
     policy (against the built-in AI at fixed seeds), logged, never trained on."""
     env: dict = field(default_factory=dict)
-    """Extra environment for the game (strings)."""
+    """Extra environment for the game (strings). "{run_dir}" in a value becomes the run
+    folder ("{run_dir_windows}": the same as a Z: path, for Wine games)."""
 
 
 @dataclass

@@ -33,7 +33,7 @@ from .policies import CheckPolicy, RandomPolicy
 from .recipes import GameGroup, Recipe, recipe_to_dict
 from .rows import Table, segment_name, unlink_segment
 from .runtime_native import NativeRuntime
-from .runtime_wine import WineConfig, WineError, WineRuntime, processes_with_env
+from .runtime_wine import WineConfig, WineError, WineRuntime, processes_with_env, windows_path
 from .spec import NULL_SPEC, GameSpec
 
 
@@ -221,7 +221,11 @@ class Supervisor:
             return
         self.table.reset_rows(s.row0, s.row0 + s.nrows)
         s.bells = s.runtime.doorbells(self.run_dir, s.index)
-        env = dict(s.group.env)
+        # "{run_dir}" in a value becomes the run folder (e.g. where to record replays);
+        # "{run_dir_windows}" the same as Wine's Z: path.
+        env = {k: v.replace("{run_dir}", str(self.run_dir.resolve()))
+                   .replace("{run_dir_windows}", windows_path(self.run_dir.resolve()))
+               for k, v in s.group.env.items()}
         env.update(W3S_ROW0=str(s.row0), W3S_NROWS=str(s.nrows), W3S_SLOT=str(s.index),
                    W3S_SEED=str(s.index * 1000003 + s.starts))
         s.log_path.parent.mkdir(parents=True, exist_ok=True)
