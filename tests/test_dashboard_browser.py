@@ -192,7 +192,7 @@ async def test_dashboard_in_headless_chromium(tmp_path, null_native, duel_replay
                 timeout=45)
             assert all(v >= 2 for v in plots.values()), plots
             steps = await page.js("window.w3Status.viewer.steps")
-            assert steps == 30  # the recorded duel replay's steps
+            assert steps == 120  # the recorded duel replay's steps
             # step forward with the button, play, then jump with the slider
             assert await page.js("window.w3Status.viewer.step") == 0
             await page.click("#viewer-next")
@@ -205,9 +205,9 @@ async def test_dashboard_in_headless_chromium(tmp_path, null_native, duel_replay
             paused = await page.js("window.w3Status.viewer.step")
             await asyncio.sleep(0.5)
             assert await page.js("window.w3Status.viewer.step") == paused
-            await page.js("(() => { const s = document.getElementById('viewer-slider'); s.value = '20'; "
+            await page.js("(() => { const s = document.getElementById('viewer-slider'); s.value = '85'; "
                           "s.dispatchEvent(new Event('input')); })()")
-            assert await page.js("window.w3Status.viewer.step") == 20
+            assert await page.js("window.w3Status.viewer.step") == 85  # mid-battle: the screenshot shows it
             assert await page.js("window.w3Status.viewer.frames") > frames + 5
             assert await page.js("window.w3Status.viewer.units") > 2
             # the summary shows the live run

@@ -321,10 +321,10 @@ async def test_replay_route_json_duel_and_missing(tmp_path, duel_replay):
     server = StatusServer(FakeSource(run))
     async with TestClient(TestServer(server.app)) as client:
         body = await (await client.get("/replay/latest")).json()
-        assert body["map"]["w"] == 32 and sum(body["map"]["cells"]) > 0 and len(body["steps"]) == 30
+        assert body["map"]["w"] == 32 and sum(body["map"]["cells"]) > 0 and len(body["steps"]) == 120
         u = body["steps"][-1]["units"][0]
-        assert set(u) == {"id", "type", "owner", "x", "y", "hp", "order", "target"}
-        assert body["meta"]["sides"] == ["ai:easy", "ai:hard"] and body["types"][0]["name"] == "base"
+        assert set(u) == {"id", "type", "owner", "x", "y", "hp", "order", "target", "dest"}
+        assert body["meta"]["sides"] == ["ai:normal", "ai:hard"] and body["types"][0]["name"] == "base"
         # a broken file: a 404 with the reason, and the server goes on
         Path(duel_replay).write_bytes(b"W3DREPL1 broken")
         r = await client.get("/replay/latest")
@@ -342,14 +342,14 @@ def test_replay_view_errors(tmp_path):
 
 @pytest.fixture(scope="session")
 def duel_replay(tmp_path_factory) -> Path:
-    """A 30-step duel replay with states, recorded by the reference game."""
+    """A 120-step duel replay with states (a battle from step ~80), recorded by the reference game."""
     import subprocess  # noqa: PLC0415
 
     duel = BUILD / "native" / "duel"
     if not duel.exists():
         subprocess.run(["make", "-s", "build"], cwd=REPO, check=True)
     out = tmp_path_factory.mktemp("replay") / "eval.rep"
-    subprocess.run([str(duel), "--record", str(out), "--sides", "ai:easy,ai:hard", "--states", "--max-steps", "30",
+    subprocess.run([str(duel), "--record", str(out), "--sides", "ai:normal,ai:hard", "--states", "--max-steps", "120",
                     "--map", "choke"], check=True, capture_output=True)
     return out
 

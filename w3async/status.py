@@ -354,9 +354,10 @@ VIEW_UNIT_KEYS = ("id", "type", "owner", "x", "y", "hp", "order", "target")
 def replay_view(path: Path) -> dict:
     """A replay as the viewer's JSON (docs/status.md, "/replay/latest"):
         {map: {w, h, cells: [0 free | 1 blocked, row-major]}, side: agent side,
-         types: [{name, sight}], owners: [names], orders: [names], meta: {...},
-         steps: [{step, units: [{id, type, owner, x, y, hp, order, target}], fog: [...]?}]}
-    Positions are in cells (floats). `fog` (0 hidden, 1 seen, per cell, for `side`) is
+         types: [{name, sight, hp (max)}], owners: [names], orders: [names], meta: {...},
+         steps: [{step, units: [{id, type, owner, x, y, hp, order, target, dest?}], fog: [...]?}]}
+    Positions are in cells (floats); `dest` ([x, y] or null) is where a unit's order
+    walks to. `fog` (0 hidden, 1 seen, per cell, for `side`) is
     optional: without it the viewer derives sight from `types`.
 
     A `.json` file is taken as that format already; any other file is a duel replay,
@@ -384,9 +385,12 @@ DUEL_MAPS = {
     1: (32, 32, ((15, 0, 2, 6), (15, 9, 2, 7), (10, 3, 2, 6))),
     2: (48, 48, ((10, 4, 4, 12), (20, 16, 3, 8), (30, 2, 3, 10), (16, 30, 8, 3), (6, 34, 10, 2), (36, 20, 2, 6))),
 }
-DUEL_TYPES = [("base", 9), ("melee", 6), ("ranged", 7), ("heavy", 6), ("creep", 4), ("boss", 5)]  # du_stats' sight
+# du_stats (duel_sim.c): name, sight in cells, hit points
+DUEL_TYPES = [("base", 9, 3000), ("melee", 6, 160), ("ranged", 7, 90), ("heavy", 6, 380), ("creep", 4, 200),
+              ("boss", 5, 600)]
 DUEL_ORDERS = ["idle", "move", "hold", "retreat"]
 DUEL_FP = 256
+DUEL_MAP_MAX = 48  # a cell index is y * DU_MAP_MAX + x, whatever the map's size
 
 
 def _duel_cells(map_id: int) -> tuple[int, int, list[int]]:
@@ -403,7 +407,7 @@ def _duel_cells(map_id: int) -> tuple[int, int, list[int]]:
 
 def _duel_replay_view(path: Path) -> dict:
     """A duel replay (w3async.replay) with states, in the viewer's format."""
-    from .replay import read_replay  # noqa: PLC0415 (numpy-only, but not needed for JSON replays)
+    from .replay import UNIT_FIELDS, read_replay  # noqa: PLC0415 (not needed for JSON replays)
 
     rep = read_replay(path, require_end=False)
     hd = rep.header
@@ -415,14 +419,17 @@ def _duel_replay_view(path: Path) -> dict:
     side = 0 if hd.sides[0] == "agent" or hd.sides[1] != "agent" else 1
     steps = []
     for st in rep.steps:
-        u = st.units
-        steps.append(dict(step=st.step, units=[
-            dict(id=int(r["id"]), type=int(r["type"]), owner=int(r["owner"]), x=round(float(r["x"]) / DUEL_FP, 3),
-                 y=round(float(r["y"]) / DUEL_FP, 3), hp=int(r["hp"]), order=int(r["order"]), target=int(r["target"]))
-            for r in u]))
+        units = []
+        for r in st.units.tolist():  # tuples of Python ints, in UNIT_FIELDS order
+            u = dict(zip(UNIT_FIELDS, r))
+            d = u["dest"]
+            units.append(dict(id=u["id"], type=u["type"], owner=u["owner"], x=round(u["x"] / DUEL_FP, 3),
+                              y=round(u["y"] / DUEL_FP, 3), hp=u["hp"], order=u["order"], target=u["target"],
+                              dest=[d % DUEL_MAP_MAX + 0.5, d // DUEL_MAP_MAX + 0.5] if d >= 0 else None))
+        steps.append(dict(step=st.step, units=units))
     end = rep.end
     return dict(map=dict(w=w, h=h, cells=cells, name=hd.map_name), side=side,
-                types=[dict(name=n, sight=s) for n, s in DUEL_TYPES], owners=[hd.sides[0], hd.sides[1], "neutral"],
+                types=[dict(name=n, sight=s, hp=hp) for n, s, hp in DUEL_TYPES], owners=[hd.sides[0], hd.sides[1], "neutral"],
                 orders=DUEL_ORDERS, steps=steps,
                 meta=dict(game="duel", seed=str(hd.seed),  # a u64: past what a JS number holds
                           lane=hd.lane, episode=hd.episode, sides=list(hd.sides),
@@ -540,13 +547,18 @@ class StatusServer:
             if self._replay_cache and self._replay_cache[:2] == (p, mtime):
                 body = self._replay_cache[2]
             else:
-                view = replay_view(Path(p))
-                view.setdefault("meta", {})["path"] = p
-                body = json.dumps(view, separators=(",", ":"))
+                # A long game is ~10^4 units to convert: off the loop, which runs the rounds.
+                body = await asyncio.get_running_loop().run_in_executor(None, _replay_json, p)
                 self._replay_cache = (p, mtime, body)
         except (OSError, ReplayError) as e:
             return _json(dict(error=str(e)), status=404)
         return web.Response(text=body, content_type="application/json")
+
+
+def _replay_json(path: str) -> str:
+    view = replay_view(Path(path))
+    view.setdefault("meta", {})["path"] = path
+    return json.dumps(view, separators=(",", ":"))
 
 
 @web.middleware

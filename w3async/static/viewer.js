@@ -62,7 +62,16 @@
     }
     const byId = new Map(st.units.map((u) => [u.id, u]));
     ctx.lineWidth = 1;
-    for (const u of st.units) {  // targets first, under the units
+    ctx.setLineDash([3, 3]);
+    for (const u of st.units) {  // where move orders walk to, dashed, under everything
+      if (!u.dest || u.hp <= 0 || u.order !== 1) continue;
+      ctx.strokeStyle = OWNER_COLORS[u.owner] || "#000";
+      ctx.globalAlpha = 0.5;
+      ctx.beginPath(); ctx.moveTo(u.x * cell, u.y * cell); ctx.lineTo(u.dest[0] * cell, u.dest[1] * cell); ctx.stroke();
+    }
+    ctx.setLineDash([]);
+    ctx.globalAlpha = 1;
+    for (const u of st.units) {  // targets, under the units
       const t = u.target >= 0 ? byId.get(u.target) : null;
       if (!t) continue;
       ctx.strokeStyle = OWNER_COLORS[u.owner] || "#000";
@@ -71,16 +80,24 @@
     ctx.font = `${Math.max(8, cell)}px monospace`;
     ctx.textAlign = "center";
     ctx.textBaseline = "middle";
-    for (const u of st.units) {
-      if (u.hp <= 0) continue;
+    // Bases (type 0) first, as squares, so the units they train stay visible on top.
+    const order = st.units.filter((u) => u.hp > 0).sort((a, b) => (a.type === 0 ? 0 : 1) - (b.type === 0 ? 0 : 1));
+    for (const u of order) {
       const px = u.x * cell, py = u.y * cell;
-      const r = u.type === 0 ? cell * 1.2 : cell * 0.6;
+      const r = u.type === 0 ? cell * 1.3 : cell * 0.6;
       ctx.fillStyle = OWNER_COLORS[u.owner] || "#000";
       ctx.globalAlpha = u.owner === d.side || seen[Math.floor(u.y) * w + Math.floor(u.x)] ? 1 : 0.35;
-      ctx.beginPath(); ctx.arc(px, py, r, 0, 2 * Math.PI); ctx.fill();
-      ctx.fillStyle = "#fff";
-      ctx.fillText(TYPE_LETTERS[u.type] || "?", px, py + 1);
-      if (u.order === 3) { ctx.strokeStyle = "#f1c40f"; ctx.beginPath(); ctx.arc(px, py, r + 1.5, 0, 2 * Math.PI); ctx.stroke(); }
+      ctx.beginPath();
+      if (u.type === 0) ctx.rect(px - r, py - r, 2 * r, 2 * r); else ctx.arc(px, py, r, 0, 2 * Math.PI);
+      ctx.fill();
+      if (u.type !== 0) { ctx.fillStyle = "#fff"; ctx.fillText(TYPE_LETTERS[u.type] || "?", px, py + 1); }
+      const hpMax = d.types && d.types[u.type] ? d.types[u.type].hp : 0;
+      if (hpMax && (u.type === 0 || u.hp < hpMax)) {  // a bar under bases and wounded units
+        ctx.fillStyle = "#2ecc71";
+        ctx.fillRect(px - r, py + r + 1, 2 * r * Math.max(0, Math.min(1, u.hp / hpMax)), 2);
+      }
+      ctx.strokeStyle = u.order === 3 ? "#f1c40f" : "#000";  // retreat: a yellow ring; hold: a black one
+      if (u.order === 3 || u.order === 2) { ctx.beginPath(); ctx.arc(px, py, r + 1.5, 0, 2 * Math.PI); ctx.stroke(); }
       ctx.globalAlpha = 1;
     }
     slider.value = String(i);
@@ -135,8 +152,8 @@
       draw(0);
       document.getElementById("viewer-legend").textContent =
         "blue: " + (body.owners ? body.owners[0] : "side 0") + " · red: " + (body.owners ? body.owners[1] : "side 1") +
-        " · grey: neutral · B base, m melee, r ranged, H heavy, c creep, X boss · shaded: outside side " +
-        body.side + "'s sight · lines: targets · yellow ring: retreat";
+        " · grey: neutral · squares: bases · bars: hit points · m melee, r ranged, H heavy, c creep, X boss · shaded: outside side " +
+        body.side + "'s sight · lines: targets · dashed: move orders · rings: hold (black), retreat (yellow)";
       if (playing) play();
     } catch (e) {
       status.error = String(e);
