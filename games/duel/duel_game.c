@@ -1,0 +1,213 @@
+/* duel_game.c: a lane with its caches, controllers and recorder; the W3D_* config. */
+#include "duel_game.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "w3s.h"
+
+#ifdef _WIN32
+#include <direct.h>
+#include <windows.h>
+#define du_mkdir(p) _mkdir(p)
+#else
+#include <sys/stat.h>
+#define du_mkdir(p) mkdir((p), 0755)
+#endif
+
+double du_cpu_s(void)
+{
+#ifdef _WIN32
+    FILETIME c, e, k, u;
+    GetProcessTimes(GetCurrentProcess(), &c, &e, &k, &u);
+    return ((double)(((uint64_t)u.dwHighDateTime << 32) | u.dwLowDateTime) +
+            (double)(((uint64_t)k.dwHighDateTime << 32) | k.dwLowDateTime)) * 1e-7;
+#else
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+#endif
+}
+
+double du_wall_s(void)
+{
+#ifdef _WIN32
+    LARGE_INTEGER f, t;
+    QueryPerformanceFrequency(&f);
+    QueryPerformanceCounter(&t);
+    return (double)t.QuadPart / (double)f.QuadPart;
+#else
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+#endif
+}
+
+/* mkdir -p; 0, or -1 with errno from the first mkdir that failed for another reason
+ * than the folder being there. */
+int du_mkdirs(const char *path)
+{
+    char buf[1024];
+    snprintf(buf, sizeof(buf), "%s", path);
+    for (char *p = buf + 1; *p; p++)
+        if (*p == '/' || *p == '\\') {
+            char keep = *p;
+            *p = 0;
+            if (du_mkdir(buf) != 0 && errno != EEXIST && errno != EACCES)
+                return -1;
+            *p = keep;
+        }
+    return du_mkdir(buf) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+int du_parse_sides(const char *s, du_ctl ctl[2], char *err, size_t errlen)
+{
+    char buf[128];
+    snprintf(buf, sizeof(buf), "%s", s);
+    char *comma = strchr(buf, ',');
+    if (!comma) {
+        snprintf(err, errlen, "duel: sides '%s' must be two controllers, e.g. agent,ai:easy", s);
+        return -1;
+    }
+    *comma = 0;
+    if (du_ctl_parse(buf, &ctl[0]) || du_ctl_parse(comma + 1, &ctl[1])) {
+        snprintf(err, errlen, "duel: sides '%s': each must be agent, ai:easy, ai:normal, ai:hard, random, script or idle", s);
+        return -1;
+    }
+    return 0;
+}
+
+int du_config(du_cfg *c, char *err, size_t errlen)
+{
+    memset(c, 0, sizeof(*c));
+    const char *sides = getenv("W3D_SIDES");
+    if (du_parse_sides(sides && *sides ? sides : "agent,ai:normal", c->ctl, err, errlen))
+        return -1;
+    const char *map = getenv("W3D_MAP");
+    c->map = (!map || !*map || !strcmp(map, "rotate")) ? -1 : du_map_parse(map);
+    if (map && *map && strcmp(map, "rotate") && c->map < 0) {
+        snprintf(err, errlen, "duel: W3D_MAP=%s: must be open, choke, camps or rotate", map);
+        return -1;
+    }
+    const char *reward = getenv("W3D_REWARD");
+    if (reward && *reward && strcmp(reward, "win") && strcmp(reward, "shaped")) {
+        snprintf(err, errlen, "duel: W3D_REWARD=%s: must be win or shaped", reward);
+        return -1;
+    }
+    c->reward_shaped = reward && !strcmp(reward, "shaped");
+    if (w3s_env_int("W3D_SEED", 1, &c->seed, err, errlen) || w3s_env_int("W3D_EPISODES", 0, &c->episodes, err, errlen) ||
+        w3s_env_int("W3D_STEP_TURNS", 20, &c->step_turns, err, errlen) ||
+        w3s_env_int("W3D_TIME_LIMIT", 12000, &c->time_limit, err, errlen) ||
+        w3s_env_int("W3D_CUTS", 0, &c->cuts, err, errlen) ||
+        w3s_env_int("W3D_BREAK_STEP", 200, &c->break_step, err, errlen) ||
+        w3s_env_int("W3D_RECORD_STATES", 0, &c->record_states, err, errlen))
+        return -1;
+    if (c->step_turns < 1 || c->step_turns > 1000 || c->time_limit < 1 || c->cuts < 0 || c->cuts > 255) {
+        snprintf(err, errlen, "duel: W3D_STEP_TURNS must be 1..1000, W3D_TIME_LIMIT >= 1, W3D_CUTS 0..255 "
+                              "(got %ld, %ld, %ld)", c->step_turns, c->time_limit, c->cuts);
+        return -1;
+    }
+    c->record_dir = getenv("W3D_RECORD_DIR");
+    if (c->record_dir && !*c->record_dir)
+        c->record_dir = NULL;
+    if (c->record_dir && du_mkdirs(c->record_dir))
+        fprintf(stderr, "duel: mkdir(%s) failed: %s (replays will not be written)\n", c->record_dir, strerror(errno));
+    const char *share = getenv("W3D_RECORD_SHARE");
+    c->record_share = share && *share ? strtod(share, NULL) : 1.0;
+    return 0;
+}
+
+uint64_t du_game_seed(long base, uint64_t lane, uint64_t episode)
+{
+    uint64_t x = (uint64_t)base ^ (lane * 0xD1B54A32D192ED03ULL) ^ (episode * 0x8CB92BA72F3D8DD7ULL);
+    return du_rng_next(&x);
+}
+
+void du_make_setup(const du_cfg *c, uint64_t seed, uint64_t episode, du_setup *s)
+{
+    s->map = c->map >= 0 ? c->map : (int32_t)(episode % DU_N_MAPS);
+    s->seed = seed;
+    s->step_turns = (int32_t)c->step_turns;
+    s->time_limit_turns = (int32_t)c->time_limit;
+}
+
+uint32_t du_ctl_code(const du_ctl *c) { return (uint32_t)(c->kind * 16 + c->level); }
+
+
+void du_game_start(du_game *g, const du_cfg *c, uint64_t seed_base_lane)
+{
+    du_setup setup;
+    uint64_t seed = du_game_seed(c->seed, seed_base_lane, g->episode);
+    du_make_setup(c, seed, g->episode, &setup);
+    du_lane_reset(&g->lane, &g->cache, &setup);
+    for (int s = 0; s < 2; s++) {
+        g->ctl[s].kind = c->ctl[s].kind;
+        g->ctl[s].level = c->ctl[s].level;
+        du_ctl_reset(&g->ctl[s], seed + (uint64_t)s);
+        g->discarded[s] = 0;
+        memset(g->prev[s], 0, sizeof(g->prev[s]));
+    }
+    g->recording = 0;
+    if (c->record_dir) {
+        uint64_t x = seed;
+        double u = (double)(du_rng_next(&x) >> 11) * (1.0 / 9007199254740992.0);
+        if (u < c->record_share) {
+            char path[1024], err[512];
+            snprintf(path, sizeof(path), "%s/duel-l%llu-e%llu-%016llx.w3dr", c->record_dir,
+                     (unsigned long long)g->global_lane, (unsigned long long)g->episode, (unsigned long long)seed);
+            du_rec_header h = {setup, (uint32_t)(c->record_states ? 1 : 0), (uint32_t)g->global_lane,
+                               (uint32_t)g->episode, {du_ctl_code(&c->ctl[0]), du_ctl_code(&c->ctl[1])},
+                               (uint32_t)c->reward_shaped};
+            if (du_rec_open(&g->rec, path, &h, err, sizeof(err)))
+                fprintf(stderr, "%s (not recording this episode)\n", err);
+            else
+                g->recording = 1;
+        }
+    }
+}
+
+void du_game_finish(du_game *g)
+{
+    char err[512];
+    if (g->recording && du_rec_close(&g->rec, &g->lane, err, sizeof(err)))
+        fprintf(stderr, "%s\n", err);
+    g->recording = 0;
+}
+
+/* Orders of every non-agent side, then both applied (side 0 first), then the step. */
+void du_game_step(du_game *g, du_orders o[2])
+{
+    for (int s = 0; s < 2; s++)
+        if (g->ctl[s].kind != DU_CTL_AGENT)
+            du_ctl_orders(&g->ctl[s], &g->lane, &g->cache, s, &o[s]);
+    for (int s = 0; s < 2; s++)
+        g->discarded[s] += du_apply_orders(&g->lane, &g->cache, s, &o[s]);
+    int32_t step = g->lane.step;
+    du_step(&g->lane, &g->cache);
+    if (g->recording && du_rec_step(&g->rec, &g->lane, step, o, du_hash(&g->lane))) {
+        fprintf(stderr, "duel: writing %s failed, recording stopped\n", g->rec.tmp);
+        du_rec_abort(&g->rec);
+        g->recording = 0;
+    }
+}
+
+float du_reward(du_game *g, int s, int shaped)
+{
+    const du_lane *l = &g->lane;
+    float r = 0.0f;
+    if (l->winner >= 0 && l->winner < 2)
+        r = l->winner == s ? 1.0f : -1.0f;
+    if (shaped) {
+        const du_side *sd = &l->side[s];
+        r += 0.0005f * (float)((sd->dmg_dealt - g->prev[s][0]) - (sd->dmg_taken - g->prev[s][1]));
+        r += 0.001f * (float)((sd->kill_value - g->prev[s][2]) - (sd->loss_value - g->prev[s][3]));
+    }
+    g->prev[s][0] = l->side[s].dmg_dealt;
+    g->prev[s][1] = l->side[s].dmg_taken;
+    g->prev[s][2] = l->side[s].kill_value;
+    g->prev[s][3] = l->side[s].loss_value;
+    return r;
+}
