@@ -485,7 +485,7 @@ def test_status_cli(tmp_path, capsys):
 
 # ---- a real run --------------------------------------------------------------------------
 
-async def test_live_null_run_served(tmp_path, null_native):
+async def test_live_null_run_served(tmp_path, null_native, capsys):
     """A short null-game run with the server attached: /status and /games follow it, and
     the run's counters agree with the server's after it ends."""
     data = {"name": "statustest", "game": "null",
@@ -495,7 +495,7 @@ async def test_live_null_run_served(tmp_path, null_native):
     server = StatusServer(SupervisorSource(sup), sample_s=0.25)
     port = await server.start()
     task = asyncio.create_task(sup.run())
-    seen = []
+    seen, cli = [], []
     try:
         async with aiohttp.ClientSession() as s:
             while not task.done():
@@ -505,6 +505,11 @@ async def test_live_null_run_served(tmp_path, null_native):
                 seen.append(st)
                 async with s.get(f"http://127.0.0.1:{port}/games") as r:
                     games = (await r.json())["games"]
+                if st["steps"]["agent_steps"] and (tmp_path / "run" / "status.url").exists() and not cli:
+                    # `w3async status` on the live run asks this server (from a thread: the
+                    # server runs on this loop)
+                    cli.append(await asyncio.get_running_loop().run_in_executor(None, status_cli.main, tmp_path / "run"))
+                    cli.append(capsys.readouterr().out)
                 await asyncio.sleep(0.3)
             stats = await task
             async with s.get(f"http://127.0.0.1:{port}/status") as r:
@@ -520,4 +525,9 @@ async def test_live_null_run_served(tmp_path, null_native):
     assert final["steps"]["agent_steps"] == stats["agent_steps"]
     assert final["games"]["stopped"] == 3 and final["run"]["ended"] is not None
     assert len(games) == 3 and all(g["lanes"] == 2 and g["runtime"] == "native" for g in games)
+    assert cli and cli[0] == 0 and "(live)" in cli[1], cli
+    steps = int(re.search(r"\| ([\d,]+) steps \|", cli[1]).group(1).replace(",", ""))
+    assert steps > 0 and re.search(r"3/3 games up", cli[1])  # the server's live counters, not the files'
+    assert not (tmp_path / "run" / "status.url").exists()  # removed by stop()
     assert status_cli.main(tmp_path / "run") == 0
+    assert "(ended)" in capsys.readouterr().out

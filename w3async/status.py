@@ -35,6 +35,7 @@ from aiohttp import web
 from .series import AI_LEVELS, RunFiles, RunSeries
 
 SCHEMA = 1
+URL_FILE = "status.url"  # in the run folder while a live server serves it
 STATIC = Path(__file__).resolve().parent / "static"
 STATIC_FILES = {"dashboard.js": "text/javascript", "viewer.js": "text/javascript", "dashboard.css": "text/css"}
 # The page may load only what this server serves: no outside host, ever.
@@ -452,6 +453,8 @@ class StatusServer:
         self._runner: web.AppRunner | None = None
         self._task: asyncio.Task | None = None
         self._replay_cache: tuple | None = None
+        self._url_file: Path | None = None
+        self.sample_error: str | None = None
         self.app = self._make_app()
 
     @property
@@ -492,6 +495,12 @@ class StatusServer:
             except asyncio.CancelledError:
                 pass
             self._task = None
+        if self._url_file is not None:
+            try:
+                self._url_file.unlink()
+            except FileNotFoundError:
+                pass
+            self._url_file = None
         if self._runner is not None:
             runner, self._runner = self._runner, None
             await runner.cleanup()
@@ -502,8 +511,21 @@ class StatusServer:
             try:
                 self.view.sample()
                 self.view.refresh()
+                if self.view.source is not None and self._url_file is None:
+                    self._write_url_file()
             except Exception as e:  # noqa: BLE001 (the server outlives a bad sample)
                 self.sample_error = repr(e)
+
+    def _write_url_file(self) -> None:
+        """runs/<run>/status.url: where `w3async status` finds the live counters (once
+        the supervisor has made the folder). Removed by stop()."""
+        if not self.view.run_dir.is_dir():
+            return
+        path = self.view.run_dir / URL_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(self.url + "\n")
+        os.replace(tmp, path)
+        self._url_file = path
 
     def _refresh(self) -> None:
         """Every request reads what the logs gained: a stat per file when nothing did."""

@@ -3,19 +3,23 @@
     from w3async.status_cli import main
     sys.exit(main("runs/fgself-20261130-0400"))
 
-main(run_dir) -> int reads the run folder's logs (docs/logs.md) once, the way the
-status server does (status.RunView without a source), prints the progress line and
-a few lines of detail on stdout, and returns 0; 2 (with the reason on stderr) when
-the folder is not a run folder. It never touches the run: a live supervisor goes on.
+main(run_dir) -> int prints the progress line and a few lines of detail on stdout
+and returns 0; 2 (with the reason on stderr) when the folder is not a run folder. For a
+live run whose status server wrote `status.url`, the figures are the server's own
+(/status, /games); otherwise, or when the server does not answer within 2 s, they are
+read from the run's logs (docs/logs.md) the way the server reads them (status.RunView
+without a source). It never changes the run.
 """
 
 from __future__ import annotations
 
+import json
 import sys
+import urllib.request
 from pathlib import Path
 
 from .progress import progress_line
-from .status import RunView
+from .status import URL_FILE, RunView
 
 
 def summary(st: dict, games: list[dict]) -> list[str]:
@@ -59,10 +63,28 @@ def main(run_dir: str | Path) -> int:
         print(f"w3async status: {run_dir} is not a run folder (no events.jsonl): give runs/<run>", file=sys.stderr)
         return 2
     view = RunView(run_dir)
-    view.refresh()
-    for line in summary(view.status(), view.games()):
+    live = _from_server(run_dir) if view.live() else None
+    if live is not None:
+        st, games = live
+    else:
+        view.refresh()
+        st, games = view.status(), view.games()
+    for line in summary(st, games):
         print(line)
     return 0
+
+
+def _from_server(run_dir: Path) -> tuple[dict, list[dict]] | None:
+    """The live server's /status and /games, or None (no status.url, no answer)."""
+    try:
+        url = (run_dir / URL_FILE).read_text().strip()
+        with urllib.request.urlopen(url + "status", timeout=2) as r:
+            st = json.load(r)
+        with urllib.request.urlopen(url + "games", timeout=2) as r:
+            games = json.load(r)["games"]
+    except (OSError, ValueError, KeyError):
+        return None
+    return st, games
 
 
 if __name__ == "__main__":
