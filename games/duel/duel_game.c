@@ -98,7 +98,8 @@ int du_config(du_cfg *c, char *err, size_t errlen)
         return -1;
     }
     c->reward_shaped = reward && !strcmp(reward, "shaped");
-    if (w3s_env_int("W3D_SEED", 1, &c->seed, err, errlen) || w3s_env_int("W3D_EPISODES", 0, &c->episodes, err, errlen) ||
+    if (w3s_env_int("W3S_SEED", 1, &c->seed, err, errlen) ||
+        w3s_env_int("W3D_SEED", c->seed, &c->seed, err, errlen) || w3s_env_int("W3D_EPISODES", 0, &c->episodes, err, errlen) ||
         w3s_env_int("W3D_STEP_TURNS", 20, &c->step_turns, err, errlen) ||
         w3s_env_int("W3D_TIME_LIMIT", 12000, &c->time_limit, err, errlen) ||
         w3s_env_int("W3D_CUTS", 0, &c->cuts, err, errlen) ||

@@ -15,8 +15,10 @@
  *   W3D_SIDES="agent,ai:easy"  the two sides of every lane: agent, ai:easy|normal|hard,
  *                              random, script, idle; W3S_NROWS / (agent sides) lanes
  *   W3D_MAP=open|choke|camps|rotate (default rotate: by episode)
- *   W3D_SEED=N                 base seed; a lane's game seed mixes it with the global
- *                              lane number (from W3S_ROW0) and the lane's episode
+ *   W3D_SEED=N                 base seed (default: the supervisor's W3S_SEED, new at
+ *                              every spawn, else 1); a lane's game seed mixes it with the
+ *                              global lane number (from W3S_ROW0) and the lane's episode.
+ *                              Set it for fixed evaluation games.
  *   W3D_REWARD=win|shaped      win/loss (+1/-1, 0 for a draw) only, or plus damage and kills
  *   W3D_EPISODES=N             exit 0 after N finished episodes, all lanes together
  *   W3D_STEP_TURNS=N           turns (25 ms of game time each) per step, default 20
