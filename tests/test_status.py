@@ -114,7 +114,11 @@ class FakeSource:
                     seconds=10.0, cpu_s=1.0, bad_rows=0, restarts=dict(self.restarts),
                     games={i: dict(pid=100 + i, state="running", restarts=0, causes={}) for i in range(self.slots)})
 
+    games_: list[dict] | None = None
+
     def games(self) -> list[dict]:
+        if self.games_ is not None:
+            return self.games_
         return [dict(slot=i, pid=100 + i, runtime="native", lanes=2, sides=2, state="running", restarts=i,
                      causes={"crash": i} if i else {}, steps=1000 * i, last_step_age_s=0.01) for i in range(self.slots)]
 
@@ -159,6 +163,9 @@ async def test_status_schema_and_values(served):
     assert st["inference"]["rounds_per_s"] == 250.0 and st["inference"]["rows_per_round"] == 10.0
     assert st["inference"]["latency_ms_p95"] == 4.0 and st["inference"]["buckets"] == {"32": 90, "48": 10}
     assert st["games"]["total"] == 2 and st["games"]["alive"] == 2 and st["games"]["restarts_by_cause"] == {"crash": 1}
+    src.games_ = [dict(g, causes={"crash": 2, "hang": 1}) for g in src.games()]  # totals sum over slots
+    st = await (await client.get("/status")).json()
+    assert st["games"]["restarts_by_cause"] == {"crash": 4, "hang": 2} and st["games"]["restarts"] == 6
     assert st["learner"]["updates"] == 5 and st["learner"]["update"] == 5 and st["learner"]["update_s"] == 1.5
     assert st["league"]["snapshots"] == 2 and st["league"]["latest_snapshot"] == 4
     assert st["league"]["opponents"]["self"] > 0 and st["league"]["opponents"]["league:2"] > 0

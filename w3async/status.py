@@ -145,7 +145,7 @@ class RunView:
             dt = max(t2 - t1, 1e-6)
             self._steps_per_s, self._rounds_per_s = (s2 - s1) / dt, (r2 - r1) / dt
             self.series.add_sample(now, steps_per_s=self._steps_per_s,
-                                   restarts=sum(st.get("restarts", {}).values()))
+                                   restarts=sum(g.get("restarts") or 0 for g in self.source.games()))
         elif self.series.t0 is None:
             self.series.t0 = now
 
@@ -222,7 +222,12 @@ class RunView:
         games = self.games()
         states = collections.Counter(g["state"] for g in games)
         if st:
-            restarts = dict(st.get("restarts", {}))
+            # Summed over the slots here: stats()["restarts"] keeps one slot's count per
+            # cause (a dict comprehension over slots), not the run's total.
+            restarts = collections.Counter()
+            for g in games:
+                restarts.update(g.get("causes") or {})
+            restarts = dict(restarts)
             agent_steps, rounds, bad_rows = st.get("agent_steps", 0), st.get("rounds", 0), st.get("bad_rows", 0)
             steps_per_s, rounds_per_s = self._steps_per_s, self._rounds_per_s
         else:
