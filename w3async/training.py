@@ -96,6 +96,8 @@ class Training:
         self.last_update: dict = {}
         self.last_checkpoint: str | None = None
         self.learner_phase = "idle"
+        self.nonfinite_outputs = 0  # rounds whose network output was not finite (must stay 0)
+        self.nonfinite_batches = 0  # learner batches with a non-finite input (must stay 0)
         self._held: list[np.ndarray] = []
         self._inflight = 0
         self._round_stats: list = []
@@ -194,6 +196,9 @@ class Training:
         except Exception as e:  # noqa: BLE001 (a failed round stops the run with its cause)
             self.sup._finish(f"inference round failed: {e!r}")
             return
+        if not (np.isfinite(res.value).all() and np.isfinite(res.logp).all()):
+            self.nonfinite_outputs += 1  # the checks keep NaN out of the inputs; count, never answer it
+            self.sup.events.error("nonfinite_output", rows=res.rows[:8].tolist())
         g = self.sup.gatherer
         g.release(res.rows)
         if not self.sup._stopping:
@@ -308,6 +313,10 @@ class Training:
                 if tb is None:
                     continue
                 loop.call_soon_threadsafe(self.unblock)
+                if not all(np.isfinite(a).all() for a in (tb.glob, tb.ent, tb.reward, tb.value, tb.logp)):
+                    self.nonfinite_batches += 1  # never trained on: the checks should make this impossible
+                    self.sup.events.error("nonfinite_batch", batch=self.traj.stats.batches)
+                    continue
                 self.learner_phase = "update"
                 wait0 = self.traj.stats.wait_s
                 st = self.learner.run_update(tb)
@@ -326,7 +335,9 @@ class Training:
                                       explained_var=st.explained_var, lr=self.recipe.learner.lr, steps=st.steps,
                                       pause_s=round(st.pause_s, 4), padding=st.padding_mean,
                                       snapshot=snap.version if snap else None,
-                                      backpressure_s=round(self.traj.stats.backpressure_s, 3))
+                                      backpressure_s=round(self.traj.stats.backpressure_s, 3),
+                                      cut_steps=self.traj.stats.cut_steps, nonfinite_batches=self.nonfinite_batches,
+                                      nonfinite_outputs=self.nonfinite_outputs)
                 if version % self.recipe.checkpoint.every_updates == 0:
                     self.checkpoint()
                 if self.recipe.stop.updates and version >= self.recipe.stop.updates:
