@@ -301,3 +301,16 @@ def test_sigkilled_run_is_cleaned_up_by_the_next(tmp_path, null_native):
     assert shm not in list_segments()
     assert not [x for x in old if alive(x)]
     assert [e for e in evs if e["event"] == "shutdown"][-1]["agent_steps"] > 0
+
+
+@pytest.mark.wine
+async def test_wine_hang_is_detected_and_restarted(tmp_path, null_exe):
+    data = null_recipe(
+        [{"binary": str(null_exe), "runtime": "wine", "count": 1, "env": {"W3N_ROGUE": "hang", "W3N_ROGUE_STEP": "30"}}],
+        supervisor={"start_timeout_s": 120, "hang_timeout_s": 1.5}, stop={"seconds": 10},
+    )
+    sup, stats = await run_recipe(data, tmp_path / "run")
+    assert stats["games"][0]["causes"].get("hang", 0) >= 1
+    kills = [e for e in events(tmp_path / "run") if e["event"] == "game_kill"]
+    assert kills and kills[0]["cause"] == "hang" and kills[0]["phase"] == "step"
+    assert_nothing_left(sup, tmp_path / "run")

@@ -132,3 +132,29 @@ async def test_bad_rows_never_reach_the_network_or_learner(tmp_path, null_native
     ups = lines(tmp_path / "run" / "learner.jsonl", "update")
     assert ups and all(math.isfinite(u["policy_loss"]) and math.isfinite(u["value_loss"]) for u in ups)
     assert sum(g["causes"].get("bad_row", 0) for g in stats["games"].values()) >= 1
+
+
+async def test_learner_failure_stops_the_run_with_a_resumable_checkpoint(tmp_path, null_native, monkeypatch):
+    """An exception in the learner's thread (here injected at its third update) stops the
+    run with the error, never hangs the loop, and leaves a checkpoint that resumes."""
+    from w3async import learner as learner_mod
+    from w3async.supervisor import RunError
+
+    real = learner_mod.Learner.run_update
+    calls = []
+
+    def failing(self, tb):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("injected learner fault")
+        return real(self, tb)
+
+    monkeypatch.setattr(learner_mod.Learner, "run_update", failing)
+    data = learn_recipe(stop={"seconds": 60})
+    sup = Supervisor(recipe_from_dict(data), tmp_path / "run")
+    with pytest.raises(RunError, match="learner failed: RuntimeError\\('injected learner fault'\\)"):
+        await sup.run()
+    assert [e for e in events(tmp_path / "run") if e["event"] == "learner_failed"]
+    ckpt = load_latest(tmp_path / "run")
+    assert ckpt is not None and ckpt["learner"]["version"] == 2
+    assert_nothing_left(sup, tmp_path / "run")
