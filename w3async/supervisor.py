@@ -462,7 +462,7 @@ class Supervisor:
             agent_steps=self.agent_steps, rounds=self.rounds,
             rows_per_round=self.agent_steps / max(self.rounds, 1), seconds=time.monotonic() - self._t0,
             cpu_s=cpu, bad_rows=self.bad_rows,
-            restarts={c: n for s in self.slots for c, n in s.causes.items()},
+            restarts=dict(sum((s.causes for s in self.slots), collections.Counter())),
             games={s.index: dict(pid=s.pid, state=s.state, restarts=s.restarts, causes=dict(s.causes))
                    for s in self.slots},
         )
