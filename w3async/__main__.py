@@ -1,4 +1,5 @@
-"""`python -m w3async run RECIPE [--run NAME] [--set key=value ...]`.
+"""`python -m w3async run RECIPE [--run NAME] [--set key=value ...]`, and
+`python -m w3async status runs/<run>` (a live or a finished run's summary).
 
 Bad input (a broken recipe, a missing binary, a run folder in use) ends with one
 clear message on stderr and exit status 2; a run that fails (every game slot failed)
@@ -26,6 +27,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--runs-dir", default=str(REPO_ROOT / "runs"), help="where run folders live")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override a recipe value, e.g. --set stop.seconds=30 (repeatable)")
+    st = sub.add_parser("status", help="summarise a live or finished run from its folder")
+    st.add_argument("run_dir", help="the run folder, runs/<run>")
     return p
 
 
@@ -33,6 +36,10 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "run":
         return _run(args)
+    if args.command == "status":
+        from .status_cli import main as status_main  # noqa: PLC0415
+
+        return status_main(args.run_dir)
     return 2
 
 
