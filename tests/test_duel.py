@@ -102,7 +102,8 @@ def test_agent_mode_under_the_shim(duel, tmp_path, runtime, request):
     g.attach_game(0, slice(0, lanes), bells.act)
     hashes: dict[tuple[int, int, int], int] = {}
     expect_discard: dict[int, bool] = {}
-    seen_first = seen_done = 0
+    seen_first = seen_done = shaped = 0
+    outcomes = []
     try:
         deadline = time.monotonic() + 90
         while proc.poll() is None:
@@ -121,6 +122,10 @@ def test_agent_mode_under_the_shim(duel, tmp_path, runtime, request):
                 row, flags = int(b.rows[i]), int(b.flags[i])
                 seen_first += bool(flags & layout.FLAG_FIRST)
                 seen_done += bool(flags & layout.FLAG_DONE)
+                if flags & layout.FLAG_DONE:
+                    outcomes.append(float(b.reward[i]))
+                else:
+                    shaped += b.reward[i] != 0
                 assert b.n_ent[i] >= 1 and b.ent_type[i, 0] == 0, "entity 0 is the own base"
                 assert mask[i, 3, 0] == 1
                 if expect_discard.pop(row, False) and not flags & layout.FLAG_FIRST:
@@ -146,6 +151,8 @@ def test_agent_mode_under_the_shim(duel, tmp_path, runtime, request):
         table.close()
         table.unlink()
     assert seen_first >= lanes and seen_done >= 3
+    assert shaped > 0, "W3D_REWARD=shaped gave no reward before the end"
+    assert all(abs(r) > 0.5 for r in outcomes), outcomes  # the +-1 of the outcome dominates
     done = sorted(rec_dir.glob("*.w3dr"))
     assert len(done) >= 3, list(rec_dir.iterdir())
     for path in done:
