@@ -27,12 +27,14 @@ Dropped steps are counted (stats.cut_steps). A cut never produces a done or trun
 flag, so nothing is trained on as if an episode had ended.
 
 The queue holds `queue_batches` ready batches (one by default: seeds/000, a bounded
-queue kept the batches ~1.3 updates old instead of 3 and growing). When a batch is
-finished and the queue is full, it waits as `pending` and `full` turns True: the
-supervisor should then stop answering train rows until the learner takes a batch. The
-time spent full (stats.backpressure_s), the learner's wait for data (stats.wait_s) and
-each batch's policy versions (for staleness at update time) are measured. Sequences
-finished while a batch is already pending are dropped and counted (stats.dropped_seqs).
+queue kept the batches ~1.3 updates old instead of 3 and growing). When it holds that
+many, `full` turns True: the supervisor should then stop answering train rows until the
+learner takes a batch, so the next batch is collected by the policy the learner just
+published. Rows already in flight still complete steps; a batch they finish waits as
+`pending` (one at most), and sequences finished beyond it are dropped and counted
+(stats.dropped_seqs). The time spent full (stats.backpressure_s), the learner's wait for
+data (stats.wait_s) and each batch's policy versions (for staleness at update time) are
+measured.
 """
 
 from __future__ import annotations
@@ -226,8 +228,10 @@ class Trajectories:
 
     @property
     def full(self) -> bool:
-        """True while a finished batch waits for room in the queue: hold the train rows."""
-        return self._pending is not None
+        """True while the queue holds queue_batches finished batches: hold the train rows
+        until the learner takes one (then the next batch is collected by the newest
+        policy, and a batch is about one update old when the learner trains on it)."""
+        return self._full_since is not None
 
     # -- sequences and batches -----------------------------------------------------------
 
@@ -291,8 +295,9 @@ class Trajectories:
             if len(self._ready) < self.cfg.queue_batches:
                 self._ready.append(tb)
                 self._cv.notify()
-            else:  # _flush() made sure nothing was pending
-                self._pending = tb
+            else:  # finished by rows that were in flight when the queue filled up
+                self._pending = tb  # _flush() made sure nothing was pending
+            if len(self._ready) >= self.cfg.queue_batches and self._full_since is None:
                 self._full_since = time.monotonic()
 
     # -- the learner's side --------------------------------------------------------------
@@ -307,9 +312,10 @@ class Trajectories:
             if not self._ready:
                 return None
             tb = self._ready.pop(0)
-            if self._pending is not None:  # room again: the pending batch goes in, rows may go on
+            if self._pending is not None:  # room again: the pending batch goes in
                 self._ready.append(self._pending)
                 self._pending = None
-                self.stats.backpressure_s += time.monotonic() - self._full_since
+            if len(self._ready) < self.cfg.queue_batches and self._full_since is not None:
+                self.stats.backpressure_s += time.monotonic() - self._full_since  # rows may go on
                 self._full_since = None
             return tb
