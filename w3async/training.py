@@ -206,7 +206,7 @@ class Training:
         self.traj.record_answer(res)
         self.sup.agent_steps += len(res.rows)
         self.sup.rounds += 1
-        self._round_stats.append(res.stats)
+        self._round_stats.append((res.stats, self.learner_phase != "idle"))
         self.sup.check_stop_steps()
 
     def unblock(self) -> None:
@@ -281,17 +281,22 @@ class Training:
 
     def flush_round_stats(self) -> dict | None:
         """Aggregate the last interval's rounds into one inference.jsonl line."""
-        st, self._round_stats = self._round_stats, []
-        if not st:
+        both, self._round_stats = self._round_stats, []
+        if not both:
             return None
+        st = [x for x, _ in both]
         lat = np.array([x.latency_ms for x in st])
+        during = np.array([u for _, u in both])  # the learner was in an update when it came back
         buckets = collections.Counter(str(x.bucket) for x in st)
         rows = sum(x.rows for x in st)
         line = dict(rounds=len(st), rows=rows, rows_per_round=round(rows / len(st), 2),
                     latency_ms_mean=round(float(lat.mean()), 3), latency_ms_p95=round(float(np.percentile(lat, 95)), 3),
                     compute_ms_mean=round(float(np.mean([x.compute_ms for x in st])), 3),
                     net_ms_mean=round(float(np.mean([x.net_ms for x in st])), 3),
-                    buckets=dict(buckets), learner_phase=self.learner_phase)
+                    buckets=dict(buckets), learner_phase=self.learner_phase,
+                    latency_ms_idle=round(float(lat[~during].mean()), 3) if (~during).any() else None,
+                    latency_ms_update=round(float(lat[during].mean()), 3) if during.any() else None,
+                    rounds_update=int(during.sum()))
         self.inference_log.info("rounds", **line)
         return line
 

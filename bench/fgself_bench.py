@@ -1,0 +1,79 @@
+"""End-to-end `fgself` line (`make bench`): the whole loop with the learner, at two
+update pauses side by side.
+
+For each `learner.update_pause_ms` (default 0 and 8) it runs the fgself recipe for
+--seconds and reads the run's own logs: agent steps/s, the learner's update time and
+its wait for data, staleness in updates, and round latency while the learner is idle
+against while it updates (each round is tagged with the learner's phase when it came
+back). Rounds and learner get one torch thread each; OMP_WAIT_POLICY=PASSIVE.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def lines(path: Path, event: str) -> list[dict]:
+    return [x for x in map(json.loads, path.read_text().splitlines()) if x["event"] == event] if path.exists() else []
+
+
+def run(pause_ms: float, seconds: float, recipe: str, extra: list[str]) -> dict:
+    work = Path(tempfile.mkdtemp(prefix="w3a-fgbench-"))
+    try:
+        cmd = [sys.executable, "-m", "w3async", "run", recipe, "--runs-dir", str(work), "--run", "b",
+               "--set", f"learner.update_pause_ms={pause_ms}", "--set", f"stop.seconds={seconds}",
+               "--set", "supervisor.progress_s=0", *extra]
+        subprocess.run(cmd, cwd=REPO, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        d = work / "b"
+        rounds = lines(d / "inference.jsonl", "rounds")[5:]  # past the start
+        ups = lines(d / "learner.jsonl", "update")[2:]
+        end = lines(d / "events.jsonl", "shutdown")[-1]
+        idle = [r["latency_ms_idle"] for r in rounds if r.get("latency_ms_idle") is not None]
+        upd = [r["latency_ms_update"] for r in rounds if r.get("latency_ms_update") is not None]
+        rows = sum(r["rows"] for r in rounds)
+        return dict(
+            steps_s=rows / max(len(rounds), 1),
+            update_s=float(np.median([u["update_s"] for u in ups])) if ups else float("nan"),
+            wait_s=float(np.median([u["wait_s"] for u in ups])) if ups else float("nan"),
+            staleness=float(np.mean([u["staleness"] for u in ups])) if ups else float("nan"),
+            lat_idle=float(np.median(idle)) if idle else float("nan"),
+            lat_update=float(np.median(upd)) if upd else float("nan"),
+            updates=len(ups) + 2, agent_steps=end["agent_steps"],
+        )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seconds", type=float, default=90)
+    ap.add_argument("--pauses", default="0,8")
+    ap.add_argument("--recipe", default="fgself")
+    ap.add_argument("--set", action="append", default=[])
+    a = ap.parse_args()
+    extra = [x for s in a.set for x in ("--set", s)]
+    print(f"fgself end to end, {a.seconds:.0f} s a run (medians over the run's seconds and updates)")
+    hdr = (f"{'pause ms':>8} {'steps/s':>8} {'update s':>9} {'wait s':>7} {'staleness':>9} "
+           f"{'round ms idle':>14} {'round ms update':>16} {'ratio':>6} {'updates':>8}")
+    print(hdr)
+    print("-" * len(hdr))
+    for p in [float(x) for x in a.pauses.split(",")]:
+        r = run(p, a.seconds, a.recipe, extra)
+        print(f"{p:>8.0f} {r['steps_s']:>8.0f} {r['update_s']:>9.2f} {r['wait_s']:>7.2f} {r['staleness']:>9.2f} "
+              f"{r['lat_idle']:>14.2f} {r['lat_update']:>16.2f} {r['lat_update'] / r['lat_idle']:>5.1f}x "
+              f"{r['updates']:>8}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
