@@ -1,6 +1,6 @@
 """Replay parity: does a change leave the duel simulation identical?
 
-    python -m w3async.replay_parity REPLAY... [--env KEY=a,b ...] [--runtime native,wine]
+    python -m w3async.replay_parity REPLAY... [--env KEY=a,b ...] [--runtime native,wine] [--native-exe P]
                                     [--steps N] [--timeout S]
 
 Each replay is played back once per variant (every combination of the --env values
@@ -112,9 +112,11 @@ def _windows_path(path: Path) -> str:
 
 
 def play_variants(replay: Path, variants: list[Variant], steps: int | None, timeout_s: float, workdir: Path,
-                  total: int, log=print, wine_prefix=None) -> tuple[dict[Variant, Path], list[str]]:
+                  total: int, log=print, wine_prefix=None, exes: dict | None = None) -> tuple[dict[Variant, Path], list[str]]:
     """Starts every variant at once, waits (printing progress), returns the dumps of
-    those that finished and the errors of those that did not."""
+    those that finished and the errors of those that did not. exes: the game per
+    runtime (default NATIVE_EXE and WIN_EXE)."""
+    exes = exes or {"native": NATIVE_EXE, "wine": WIN_EXE}
     runs: list[_Run] = []
     errors: list[str] = []
     for k, v in enumerate(variants):
@@ -123,10 +125,10 @@ def play_variants(replay: Path, variants: list[Variant], steps: int | None, time
         extra = dict(v.env)
         if v.runtime == "native":
             args[1], args[3] = str(replay.resolve()), str(dump)
-            cmd, env = [str(NATIVE_EXE)] + args, {**os.environ, **extra}
+            cmd, env = [str(exes["native"])] + args, {**os.environ, **extra}
         else:
             args[1], args[3] = _windows_path(replay), _windows_path(dump)
-            cmd, env = wine_prefix.command(str(WIN_EXE), args), wine_prefix.env(extra)
+            cmd, env = wine_prefix.command(str(exes["wine"]), args), wine_prefix.env(extra)
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         runs.append(_Run(v, dump, proc))
     deadline = time.monotonic() + timeout_s
@@ -180,7 +182,7 @@ def compare(recording: Replay, dumps: dict[Variant, Replay], steps: int) -> list
 
 
 def check_replay(path: Path, variants: list[Variant], steps: int | None, timeout_s: float, workdir: Path,
-                 log=print, wine_prefix=None) -> Result:
+                 log=print, wine_prefix=None, exes: dict | None = None) -> Result:
     res = Result(str(path), variants=[v.name for v in variants])
     try:
         rec = read_replay(path)
@@ -189,7 +191,7 @@ def check_replay(path: Path, variants: list[Variant], steps: int | None, timeout
         return res
     n = len(rec.steps) if steps is None else min(steps, len(rec.steps))
     res.steps = n
-    dumps, errors = play_variants(path, variants, n, timeout_s, workdir, n, log, wine_prefix)
+    dumps, errors = play_variants(path, variants, n, timeout_s, workdir, n, log, wine_prefix, exes)
     res.errors.extend(errors)
     loaded = {}
     for v, p in dumps.items():
@@ -229,13 +231,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=None, help="compare at most this many steps")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per replay before a variant counts as hung")
     ap.add_argument("--keep", type=Path, default=None, help="keep the dumps in this folder")
+    ap.add_argument("--native-exe", type=Path, default=None, help=f"the native game (default {NATIVE_EXE})")
+    ap.add_argument("--wine-exe", type=Path, default=None, help=f"the Windows game (default {WIN_EXE})")
     a = ap.parse_args(argv)
+    exes = {"native": (a.native_exe or NATIVE_EXE).resolve(), "wine": (a.wine_exe or WIN_EXE).resolve()}
     runtimes = [r.strip() for r in a.runtime.split(",") if r.strip()]
     bad = [r for r in runtimes if r not in ("native", "wine")]
     if bad or not runtimes:
         ap.error(f"--runtime {a.runtime}: each must be native or wine")
     variants = make_variants(runtimes, parse_env(a.env))
-    for rt, exe in (("native", NATIVE_EXE), ("wine", WIN_EXE)):
+    for rt, exe in exes.items():
         if rt in runtimes and not exe.exists():
             print(f"replay_parity: {exe} is missing: run `make build`", file=sys.stderr)
             return EXIT_BROKEN
@@ -257,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         for path in a.replays:
             print(f"replay_parity: {path} ...", flush=True)
             results.append(check_replay(path, variants, a.steps, a.timeout, workdir,
-                                        log=lambda s: print(s, flush=True), wine_prefix=prefix))
+                                        log=lambda s: print(s, flush=True), wine_prefix=prefix, exes=exes))
     report(results)
     if any(r.errors for r in results):
         return EXIT_BROKEN
