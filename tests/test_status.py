@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import shutil
 import socket
 import time
 from datetime import datetime, timezone
@@ -324,7 +326,9 @@ async def test_replay_route_json_duel_and_missing(tmp_path, duel_replay):
         body = await (await client.get("/replay/latest")).json()
         assert body["map"]["w"] == 4 and body["meta"]["path"] == str(run / "replays" / "e1.json")
     # the duel's own replay file
-    write_logs(run, finished=False, replay=str(duel_replay))
+    mine = tmp_path / "eval.w3dr"  # a copy: the session's fixture stays whole for other tests
+    shutil.copy(duel_replay, mine)
+    write_logs(run, finished=False, replay=str(mine))
     server = StatusServer(FakeSource(run))
     async with TestClient(TestServer(server.app)) as client:
         body = await (await client.get("/replay/latest")).json()
@@ -333,10 +337,35 @@ async def test_replay_route_json_duel_and_missing(tmp_path, duel_replay):
         assert set(u) == {"id", "type", "owner", "x", "y", "hp", "order", "target", "dest"}
         assert body["meta"]["sides"] == ["ai:normal", "ai:hard"] and body["types"][0]["name"] == "base"
         # a broken file: a 404 with the reason, and the server goes on
-        Path(duel_replay).write_bytes(b"W3DREPL1 broken")
+        mine.write_bytes(b"W3DREPL1 broken")
         r = await client.get("/replay/latest")
         assert r.status == 404 and "replay" in (await r.json())["error"]
         assert (await client.get("/status")).status == 200
+
+
+async def test_replay_falls_back_to_the_newest_file_in_replays(tmp_path, duel_replay):
+    """While no episode names a replay, the newest finished file in replays/ is shown."""
+    run = tmp_path / "run"
+    write_logs(run, finished=False)
+    (run / "replays").mkdir()
+    (run / "replays" / "old.w3dr").write_bytes(b"not this one")
+    os.utime(run / "replays" / "old.w3dr", (T0, T0))
+    shutil.copy(duel_replay, run / "replays" / "duel-l1-e2-00ff.w3dr")
+    (run / "replays" / "duel-l1-e3-0100.w3dr.part").write_bytes(b"being written")
+    server = StatusServer(FakeSource(run))
+    async with TestClient(TestServer(server.app)) as client:
+        st = await (await client.get("/status")).json()
+        assert st["episodes"]["last_eval_replay"] == str(run / "replays" / "duel-l1-e2-00ff.w3dr")
+        body = await (await client.get("/replay/latest")).json()
+        assert len(body["steps"]) == 120
+
+
+def test_truncated_episodes_count_but_not_in_win_rates():
+    s = RunSeries()
+    s.add_episode(T0, "ai:easy", True, "win")
+    s.add_episode(T0 + 1, "ai:easy", True, "truncated")
+    s.add_episode(T0 + 2, "self", False, "truncated")
+    assert len(s.episodes) == 3 and s.evaluation()["ai:easy"]["games"] == 1 and s.selfplay.games == 0
 
 
 def test_replay_view_errors(tmp_path):

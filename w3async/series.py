@@ -32,6 +32,7 @@ import numpy as np
 # Evaluation opponents (the built-in AI's levels), in the order the plots use.
 AI_LEVELS = ("ai:easy", "ai:normal", "ai:hard")
 RESULTS = {"win": 1, "draw": 0, "loss": -1}
+NO_RESULT = -2  # "truncated" (or anything else): counted as an episode, not in win rates
 _LEVEL = {lvl: i for i, lvl in enumerate(AI_LEVELS)}
 RECENT = 100  # episodes in a "recent" win rate, per level
 
@@ -272,18 +273,19 @@ class RunSeries:
             return
         t = np.asarray(t, dtype=np.float64)
         self._t(float(t.min()))
-        r = np.array([RESULTS.get(x, 0) for x in results], dtype=np.int8)
+        r = np.array([RESULTS.get(x, NO_RESULT) for x in results], dtype=np.int8)
         level = np.array([_LEVEL.get(o, -1) for o in opponents], dtype=np.int8)
         ev = np.array(evals, dtype=bool)
         self.episodes.extend(t=t, level=level, result=r, steps=steps, ret=rets, version=versions)
         self.opponents.update(opponents)
         score = np.where(r == 1, 1.0, np.where(r == 0, 0.5, 0.0))
+        decided = r != NO_RESULT  # a "truncated" episode has no result: not in the win rates
         for k, lvl in enumerate(AI_LEVELS):
-            m = ev & (level == k)
+            m = ev & (level == k) & decided
             if m.any():
                 self.levels.setdefault(lvl, LevelTally()).add_many(r[m])
                 self.episode_bins.add_many(t[m], **{f"score:{lvl}": score[m], f"n:{lvl}": np.ones(int(m.sum()))})
-        m = ~ev
+        m = ~ev & decided
         if m.any():
             self.selfplay.add_many(r[m])
             self.episode_bins.add_many(t[m], **{"score:self": score[m], "n:self": np.ones(int(m.sum()))})

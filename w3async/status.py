@@ -36,6 +36,8 @@ from .series import AI_LEVELS, RunFiles, RunSeries
 
 SCHEMA = 1
 URL_FILE = "status.url"  # in the run folder while a live server serves it
+REPLAY_DIR = "replays"  # where recipes point the eval games' W3D_RECORD_DIR
+REPLAY_SUFFIXES = (".w3dr", ".json")
 STATIC = Path(__file__).resolve().parent / "static"
 STATIC_FILES = {"dashboard.js": "text/javascript", "viewer.js": "text/javascript", "dashboard.css": "text/css"}
 # The page may load only what this server serves: no outside host, ever.
@@ -121,6 +123,7 @@ class RunView:
         self._rounds_per_s: float | None = None
         self._scan_at = -1e9
         self._folder: dict = dict(checkpoint=None, snapshots=0, latest_snapshot=None)
+        self._replays: tuple[float, str | None] = (-1.0, None)  # replays/'s mtime, its newest file
         self._recipe_games: list[dict] | None = None
 
     # ---- feeding --------------------------------------------------------------------
@@ -169,7 +172,28 @@ class RunView:
                 out["latest_snapshot"] = int(snaps[-1][5:-3])
             except ValueError:
                 pass
+        self._scan_replays()
         return out
+
+    def _scan_replays(self) -> None:
+        """The newest finished replay in replays/ (where the eval games record), listed
+        again only when the folder changed: a long run's thousands of replays are not
+        listed every second."""
+        d = self.run_dir / REPLAY_DIR
+        try:
+            mtime = os.stat(d).st_mtime
+        except OSError:
+            return
+        if mtime == self._replays[0]:
+            return
+        best, best_t = None, -1.0
+        with os.scandir(d) as it:
+            for e in it:
+                if e.name.endswith(REPLAY_SUFFIXES) and e.is_file():  # not the .part being written
+                    t = e.stat().st_mtime
+                    if t > best_t:
+                        best, best_t = e.path, t
+        self._replays = (mtime, best)
 
     # ---- reading --------------------------------------------------------------------
 
@@ -280,10 +304,11 @@ class RunView:
         )
 
     def latest_replay(self) -> str | None:
-        """The latest evaluation episode's replay file (episodes.jsonl's `replay`), or
-        the source's own answer when it has `latest_replay_path()`."""
+        """The replay to show: the source's `latest_replay_path()` when it has one, else
+        the latest evaluation episode's `replay` (episodes.jsonl), else the newest
+        finished file in replays/."""
         get = getattr(self.source, "latest_replay_path", None)
-        p = get() if get else self.series.last_eval_replay
+        p = (get() if get else None) or self.series.last_eval_replay or self._replays[1]
         if not p:
             return None
         p = Path(p)
