@@ -132,6 +132,11 @@ def test_minibatches_group_similar_entity_counts():
         most = tb.n_ent[idx].max()
         assert bucket >= most and (bucket == 32 or most > 32)
     assert any(b == 32 for _, b in plan)  # the small sequences got the small bucket
+    fine = minibatch_plan(tb.n_ent, 8, np.random.default_rng(0), entity_pad=8)
+    for idx, pad in fine:
+        assert pad % 8 == 0 and tb.n_ent[idx].max() <= pad < tb.n_ent[idx].max() + 8
+    padding = lambda p: sum(pad * len(i) for i, pad in p)  # noqa: E731
+    assert padding(fine) < padding(plan)
 
 
 def test_update_pauses_between_minibatches_and_reports_stats():

@@ -10,9 +10,10 @@
 It reads like CleanRL's ppo.py update (GAE once per batch, then epochs of shuffled
 minibatches with the clipped losses), with three changes for this harness:
 
-- Minibatches are whole sequences grouped by their entity counts and padded to the
-  smallest bucket that holds them (seeds/000: padding 91 -> 49 entities, the update
-  10.5 -> 8.9 s). The order of the groups is shuffled each epoch.
+- Minibatches are whole sequences grouped by their entity counts and padded to what
+  holds them (a multiple of entity_pad, or the inference buckets; seeds/000: padding
+  91 -> 49 entities, the update 10.5 -> 8.9 s). The order of the groups is shuffled
+  each epoch.
 - Statistics stay tensors until the end of the update and are read once (seeds/000:
   every .item() is a device sync that stalls the inference rounds beside the learner).
   So a non-finite loss is found at the end: the update is then rolled back (weights and
@@ -70,6 +71,11 @@ class LearnerConfig:
     """Sequences per minibatch (a minibatch is minibatch_seqs * seq_len steps)."""
     norm_adv: bool = True
     """Normalise advantages per minibatch."""
+    entity_pad: int = 8
+    """Minibatches pad entities up to a multiple of this; 0 pads to the inference buckets
+    (32, 48, 64, ...). Eager CPU updates run any shape, so fine padding only saves work
+    (attention and the per-entity layers cost per padded entity); a graphed GPU update
+    would want the few bucket shapes."""
     update_pause_ms: float = 0.0
     """Sleep after each minibatch so that inference rounds get the CPU/GPU (seeds/000: 4-8 ms)."""
     num_threads: int = 1
@@ -89,6 +95,8 @@ class LearnerConfig:
         for k in ("gamma", "gae_lambda"):
             if not 0 <= getattr(self, k) <= 1:
                 errors.append(f"{k}={getattr(self, k)} must be in [0, 1]")
+        if self.entity_pad < 0:
+            errors.append(f"entity_pad={self.entity_pad} must be >= 0")
         for k in ("update_epochs", "minibatch_seqs", "num_threads"):
             if getattr(self, k) < 1:
                 errors.append(f"{k}={getattr(self, k)} must be >= 1")
@@ -129,17 +137,20 @@ class Minibatch(dict):
     """A minibatch's tensors by name (flat over B*T steps, entities cropped to bucket)."""
 
 
-def minibatch_plan(n_ent: np.ndarray, minibatch_seqs: int, rng: np.random.Generator) -> list[tuple[np.ndarray, int]]:
-    """Sequences grouped by their largest entity count: (sequence indices, bucket) per
-    minibatch, the groups in random order. n_ent is (B, T)."""
+def minibatch_plan(n_ent: np.ndarray, minibatch_seqs: int, rng: np.random.Generator,
+                   entity_pad: int = 0) -> list[tuple[np.ndarray, int]]:
+    """Sequences grouped by their largest entity count: (sequence indices, entities to
+    pad to) per minibatch, the groups in random order. n_ent is (B, T). entity_pad > 0
+    pads to a multiple of it, 0 to the smallest inference bucket that holds the group."""
     seq_ent = n_ent.max(axis=1)
     perm = rng.permutation(len(seq_ent))  # random order among equal counts
     order = perm[np.argsort(seq_ent[perm], kind="stable")]
     plan = []
     for i in range(0, len(order), minibatch_seqs):
         idx = np.sort(order[i : i + minibatch_seqs])
-        most = int(seq_ent[idx].max())
-        plan.append((idx, next(b for b in BUCKETS if b >= max(most, 1))))
+        most = max(int(seq_ent[idx].max()), 1)
+        pad = -(-most // entity_pad) * entity_pad if entity_pad > 0 else next(b for b in BUCKETS if b >= most)
+        plan.append((idx, pad))
     return [plan[i] for i in rng.permutation(len(plan))]
 
 
@@ -223,7 +234,7 @@ class Learner:
                 self._to(tb.reward), b["value"], self._to(tb.next_value), self._to(tb.done), self._to(tb.truncated),
                 cfg.gamma, cfg.gae_lambda,
             )
-        plan = [mb for _ in range(cfg.update_epochs) for mb in minibatch_plan(tb.n_ent, cfg.minibatch_seqs, self.rng)]
+        plan = [mb for _ in range(cfg.update_epochs) for mb in minibatch_plan(tb.n_ent, cfg.minibatch_seqs, self.rng, cfg.entity_pad)]
         sums = torch.zeros(5, device=self.device)  # pg, v, entropy, kl, clip_frac
         bad = torch.full((), len(plan), device=self.device)  # index of the first non-finite loss
         padding = sum(bucket * len(idx) * seq_len for idx, bucket in plan)  # entity slots the minibatches hold
