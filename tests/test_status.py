@@ -44,7 +44,7 @@ SUB_KEYS = {
     "learner": {"updates", "update", "update_s", "wait_s", "staleness", "policy_loss", "value_loss", "entropy",
                 "approx_kl", "lr", "steps"},
     "league": {"snapshots", "latest_snapshot", "opponents"},
-    "episodes": {"total", "eval", "selfplay", "last_eval_replay"},
+    "episodes": {"total", "eval", "train", "last_eval_replay"},
 }
 TALLY_KEYS = {"games", "wins", "losses", "draws", "win_rate", "recent_games", "recent_win_rate"}
 
@@ -132,7 +132,7 @@ def check_status_schema(st: dict) -> None:
         assert set(st[k]) == keys, k
     for lvl, tally in st["evaluation"].items():
         assert lvl in ("ai:easy", "ai:normal", "ai:hard") and set(tally) == TALLY_KEYS
-    assert set(st["episodes"]["selfplay"]) == TALLY_KEYS
+    assert set(st["episodes"]["train"]) == TALLY_KEYS
     if st["checkpoint"] is not None:
         assert set(st["checkpoint"]) == {"name", "path", "saved_at", "age_s", "bytes"}
     json.dumps(st, allow_nan=False)  # no NaN reaches the page
@@ -365,7 +365,7 @@ def test_truncated_episodes_count_but_not_in_win_rates():
     s.add_episode(T0, "ai:easy", True, "win")
     s.add_episode(T0 + 1, "ai:easy", True, "truncated")
     s.add_episode(T0 + 2, "self", False, "truncated")
-    assert len(s.episodes) == 3 and s.evaluation()["ai:easy"]["games"] == 1 and s.selfplay.games == 0
+    assert len(s.episodes) == 3 and s.evaluation()["ai:easy"]["games"] == 1 and s.train.games == 0
 
 
 def test_replay_view_errors(tmp_path):
@@ -402,6 +402,15 @@ def test_bins_merge_keeps_sums_and_bounds_points():
     assert (v == 1.0).all() and (t[1:] > t[:-1]).all()
     b.add(100.0, x=float("nan"))  # not counted
     assert b.points("x", "sum")[1].sum() == 100
+
+
+def test_win_rate_line_is_over_the_last_20_games():
+    b = Bins(("x",), max_bins=10)
+    for t, v in enumerate([1, 0, 0, 1, 1, 1, 0, 0, 0, 1]):
+        for _ in range(10):  # 10 games a bin
+            b.add(float(t), x=float(v))
+    t, y = b.points("x", "trailing")
+    assert y.tolist() == [1.0, 0.5, 0.0, 0.5, 1.0, 1.0, 0.5, 0.0, 0.0, 0.5]  # this bin and the one before
 
 
 def refresh_cost(n_episodes: int) -> float:
@@ -442,7 +451,7 @@ def test_batch_and_single_episodes_agree():
     a.add_episodes(t, opp, ev, res, [1] * n, [0.0] * n, [0] * n, ["r%d" % k for k in range(n)])
     for k in range(n):
         b.add_episode(float(t[k]), opp[k], ev[k], res[k], 1, 0.0, 0, "r%d" % k)
-    assert a.evaluation() == b.evaluation() and a.selfplay.as_dict() == b.selfplay.as_dict()
+    assert a.evaluation() == b.evaluation() and a.train.as_dict() == b.train.as_dict()
     assert a.plots() == b.plots() and a.last_eval_replay == b.last_eval_replay
     assert len(a.episodes) == len(b.episodes) == n and a.opponents == b.opponents
 

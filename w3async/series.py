@@ -147,13 +147,19 @@ class Bins:
         self.used = max(self.used, int(idx.max()) + 1)
 
     def points(self, name: str, agg: str = "mean") -> tuple[np.ndarray, np.ndarray]:
-        """(bin centre times, values) of the bins that hold `name`: agg is mean, max or
-        sum. Costs O(max_bins)."""
+        """(bin centre times, values) of the bins that hold `name`: agg is mean, max,
+        sum or trailing (see TRAILING_N). Costs O(max_bins)."""
         i = self._index[name]
         n = self.used
         c = self.cnt[i, :n]
         ok = c > 0
-        if agg == "mean":
+        if agg == "trailing":
+            cs, cc = np.cumsum(self.sum[i, :n]), np.cumsum(c)
+            k = np.searchsorted(cc, cc - TRAILING_N, side="right") - 1  # the bin before the window
+            prev_s = np.where(k >= 0, cs[np.maximum(k, 0)], 0.0)
+            prev_c = np.where(k >= 0, cc[np.maximum(k, 0)], 0)
+            v = ((cs - prev_s) / np.maximum(cc - prev_c, 1))[ok]
+        elif agg == "mean":
             v = self.sum[i, :n][ok] / c[ok]
         elif agg == "max":
             v = self.max[i, :n][ok]
@@ -191,12 +197,15 @@ class LevelTally:
 
 
 SAMPLE_FIELDS = ("steps_per_s", "latency_ms", "latency_p95_ms", "latency_max_ms", "compute_ms", "update_s", "wait_s", "restarts")
-EPISODE_FIELDS = tuple(f"{p}:{lvl}" for lvl in AI_LEVELS for p in ("score", "n")) + ("score:self", "n:self")
+EPISODE_FIELDS = tuple(f"{p}:{lvl}" for lvl in AI_LEVELS for p in ("score", "n")) + ("score:train", "n:train")
 
-# The dashboard's plots: name -> list of (label, bins, field, aggregation).
+# The dashboard's plots: name -> list of (label, bins, field, aggregation). "trailing":
+# the mean over the latest bins that hold at least TRAILING_N records (a bin of a few
+# evaluation games is a coin toss; the line shows the rate over the last >= 20 games).
+TRAILING_N = 20
 PLOTS = {
     "steps_per_s": [("agent steps/s", "samples", "steps_per_s", "mean")],
-    "win_rate": [(lvl, "episodes", f"score:{lvl}", "mean") for lvl in AI_LEVELS],
+    "win_rate": [(lvl, "episodes", f"score:{lvl}", "trailing") for lvl in AI_LEVELS],
     "latency_ms": [("round latency mean", "samples", "latency_ms", "mean"),
                    ("round latency p95", "samples", "latency_p95_ms", "mean"),
                    ("round latency max", "samples", "latency_max_ms", "max"),
@@ -216,7 +225,7 @@ class RunSeries:
         self.episode_bins = Bins(EPISODE_FIELDS, max_bins)
         self.episodes = Columns(dict(t="f8", level="i1", result="i1", steps="i4", ret="f4", version="i4"))
         self.levels: dict[str, LevelTally] = {}
-        self.selfplay = LevelTally()
+        self.train = LevelTally()
         self.opponents: collections.Counter = collections.Counter()
         self.last_episode: dict | None = None
         self.last_eval_replay: str | None = None
@@ -287,8 +296,8 @@ class RunSeries:
                 self.episode_bins.add_many(t[m], **{f"score:{lvl}": score[m], f"n:{lvl}": np.ones(int(m.sum()))})
         m = ~ev & decided
         if m.any():
-            self.selfplay.add_many(r[m])
-            self.episode_bins.add_many(t[m], **{"score:self": score[m], "n:self": np.ones(int(m.sum()))})
+            self.train.add_many(r[m])
+            self.episode_bins.add_many(t[m], **{"score:train": score[m], "n:train": np.ones(int(m.sum()))})
         for i in range(n - 1, -1, -1):
             if ev[i] and level[i] >= 0 and replays[i]:
                 self.last_eval_replay = replays[i]
@@ -457,6 +466,8 @@ class RunFiles:
         if ev == "run_start":
             self.run = dict(rec, started=t)
             s.t0 = t
+            if not self.live_sampler:  # the restarts line starts at 0 and ends at shutdown
+                s.add_sample(t, restarts=0)
             return
         slot = rec.get("slot")
         g = self.games.setdefault(slot, GameInfo(slot)) if isinstance(slot, int) and slot >= 0 else None
@@ -475,6 +486,8 @@ class RunFiles:
             self.bad_rows += 1
         elif ev == "shutdown":
             self.shutdown = dict(rec, t=t)
+            if not self.live_sampler:
+                s.add_sample(t, restarts=sum(self.restarts.values()))
             for g in self.games.values():
                 if g.state != "failed":
                     g.state = "stopped"

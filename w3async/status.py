@@ -246,8 +246,7 @@ class RunView:
         games = self.games()
         states = collections.Counter(g["state"] for g in games)
         if st:
-            # Summed over the slots here: stats()["restarts"] keeps one slot's count per
-            # cause (a dict comprehension over slots), not the run's total.
+            # From the slots' own causes: the same figures /games shows, in one read.
             restarts = collections.Counter()
             for g in games:
                 restarts.update(g.get("causes") or {})
@@ -299,7 +298,7 @@ class RunView:
                         opponents=dict(s.opponents)),
             evaluation=s.evaluation(),
             episodes=dict(total=len(ep), eval=sum(t.games for t in s.levels.values()),
-                          selfplay=s.selfplay.as_dict(), last_eval_replay=self.latest_replay()),
+                          train=s.train.as_dict(), last_eval_replay=self.latest_replay()),
             checkpoint=self._folder["checkpoint"],
         )
 

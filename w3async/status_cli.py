@@ -42,8 +42,8 @@ def summary(st: dict, games: list[dict]) -> list[str]:
                      f"score {e['win_rate']}, last {e['recent_games']}: {e['recent_win_rate']}")
     ep = st["episodes"]
     if ep["total"]:
-        sp = ep["selfplay"]
-        lines.append(f"episodes {ep['total']:,} ({ep['eval']:,} eval), self-play score {sp['win_rate']}; "
+        sp = ep["train"]
+        lines.append(f"episodes {ep['total']:,} ({ep['eval']:,} eval), training score {sp['win_rate']}; "
                      f"league {st['league']['snapshots']} snapshots")
     if st["checkpoint"]:
         ck = st["checkpoint"]
