@@ -126,6 +126,19 @@ class EvaluationSection:
 
 
 @dataclass
+class StatusSection:
+    """The status server ([status]): /status, /metrics, /games and the dashboard."""
+
+    enabled: bool = True
+    """Serve the run's state while it runs."""
+    host: str = "127.0.0.1"
+    """Address to listen on (loopback by default: the page changes nothing, but it is yours)."""
+    port: int = 0
+    """Port; 0 picks a free one. The URL is printed and left in runs/<run>/status.url.
+    A port in use is a clear error at start."""
+
+
+@dataclass
 class StopSection:
     """When the run ends by itself ([stop]); 0 means no limit."""
 
@@ -151,6 +164,7 @@ class Recipe:
     inference: InferenceSection = field(default_factory=InferenceSection)
     checkpoint: CheckpointSection = field(default_factory=CheckpointSection)
     evaluation: EvaluationSection = field(default_factory=EvaluationSection)
+    status: StatusSection = field(default_factory=StatusSection)
     network: object = None
     """network.NetConfig ([network]): the policy's size."""
     learner: object = None
@@ -174,7 +188,8 @@ class Recipe:
 
 
 _SECTIONS = {"runtime": RuntimeSection, "supervisor": SupervisorSection, "stop": StopSection,
-             "inference": InferenceSection, "checkpoint": CheckpointSection, "evaluation": EvaluationSection}
+             "inference": InferenceSection, "checkpoint": CheckpointSection, "evaluation": EvaluationSection,
+             "status": StatusSection}
 
 
 def _learning_sections() -> dict:
@@ -255,6 +270,8 @@ def _check_ranges(r: Recipe, problems: list[str]) -> None:
         problems.append(f"inference.num_threads = {r.inference.num_threads}, n_slots = {r.inference.n_slots}: both must be >= 1")
     if r.checkpoint.every_updates < 1 or r.checkpoint.keep < 1:
         problems.append(f"checkpoint.every_updates = {r.checkpoint.every_updates}, keep = {r.checkpoint.keep}: both must be >= 1")
+    if not 0 <= r.status.port <= 65535:
+        problems.append(f"status.port = {r.status.port}: must be in 0..65535")
     if r.evaluation.window < 1:
         problems.append(f"evaluation.window = {r.evaluation.window}: must be >= 1")
     s = r.supervisor

@@ -155,6 +155,7 @@ class Supervisor:
         self.lock: RunLock | None = None
         self.runtimes: dict[str, object] = {}
         self.training = None  # training.Training where a network answers
+        self.status_server = None  # status.StatusServer while it serves
         self.agent_steps = 0
         self.rounds = 0
         self.bad_rows = 0
@@ -424,6 +425,20 @@ class Supervisor:
                 elif s.posted and answered and idle > sv.hang_timeout_s:
                     self._kill(s, "hang", {"phase": "step", "idle_s": round(idle, 1)})
 
+    async def _start_status(self) -> None:
+        from .status import StatusError, StatusServer, SupervisorSource  # noqa: PLC0415
+
+        st = self.recipe.status
+        self.status_server = StatusServer(SupervisorSource(self), host=st.host, port=st.port)
+        try:
+            port = await self.status_server.start()
+        except StatusError as e:
+            self.status_server = None
+            raise RunError(str(e)) from None
+        self.events.info("status_server", url=self.status_server.url, port=port)
+        if self.recipe.supervisor.progress_s:
+            console(f"w3async: {self.recipe.name} status on {self.status_server.url}")
+
     async def _log_rounds(self) -> None:
         """Once a second: the rounds' statistics into inference.jsonl."""
         while not self._stop.is_set():
@@ -440,6 +455,12 @@ class Supervisor:
             now = time.monotonic()
             rate = (self.agent_steps - last_steps) / max(now - last_t, 1e-9)
             last_t, last_steps = now, self.agent_steps
+            if self.status_server is not None:
+                from .progress import progress_line  # noqa: PLC0415
+
+                self.status_server.view.refresh()
+                console(progress_line(self.status_server.view.status()))
+                continue
             line = (f"w3async {self.recipe.name} | {now - self._t0:7.1f} s | {self.agent_steps:,} steps | "
                     f"{rate:,.0f} steps/s | {self.summary_games()}")
             if self.training is not None:
@@ -489,6 +510,8 @@ class Supervisor:
         tasks = []
         try:
             self._setup()
+            if self.recipe.status.enabled:
+                await self._start_status()
             if self.training is not None:
                 await self._loop.run_in_executor(None, self.training.start, self._loop)
                 tasks.append(asyncio.create_task(self._log_rounds()))
@@ -524,6 +547,8 @@ class Supervisor:
         """Ask, wait, terminate, kill by process group, end Wine, unlink, check."""
         self._stopping = True
         self._stop.set()
+        if self.status_server is not None:
+            await self.status_server.stop()
         sv = self.recipe.supervisor
         for s in self.slots:
             if s.restart_handle:
