@@ -569,7 +569,8 @@ async def test_live_null_run_served(tmp_path, null_native, capsys):
     assert final["run"]["recipe"] == "statustest" and final["run"]["pid"] is not None
     assert final["steps"]["agent_steps"] == stats["agent_steps"]
     assert final["games"]["stopped"] == 3 and final["run"]["ended"] is not None
-    assert len(games) == 3 and all(g["lanes"] == 2 and g["runtime"] == "native" for g in games)
+    assert len(games) == 3 and all(g["lanes"] == 2 and g["runtime"] == "native" and g["role"] == "train"
+                                   for g in games)
     assert cli and cli[0] == 0 and "(live)" in cli[1], cli
     steps = int(re.search(r"\| ([\d,]+) steps \|", cli[1]).group(1).replace(",", ""))
     assert steps > 0 and re.search(r"3/3 games up", cli[1])  # the server's live counters, not the files'

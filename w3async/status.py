@@ -73,7 +73,7 @@ class StatusSource(Protocol):
         """One dict per game slot with GAME_KEYS (docs/status.md, "/games")."""
 
 
-GAME_KEYS = ("slot", "pid", "runtime", "lanes", "sides", "state", "restarts", "causes", "steps", "last_step_age_s")
+GAME_KEYS = ("slot", "pid", "runtime", "role", "lanes", "sides", "state", "restarts", "causes", "steps", "last_step_age_s")
 
 
 class SupervisorSource:
@@ -88,7 +88,8 @@ class SupervisorSource:
 
     def games(self) -> list[dict]:
         now = time.monotonic()
-        return [dict(slot=s.index, pid=s.pid, runtime=s.group.runtime, lanes=s.group.lanes, sides=s.group.sides,
+        return [dict(slot=s.index, pid=s.pid, runtime=s.group.runtime, role=getattr(s.group, "role", None),
+                     lanes=s.group.lanes, sides=s.group.sides,
                      state=s.state, restarts=s.restarts, causes=dict(s.causes), steps=int(s.seq_sum),
                      last_step_age_s=round(now - s.progress_at, 3) if s.progress_at else None)
                 for s in self.sup.slots]
@@ -216,7 +217,8 @@ class RunView:
         for slot in sorted(self.files.games):
             g = self.files.games[slot]
             grp = groups[slot] if slot < len(groups) else {}
-            out.append(dict(slot=slot, pid=g.pid, runtime=g.runtime or grp.get("runtime"), lanes=grp.get("lanes"),
+            out.append(dict(slot=slot, pid=g.pid, runtime=g.runtime or grp.get("runtime"), role=grp.get("role"),
+                            lanes=grp.get("lanes"),
                             sides=grp.get("sides"), state=g.state, restarts=g.restarts, causes=dict(g.causes),
                             steps=None, last_step_age_s=None))
         return out
@@ -226,8 +228,8 @@ class RunView:
         if self._recipe_games is None:
             try:
                 r = json.loads((self.run_dir / "recipe.json").read_text())
-                self._recipe_games = [dict(runtime=g.get("runtime", "native"), lanes=g.get("lanes", 1),
-                                           sides=g.get("sides", 2)) for g in r.get("games", [])
+                self._recipe_games = [dict(runtime=g.get("runtime", "native"), role=g.get("role"),
+                                           lanes=g.get("lanes", 1), sides=g.get("sides", 2)) for g in r.get("games", [])
                                       for _ in range(int(g.get("count", 1)))]
             except (OSError, ValueError, AttributeError):
                 return []

@@ -123,7 +123,7 @@ function showGames(games) {
   const rows = games.map((g) => {
     const tr = document.createElement("tr");
     const causes = Object.entries(g.causes || {}).map(([k, v]) => `${k} ${v}`).join(", ");
-    for (const v of [g.slot, g.pid, g.runtime, g.lanes, g.state, g.steps, g.restarts, causes, g.last_step_age_s]) {
+    for (const v of [g.slot, g.pid, g.runtime, g.role, g.lanes, g.state, g.steps, g.restarts, causes, g.last_step_age_s]) {
       const td = document.createElement("td");
       td.textContent = v === null || v === undefined ? "–" : v;
       tr.append(td);
