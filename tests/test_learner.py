@@ -192,3 +192,44 @@ def test_thread_nice_applies_to_the_learners_thread_only():
     th.join()
     assert seen["delta"] == 3
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == main_before
+
+
+@pytest.mark.parametrize("gru", [False, True], ids=["mlp", "gru"])
+def test_collected_logp_and_value_equal_the_learners_before_any_step(gru):
+    """The whole path (engine rounds -> trajectories -> TrajBatch -> evaluate) keeps each
+    step's observation, action, GRU state and episode starts aligned: with the same
+    weights, the learner recomputes exactly what the rounds sampled with (ratio 1)."""
+    from w3async.inference import synthetic_batch
+    from w3async.network import Obs
+
+    cfg = NetConfig(d_model=32, n_heads=2, n_layers=1, gru=gru)
+    n_rows, ep_len = 6, 5
+    rng = np.random.default_rng(3)
+    traj = Trajectories(n_rows, TrajConfig(seq_len=4, seqs_per_batch=6), state_dim=32 if gru else None)
+    step = rng.integers(0, ep_len, n_rows)  # lanes out of phase
+    with InferenceEngine(SPEC, cfg, max_rows=n_rows, n_table_rows=n_rows, seed=4) as engine:
+        batches = []
+        while len(batches) < 2:  # the second: its sequences start mid-episode, GRU state and all
+            b = synthetic_batch(SPEC, n_rows, rng, max_ent=40)
+            b.flags[:n_rows] = np.where(step == 0, layout.FLAG_FIRST, 0) | np.where(step == ep_len, layout.FLAG_DONE, 0)
+            b.reward[:n_rows] = rng.standard_normal(n_rows)
+            fut = engine.submit(b)
+            traj.record_obs(b)
+            traj.record_answer(fut.result())
+            step = np.where(step == ep_len, 0, step + 1)
+            if (got := traj.get(0)) is not None:
+                batches.append(got)
+        tb = batches[1]
+        net = Network(SPEC, cfg).eval()
+        net.load_state_dict(engine.nets[0].state_dict())
+    n_seq, t = tb.shape
+    flat = lambda a: torch.as_tensor(a).reshape(n_seq * t, *a.shape[2:])  # noqa: E731
+    obs = Obs(flat(tb.glob), flat(tb.ent), flat(tb.ent_type).long(), flat(tb.n_ent).long(), flat(tb.mask).bool())
+    with torch.no_grad():
+        ev = net.evaluate(obs, flat(tb.action).long(), state0=torch.as_tensor(tb.state0) if gru else None,
+                          first=flat(tb.first), seq_len=t)
+    assert tb.first.any() and tb.done.any() and not tb.first[:, 0].all()
+    if gru:
+        assert (np.abs(tb.state0).sum(1) > 0).any()
+    np.testing.assert_allclose(ev.logp.numpy(), tb.logp.reshape(-1), atol=1e-4)
+    np.testing.assert_allclose(ev.value.numpy(), tb.value.reshape(-1), atol=1e-4)
