@@ -48,4 +48,5 @@ TYPE_NAMES = ("base", "melee", "ranged", "heavy", "creep", "boss")
 N_REGIONS = 36
 HEAD_SIZES = (4, 3 + N_REGIONS, 4, layout.E_MAX)
 
-DUEL_SPEC = GameSpec("duel", n_types=N_TYPES, head_sizes=HEAD_SIZES, pointer_head=3)
+# "Change nothing": command 0 keeps the group's orders, focus 0 (the own base) is no new focus.
+DUEL_SPEC = GameSpec("duel", n_types=N_TYPES, head_sizes=HEAD_SIZES, pointer_head=3, noop=(None, 0, None, 0))
