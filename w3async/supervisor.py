@@ -440,10 +440,24 @@ class Supervisor:
             console(f"w3async: {self.recipe.name} status on {self.status_server.url}")
 
     async def _log_rounds(self) -> None:
-        """Once a second: the rounds' statistics into inference.jsonl."""
-        while not self._stop.is_set():
-            await asyncio.sleep(1.0)
-            self.training.flush_round_stats()
+        """Once a second: the rounds' statistics into inference.jsonl (with a network, the
+        training side's per-round figures; otherwise the round and row counts)."""
+        log = None if self.training is not None else JsonLog(self.run_dir / "inference.jsonl")
+        last_rounds, last_steps = self.rounds, self.agent_steps
+        try:
+            while not self._stop.is_set():
+                await asyncio.sleep(1.0)
+                if log is None:
+                    self.training.flush_round_stats()
+                    continue
+                rounds, rows = self.rounds - last_rounds, self.agent_steps - last_steps
+                last_rounds, last_steps = self.rounds, self.agent_steps
+                if rounds:
+                    log.info("rounds", rounds=rounds, rows=rows, rows_per_round=round(rows / rounds, 2),
+                             learner_phase="none")
+        finally:
+            if log is not None:
+                log.close()
 
     async def _progress(self) -> None:
         every = self.recipe.supervisor.progress_s
@@ -514,7 +528,7 @@ class Supervisor:
                 await self._start_status()
             if self.training is not None:
                 await self._loop.run_in_executor(None, self.training.start, self._loop)
-                tasks.append(asyncio.create_task(self._log_rounds()))
+            tasks.append(asyncio.create_task(self._log_rounds()))
             for s in self.slots:
                 if "wine" in self.runtimes and s.runtime is self.runtimes["wine"]:
                     # The first Wine use may boot a prefix (~20 s): off the loop.
