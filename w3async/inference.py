@@ -225,6 +225,8 @@ class InferenceEngine:
         if not 0 <= slot < self.n_slots:
             raise ValueError(f"slot {slot} is not in 0..{self.n_slots - 1}")
         copy = {k: v.detach().to("cpu", copy=True) for k, v in state_dict.items()}
+        if self._pin:  # a pageable upload would hold the CUDA driver's lock while it stages (seeds/000)
+            copy = {k: v.pin_memory() for k, v in copy.items()}
         with self._lock:
             self._pending[slot] = (copy, int(version))
 
