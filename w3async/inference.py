@@ -387,7 +387,6 @@ class _CudaRunner:
             "ent_type": torch.zeros(cap * layout.E_MAX, dtype=torch.int16, device=dev),
             "n_ent": torch.zeros(cap, dtype=torch.int32, device=dev),
             "mask": torch.zeros(cap, layout.N_HEADS, layout.HEAD_MAX, dtype=torch.uint8, device=dev),
-            "slot": torch.zeros(cap, dtype=torch.int16, device=dev),
         }
         self.graphs: dict[tuple[int, int, int], tuple] = {}
 
@@ -431,7 +430,7 @@ class _CudaRunner:
         if eng._state is not None:
             return self._run_eager(buf, n, bucket, used, actions, logp, value)
         stage = self.staging
-        sizes = {"glob": n, "ent": n * bucket * layout.F_ENT, "ent_type": n * bucket, "n_ent": n, "mask": n, "slot": n}
+        sizes = {"glob": n, "ent": n * bucket * layout.F_ENT, "ent_type": n * bucket, "n_ent": n, "mask": n}
         with torch.cuda.stream(self.upload):
             for name, k in sizes.items():
                 stage[name][:k].copy_(getattr(buf, name)[:k], non_blocking=True)  # pinned -> device
@@ -452,9 +451,10 @@ class _CudaRunner:
             g, st, out, host = self._graph(s, bucket, rb)
             stream = self.streams[s]
             stream.wait_event(self.uploaded)
+            idx_host = torch.from_numpy(idx).pin_memory() if len(used) > 1 else None  # kept alive in `launched`
             with torch.cuda.stream(stream):
-                if len(used) > 1:
-                    sel = (stage["slot"][:n] == s).nonzero()[:, 0]  # on the device: no host sync
+                if idx_host is not None:  # the indices from the host: nonzero() on the device would sync
+                    sel = idx_host.to(eng.device, non_blocking=True)
                 for name in self._FIELDS:
                     st[name][:m].copy_(src[name] if len(used) == 1 else src[name].index_select(0, sel))
                     st[name][m:].zero_()
@@ -463,8 +463,8 @@ class _CudaRunner:
                 for h, o in zip(host, (out.actions, out.logp, out.value)):
                     h[:m].copy_(o[:m], non_blocking=True)
                 self.done[s].record(stream)
-            launched.append((s, idx, host, m))
-        for s, idx, (a, lp, v), m in launched:  # one wait per network, after all are launched
+            launched.append((s, idx, host, m, idx_host))
+        for s, idx, (a, lp, v), m, _ in launched:  # one wait per network, after all are launched
             self.done[s].synchronize()
             actions[idx] = a[:m].numpy()
             logp[idx] = lp[:m].numpy()
