@@ -267,6 +267,7 @@ class InferenceEngine:
             raise ValueError(f"a batch of {n} rows, the engine holds max_rows={self.max_rows}: raise max_rows")
         if slot_per_row is None:
             slots = np.zeros(n, np.int16)
+            used = np.zeros(1 if n else 0, np.int16)
         else:
             slots = np.asarray(slot_per_row)[:n]
             if len(slots) != n:
@@ -291,10 +292,10 @@ class InferenceEngine:
         a["n_ent"][:n] = batch.n_ent[:n]
         a["mask"][:n] = batch.mask[:n]
         copy_ms = (time.perf_counter() - t0) * 1e3
-        return self._call(lambda: self._round(buf, n, bucket, t0, copy_ms))
+        return self._call(lambda: self._round(buf, n, bucket, used, t0, copy_ms))
 
     @torch.inference_mode()
-    def _round(self, buf: _Inputs, n: int, bucket: int, t_submit: float, copy_ms: float) -> RoundResult:
+    def _round(self, buf: _Inputs, n: int, bucket: int, used: np.ndarray, t_submit: float, copy_ms: float) -> RoundResult:
         t0 = time.perf_counter()
         try:
             self._apply_pending()
@@ -306,7 +307,6 @@ class InferenceEngine:
             rows = buf.np["rows"][:n].astype(np.int32)
             obs_seq = buf.obs_seq[:n].copy()
             state_in = None
-            used = np.unique(slot)
             t_net = time.perf_counter()
             if n:
                 if self._runner is not None:
@@ -314,8 +314,11 @@ class InferenceEngine:
                 else:
                     state_in = self._run_cpu(buf, n, bucket, used, actions, logp, value)
             net_ms = (time.perf_counter() - t_net) * 1e3
-            for s in used:
-                versions[slot == s] = self.versions[s]
+            if len(used) == 1:
+                versions[:] = self.versions[int(used[0])]
+            else:
+                for s in used:
+                    versions[slot == s] = self.versions[s]
         finally:
             self._free.put(buf)
         self.rounds += 1
