@@ -165,6 +165,7 @@ class Learner:
         self.rng = np.random.default_rng(cfg.seed)
         self.version = 0  # updates done; the policy version the inference side publishes
         self._niced: set[int] = set()  # native ids of the threads thread_nice was applied to
+        self._stream = None  # CUDA only: the learner's own stream
         self.steps_trained = 0
 
     def _nice_this_thread(self) -> None:
@@ -215,7 +216,17 @@ class Learner:
     def run_update(self, tb: TrajBatch) -> UpdateStats:
         """One PPO update (update_epochs passes of minibatches) over tb; see the module
         docstring. Raises NonFiniteLossError (and leaves the weights as they were) if a
-        loss was not finite."""
+        loss was not finite. On CUDA the update runs on a stream of its own, beside the
+        inference rounds' streams (unchecked: no GPU in this project's CI)."""
+        if self.device.type == "cuda":
+            if self._stream is None:
+                self._stream = torch.cuda.Stream(device=self.device)
+            self._stream.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(self._stream):
+                return self._update(tb)
+        return self._update(tb)
+
+    def _update(self, tb: TrajBatch) -> UpdateStats:
         t_start = time.perf_counter()
         torch.set_num_threads(self.cfg.num_threads)  # per thread with torch's OpenMP backend
         self._nice_this_thread()
