@@ -149,11 +149,13 @@ def test_back_pressure_and_learner_wait():
     traj = Trajectories(4, TrajConfig(seq_len=2, seqs_per_batch=1, queue_batches=1))
     lane = FakeLane(0, 100)
     rounds = 0
-    while not traj.full:
+    full = False
+    while not full:
         b, res = round_of([lane])
         traj.record_obs(b)
-        traj.record_answer(res)
+        full = traj.record_answer(res)  # back-pressure, as `full` reports it
         rounds += 1
+    assert traj.full
     assert rounds == 2 + 1  # one batch of one 2-step sequence (+1: a step completes a round late)
     time.sleep(0.02)
     first = traj.get(0)

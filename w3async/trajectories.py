@@ -188,8 +188,9 @@ class Trajectories:
         self._n_steps[r] += 1
         self._phase[r] = _STEP
 
-    def record_answer(self, result) -> None:
-        """Take a round's answers (a RoundResult) for the rows record_obs() took."""
+    def record_answer(self, result) -> bool:
+        """Take a round's answers (a RoundResult) for the rows record_obs() took. Returns
+        `full`: True when the queue is full and the train rows should wait (back-pressure)."""
         rows = np.asarray(result.rows, np.int64)
         phase = self._phase[rows]
         tracked = phase != _IDLE
@@ -213,6 +214,7 @@ class Trajectories:
         complete = self._n_steps[rows] - self._open[rows]
         for row in rows[complete >= self.cfg.seq_len]:
             self._emit(int(row))
+        return self.full
 
     def cut(self, rows: np.ndarray) -> None:
         """Drop these rows' partial sequences (a game restarted, or the row now plays
