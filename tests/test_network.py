@@ -1,6 +1,5 @@
 """The network: masks respected, padding invisible, the pointer head on real entities."""
 
-
 import pytest
 import torch
 import torch.nn.functional as F
