@@ -34,6 +34,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from w3async.procs import alive  # noqa: E402
 
 RECIPE = """
 name = "chaos"
@@ -109,14 +112,6 @@ def live_games(run: Path) -> dict[int, int]:
         elif e["event"] in ("game_exit", "game_kill") and pids.get(e["slot"]) == e.get("pid"):
             pids.pop(e["slot"], None)
     return pids
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
-    except OSError:
-        return False
 
 
 def chaos(seconds: float, kill_every: float, count: int, recover_s: float, seed: int, keep: bool) -> dict:

@@ -15,7 +15,7 @@ import pytest
 
 from w3async.recipes import recipe_from_dict
 from w3async.rows import list_segments
-from w3async.runtime_wine import processes_with_env
+from w3async.procs import alive
 from w3async.supervisor import RunError, Supervisor
 
 from .conftest import REPO
@@ -36,14 +36,6 @@ async def run_recipe(data: dict, run_dir: Path) -> tuple[Supervisor, dict]:
     sup = Supervisor(recipe_from_dict(data), run_dir)
     stats = await sup.run()
     return sup, stats
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
-    except OSError:
-        return False
 
 
 def assert_nothing_left(sup: Supervisor, run_dir: Path) -> None:

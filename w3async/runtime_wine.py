@@ -26,6 +26,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import procs
+
 READY_MARK = ".w3async-ready"
 BOOT_TIMEOUT_S = 180.0
 
@@ -235,22 +237,7 @@ def _boot(prefix: WinePrefix) -> None:
 
 def processes_with_env(key: str, value: str) -> list[int]:
     """Pids of live processes (zombies excluded) with key=value in their environment."""
-    needle = f"{key}={value}".encode()
-    found = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat", "rb") as f:
-                state = f.read().rsplit(b")", 1)[1].split()[0]
-            if state in (b"Z", b"X"):
-                continue
-            with open(f"/proc/{d}/environ", "rb") as f:
-                if needle in f.read().split(b"\0"):
-                    found.append(int(d))
-        except (OSError, IndexError):
-            continue
-    return found
+    return procs.with_env(key, value)
 
 
 def windows_path(path: str | os.PathLike) -> str:

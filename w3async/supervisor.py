@@ -25,7 +25,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import layout
+from . import layout, procs
 from .doorbells import Doorbells
 from .gather import make_gatherer
 from .logs import JsonLog, console
@@ -593,7 +593,7 @@ class Supervisor:
             killed_wine += await self._loop.run_in_executor(None, rt.cleanup)
         groups = [s.proc.pid for s in self.slots if s.proc is not None]
         self.leftovers = dict(
-            processes=[p for g in groups for p in _pgid_members(g)],
+            processes=[p for g in groups for p in procs.group_members(g)],
             wine=[p for rt in self.runtimes.values() for p in getattr(rt, "leftovers", lambda: [])()],
             wine_sigkilled=killed_wine,
         )
@@ -622,7 +622,7 @@ def cleanup_previous_run(info: dict) -> dict:
     shm = info.get("shm") or ""
     killed = []
     for pgid in info.get("pgids", []):
-        for pid in _pgid_members(int(pgid)):
+        for pid in procs.group_members(int(pgid)):
             if _environ_mentions(pid, shm.lstrip("/")):
                 try:
                     os.kill(pid, signal.SIGKILL)
@@ -654,13 +654,7 @@ def cleanup_previous_run(info: dict) -> dict:
 
 
 def _environ_mentions(pid: int, needle: str) -> bool:
-    if not needle:
-        return False
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            return needle.encode() in f.read()
-    except OSError:
-        return False
+    return bool(needle) and needle.encode() in procs.environ(pid)
 
 
 async def _wait_exit(slots: list[Slot], timeout: float) -> None:
@@ -674,22 +668,6 @@ def _killpg(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def _pgid_members(pgid: int) -> list[int]:
-    """Live processes still in process group pgid (zombies excluded)."""
-    found = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-            if fields[0] not in (b"Z", b"X") and int(fields[2]) == pgid:
-                found.append(int(d))
-        except (OSError, IndexError, ValueError):
-            continue
-    return found
 
 
 def _cpu_s() -> float:

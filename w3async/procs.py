@@ -1,0 +1,54 @@
+"""Processes as /proc shows them: what the supervisor and the clean-ups look for.
+
+Zombies count as gone everywhere here: a zombie runs nothing and holds no resource but
+its pid, and in a container whose init does not reap, orphans stay zombies for good.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+
+def _stat(pid: int | str) -> list[bytes] | None:
+    """/proc/<pid>/stat's fields after the command name (state first), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    fields = _stat(pid)
+    return bool(fields) and fields[0] not in (b"Z", b"X")
+
+
+def live_processes() -> Iterator[tuple[int, list[bytes]]]:
+    """(pid, stat fields) of every live (non-zombie) process."""
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            fields = _stat(d)
+            if fields and fields[0] not in (b"Z", b"X"):
+                yield int(d), fields
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live processes still in process group pgid."""
+    return [pid for pid, f in live_processes() if len(f) > 2 and f[2] == str(pgid).encode()]
+
+
+def environ(pid: int) -> bytes:
+    """The process's environment block ('' when it cannot be read)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def with_env(key: str, value: str) -> list[int]:
+    """Live processes with key=value in their environment."""
+    needle = f"{key}={value}".encode()
+    return [pid for pid, _ in live_processes() if needle in environ(pid).split(b"\0")]
