@@ -4,7 +4,6 @@ their causes, bad input reported by name, and nothing left behind after shutdown
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
