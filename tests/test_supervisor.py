@@ -305,3 +305,27 @@ async def test_wine_hang_is_detected_and_restarted(tmp_path, null_exe):
     kills = [e for e in events(tmp_path / "run") if e["event"] == "game_kill"]
     assert kills and kills[0]["cause"] == "hang" and kills[0]["phase"] == "step"
     assert_nothing_left(sup, tmp_path / "run")
+
+
+def test_wine_that_cannot_make_a_prefix_is_a_clear_error(tmp_path, null_native):
+    """A Wine loader that is missing, or one that fails to boot a prefix, stops the run
+    with one message naming it; nothing is left behind."""
+    rec = tmp_path / "w.toml"
+    rec.write_text(f'name = "w"\n[runtime]\nwine = "no-such-wine"\ncache_dir = "{tmp_path / "cache"}"\n'
+                   f'[[games]]\nbinary = "{REPO / "build/win64/null_game.exe"}"\nruntime = "wine"\n')
+    if not (REPO / "build/win64/null_game.exe").exists():
+        pytest.skip("no .exe built (mingw missing)")
+    r = _cli(["run", str(rec), "--runs-dir", str(tmp_path / "runs"), "--set", "stop.seconds=20"])
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "Wine loader 'no-such-wine' not found" in r.stderr
+    # a loader that exists but cannot boot a prefix
+    fake = tmp_path / "bin" / "wine"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho 'wine: cannot boot here' >&2\nexit 3\n")
+    fake.chmod(0o755)
+    (tmp_path / "bin" / "wineserver").write_text("#!/bin/sh\nexit 0\n")
+    (tmp_path / "bin" / "wineserver").chmod(0o755)
+    rec.write_text(rec.read_text().replace('wine = "no-such-wine"', f'wine = "{fake}"'))
+    r = _cli(["run", str(rec), "--runs-dir", str(tmp_path / "runs"), "--set", "stop.seconds=20"])
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "wineboot -i exited 3" in r.stderr and "cannot boot here" in r.stderr

@@ -158,3 +158,69 @@ async def test_learner_failure_stops_the_run_with_a_resumable_checkpoint(tmp_pat
     ckpt = load_latest(tmp_path / "run")
     assert ckpt is not None and ckpt["learner"]["version"] == 2
     assert_nothing_left(sup, tmp_path / "run")
+
+
+def test_sigkilled_supervisor_resumes_with_the_saved_counters(tmp_path, null_native):
+    """SIGKILL the supervisor mid-run (after a checkpoint), start it again on the same run
+    folder: it cleans up what the dead run left and resumes from the last checkpoint with
+    its counters, weights and league."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from w3async.rows import list_segments
+
+    recipe = tmp_path / "learn.toml"
+    recipe.write_text(f'''
+name = "learn"
+game = "null"
+[[games]]
+binary = "{REPO / 'build/native/null_game'}"
+count = 2
+lanes = 2
+nice = 0
+env = {{ W3N_CHECK = "0", W3N_LEARN = "1", W3N_EPISODE_STEPS = "32" }}
+[supervisor]
+policy = "network"
+progress_s = 0
+[network]
+d_model = 32
+n_heads = 2
+n_layers = 1
+[trajectories]
+seq_len = 8
+seqs_per_batch = 8
+[checkpoint]
+every_updates = 2
+''')
+    runs = tmp_path / "runs"
+    cmd = [sys.executable, "-m", "w3async", "run", str(recipe), "--runs-dir", str(runs), "--run", "k"]
+    p = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 90
+        while time.time() < deadline and not (load_latest(runs / "k") or {}).get("learner", {}).get("version", 0) >= 4:
+            time.sleep(0.5)
+    finally:
+        p.kill()
+        p.wait()
+    saved = load_latest(runs / "k")
+    assert saved is not None and saved["learner"]["version"] >= 4
+    shm = [e for e in events(runs / "k") if e["event"] == "run_start"][0]["shm"]
+    assert shm in list_segments()  # left by the killed run
+    r = subprocess.run(cmd + ["--set", f"stop.updates={saved['learner']['version'] + 2}", "--set", "stop.seconds=90"],
+                       cwd=REPO, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr
+    ev = events(runs / "k")
+    prev = [e for e in ev if e["event"] == "previous_run"]
+    assert len(prev) == 1 and prev[0]["dead_pid"] == p.pid and prev[0]["shm_unlinked"] is True
+    assert shm not in list_segments()
+    resumed = [e for e in ev if e["event"] == "resume"]
+    assert len(resumed) == 1
+    # read after the kill, so nothing wrote a newer one: the new run resumed exactly this
+    assert Path(resumed[0]["checkpoint"]).name == Path(saved["path"]).name
+    assert resumed[0]["updates"] == saved["learner"]["version"]
+    assert resumed[0]["agent_steps"] == saved["counters"]["agent_steps"]
+    ups = lines(runs / "k" / "learner.jsonl", "update")
+    second = [u["update"] for u in ups if u["update"] > resumed[0]["updates"]]
+    assert second and second[0] == resumed[0]["updates"] + 1
