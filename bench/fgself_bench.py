@@ -49,6 +49,8 @@ def run(pause_ms: float, seconds: float, recipe: str, extra: list[str]) -> dict:
             lat_idle=float(np.median(idle)) if idle else float("nan"),
             lat_update=float(np.median(upd)) if upd else float("nan"),
             updates=len(ups) + 2, agent_steps=end["agent_steps"],
+            rows_round=rows / max(sum(r["rounds"] for r in rounds), 1),
+            gathered=float(np.mean([r["gathered_per_waiting"] for r in rounds if "gathered_per_waiting" in r] or [np.nan])),
         )
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -64,14 +66,15 @@ def main() -> int:
     extra = [x for s in a.set for x in ("--set", s)]
     print(f"fgself end to end, {a.seconds:.0f} s a run (medians over the run's seconds and updates)")
     hdr = (f"{'pause ms':>8} {'steps/s':>8} {'update s':>9} {'wait s':>7} {'staleness':>9} "
-           f"{'round ms idle':>14} {'round ms update':>16} {'ratio':>6} {'updates':>8}")
+           f"{'round ms idle':>14} {'round ms update':>16} {'ratio':>6} {'updates':>8} {'rows/round':>10} "
+           f"{'gathered/waiting':>16}")
     print(hdr)
     print("-" * len(hdr))
     for p in [float(x) for x in a.pauses.split(",")]:
         r = run(p, a.seconds, a.recipe, extra)
         print(f"{p:>8.0f} {r['steps_s']:>8.0f} {r['update_s']:>9.2f} {r['wait_s']:>7.2f} {r['staleness']:>9.2f} "
               f"{r['lat_idle']:>14.2f} {r['lat_update']:>16.2f} {r['lat_update'] / r['lat_idle']:>5.1f}x "
-              f"{r['updates']:>8}", flush=True)
+              f"{r['updates']:>8} {r['rows_round']:>10.1f} {r['gathered']:>16.2f}", flush=True)
     return 0
 
 

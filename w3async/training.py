@@ -101,6 +101,8 @@ class Training:
         self._held: list[np.ndarray] = []
         self._inflight = 0
         self._round_stats: list = []
+        self._waiting: list[tuple[int, int]] = []  # per round: (rows gathered, rows waiting in all)
+        self._obs_col, self._act_col = sup.table.column("obs_seq"), sup.table.column("act_seq")
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -168,6 +170,9 @@ class Training:
         """Answer a gathered batch through the networks (asynchronously)."""
         n = b.n
         rows = b.rows[:n].astype(np.int64)
+        # Rows waiting anywhere (gathered now, held in flight or by back-pressure): the
+        # share a round answers of them says how well rounds batch (inference.jsonl).
+        self._waiting.append((n, int(np.count_nonzero(self._obs_col != self._act_col))))
         if self.traj.full:
             # Back-pressure: the train groups' rows wait, unanswered and unseen, until the
             # learner takes a batch (unblock); evaluation rows go on.
@@ -297,6 +302,11 @@ class Training:
                     latency_ms_idle=round(float(lat[~during].mean()), 3) if (~during).any() else None,
                     latency_ms_update=round(float(lat[during].mean()), 3) if during.any() else None,
                     rounds_update=int(during.sum()))
+        waits, self._waiting = self._waiting, []
+        if waits:
+            g = np.array(waits, float)
+            line["waiting_mean"] = round(float(g[:, 1].mean()), 2)
+            line["gathered_per_waiting"] = round(float(g[:, 0].sum() / max(g[:, 1].sum(), 1)), 3)
         self.inference_log.info("rounds", **line)
         return line
 
