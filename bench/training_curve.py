@@ -1,0 +1,107 @@
+"""The learning curve of a run: evaluation win rate against the built-in AI over time.
+
+Reads runs/<run>/episodes.jsonl (evaluation episodes only: fixed seeds, never trained
+on) and prints a markdown table of the win rate against each level over the last
+--window episodes at every --every minutes; with --svg it also draws the curve as a
+small SVG (no plotting library needed).
+
+    python bench/training_curve.py runs/fgself-main --svg docs/fgself-curve.svg
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import datetime
+from pathlib import Path
+
+COLOURS = {"ai:easy": "#1f77b4", "ai:normal": "#d62728", "ai:hard": "#2ca02c"}
+
+
+def ts(x: dict) -> float:
+    return datetime.fromisoformat(x["ts"].replace("Z", "+00:00")).timestamp()
+
+
+def load(run: Path) -> tuple[float, dict[str, list[tuple[float, float]]]]:
+    """(start time, {level: [(minutes, 1 win / 0 otherwise)]}) for the evaluation episodes."""
+    start = None
+    for line in (run / "events.jsonl").read_text().splitlines():
+        e = json.loads(line)
+        if e["event"] == "run_start":
+            start = ts(e)
+            break
+    out: dict[str, list[tuple[float, float]]] = {}
+    for line in (run / "episodes.jsonl").read_text().splitlines():
+        e = json.loads(line)
+        if e.get("event") == "episode" and e.get("eval") and e.get("result") != "truncated":
+            out.setdefault(e["opponent"], []).append(((ts(e) - start) / 60, 1.0 if e["result"] == "win" else 0.0))
+    return start, out
+
+
+def curve(points: list[tuple[float, float]], window: int, t: float) -> tuple[float | None, int]:
+    """The win rate over the last `window` episodes finished by minute t."""
+    done = [w for m, w in points if m <= t][-window:]
+    return (sum(done) / len(done) if done else None), len(done)
+
+
+def svg(series: dict[str, list[tuple[float, float]]], t_max: float, path: Path, title: str) -> None:
+    w, h, pad = 640, 300, 46
+    def x(t): return pad + (w - 2 * pad) * t / max(t_max, 1e-9)
+    def y(v): return h - pad - (h - 2 * pad) * v
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="11">',
+             f'<rect width="{w}" height="{h}" fill="white"/>',
+             f'<text x="{pad}" y="18" font-size="13">{title}</text>']
+    for v in (0, 0.25, 0.5, 0.75, 1.0):
+        parts.append(f'<line x1="{pad}" y1="{y(v):.1f}" x2="{w - pad}" y2="{y(v):.1f}" stroke="#ddd"/>')
+        parts.append(f'<text x="{pad - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{v:.0%}</text>')
+    step = 10 if t_max > 30 else 5
+    for m in range(0, int(t_max) + 1, step):
+        parts.append(f'<text x="{x(m):.1f}" y="{h - pad + 16}" text-anchor="middle">{m} min</text>')
+    for goal, level in ((0.8, "ai:easy"), (0.5, "ai:normal")):
+        parts.append(f'<line x1="{pad}" y1="{y(goal):.1f}" x2="{w - pad}" y2="{y(goal):.1f}" '
+                     f'stroke="{COLOURS[level]}" stroke-dasharray="4 4" stroke-opacity="0.5"/>')
+    for i, (level, pts) in enumerate(sorted(series.items())):
+        if pts:
+            d = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in pts)
+            parts.append(f'<polyline fill="none" stroke="{COLOURS.get(level, "#555")}" stroke-width="2" points="{d}"/>')
+        parts.append(f'<text x="{w - pad - 140 + 70 * i}" y="{pad - 10}" fill="{COLOURS.get(level, "#555")}">{level}</text>')
+    parts.append("</svg>")
+    path.write_text("\n".join(parts) + "\n")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("run", type=Path)
+    ap.add_argument("--window", type=int, default=50, help="episodes the win rate is over")
+    ap.add_argument("--every", type=float, default=5.0, help="minutes between table rows")
+    ap.add_argument("--svg", type=Path, help="also draw the curve into this SVG file")
+    a = ap.parse_args()
+    _, eps = load(a.run)
+    if not eps:
+        print(f"{a.run}: no evaluation episodes", file=sys.stderr)
+        return 2
+    levels = sorted(eps)
+    t_max = max(m for pts in eps.values() for m, _ in pts)
+    print(f"| minutes | " + " | ".join(f"win rate vs {lv} (last {a.window})" for lv in levels) + " |")
+    print("| ---: | " + " | ".join("---:" for _ in levels) + " |")
+    t = a.every
+    while t <= t_max + 1e-9 or t - a.every < t_max:
+        cells = []
+        for lv in levels:
+            rate, n = curve(eps[lv], a.window, t)
+            cells.append("-" if rate is None else f"{rate:.0%} ({n})")
+        print(f"| {min(t, t_max):.0f} | " + " | ".join(cells) + " |")
+        if t >= t_max:
+            break
+        t = min(t + a.every, t_max)
+    if a.svg:
+        series = {lv: [(m, curve(eps[lv], a.window, m)[0]) for m, _ in eps[lv] if curve(eps[lv], a.window, m)[1] >= 10]
+                  for lv in levels}
+        svg(series, t_max, a.svg, f"{a.run.name}: evaluation win rate (last {a.window} games) against time")
+        print(f"\n(curve: {a.svg})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
