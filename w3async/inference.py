@@ -240,6 +240,11 @@ class InferenceEngine:
                 self.nets[slot].load_state_dict(sd)  # copy_ into the existing parameters
             self.versions[slot] = version
 
+    @property
+    def running(self) -> bool:
+        """Between start() and stop()."""
+        return self._pool is not None
+
     def reset_rows(self, rows: np.ndarray) -> Future | None:
         """Forget the GRU state of these table rows (a game restarted). Queued on the
         worker (FIFO: after the rounds already submitted, before any submitted later);

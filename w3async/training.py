@@ -278,7 +278,8 @@ class Training:
                 self.opponents.release(int(self.row_slot[row]))
                 self.row_slot[row] = 0
         self.row_return[idx] = 0.0
-        self.engine.reset_rows(idx) if self.engine._pool is not None else None
+        if self.engine.running:  # a GRU's state per row; queued on the worker
+            self.engine.reset_rows(idx)
 
     def win_rates(self) -> dict:
         return {k: dict(rate=round(float(np.mean(v)), 4) if v else None, n=len(v),
