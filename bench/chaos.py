@@ -143,7 +143,7 @@ def chaos(seconds: float, kill_every: float, count: int, recover_s: float, seed:
                 os.kill(pid, signal.SIGSTOP)
                 faults.append(dict(kind="sigstop", slot=slot, pid=pid, t=now))
                 stopped = True
-            elif now >= next_kill and games:
+            elif now >= next_kill and games and now < t_end - (recover_s + 2.0):  # a quiet tail: every fault gets its recovery window
                 slot, pid = rng.choice(sorted(games.items()))
                 try:
                     os.kill(pid, signal.SIGKILL)
