@@ -137,7 +137,9 @@ def chaos(seconds: float, kill_every: float, count: int, recover_s: float, seed:
             if p.poll() is not None:
                 raise AssertionError(f"the supervisor exited during the chaos (code {p.returncode})")
             now = time.time()
-            games = {s: pid for s, pid in live_games(run).items() if s < count}  # duel slots
+            stopped_pids = {f["pid"] for f in faults if f["kind"] == "sigstop"}
+            games = {s: pid for s, pid in live_games(run).items()
+                     if s < count and pid not in stopped_pids}  # duel slots, the stopped one left to the hang watch
             if not stopped and now > t_start + 5 + seconds / 3 and games:
                 slot, pid = rng.choice(sorted(games.items()))
                 os.kill(pid, signal.SIGSTOP)

@@ -15,7 +15,7 @@ import chaos  # noqa: E402
 
 
 def test_chaos_briefly(null_native):
-    r = chaos.chaos(seconds=15, kill_every=3.0, count=3, recover_s=5.0, seed=1, keep=False)
+    r = chaos.chaos(seconds=18, kill_every=2.5, count=3, recover_s=5.0, seed=1, keep=False)
     try:
         fig = chaos.verify(r)
         assert fig["problems"] == []
