@@ -391,3 +391,12 @@ int w3s_wait(w3s_conn *c, char *err, size_t errlen)
             return -1;
     }
 }
+
+int w3s_exchange(w3s_conn *c, char *err, size_t errlen)
+{
+    for (uint32_t i = 0; i < c->nrows; i++)
+        w3s_post(c, i);
+    if (w3s_ring(c, err, errlen))
+        return -1;
+    return w3s_wait(c, err, errlen);
+}

@@ -48,6 +48,11 @@ int w3s_ring(w3s_conn *c, char *err, size_t errlen);
  * W3S_EXIT_OK), -1 on error (the doorbell failed or the supervisor went away). */
 int w3s_wait(w3s_conn *c, char *err, size_t errlen);
 
+/* One step's exchange for a game that posts all of its rows every step: post rows
+ * 0..nrows-1 (fill them first), ring once, wait for every answer. Returns what
+ * w3s_wait returns, or -1 when the ring failed (err filled either way). */
+int w3s_exchange(w3s_conn *c, char *err, size_t errlen);
+
 /* Unmap and close; safe on NULL. */
 void w3s_detach(w3s_conn *c);
 

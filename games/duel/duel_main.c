@@ -102,21 +102,11 @@ static int du_agent_main(void)
                 du_observe(&g->lane, &g->cache, s, r, &g->view[s]);
             }
         }
-        for (uint32_t i = 0; i < nrows; i++)
-            w3s_post(conn, i);
-        if (w3s_ring(conn, err, sizeof(err))) {
-            fprintf(stderr, "%s\n", err);
-            rc = W3S_EXIT_LOST;
-            break;
-        }
-        int w = w3s_wait(conn, err, sizeof(err));
-        if (w == 1) {
-            rc = W3S_EXIT_OK;
-            break;
-        }
-        if (w < 0) {
-            fprintf(stderr, "%s\n", err);
-            rc = W3S_EXIT_LOST;
+        int w = w3s_exchange(conn, err, sizeof(err));
+        if (w) { /* 1: asked to stop; -1: the doorbell failed or the supervisor left */
+            if (w < 0)
+                fprintf(stderr, "%s\n", err);
+            rc = w > 0 ? W3S_EXIT_OK : W3S_EXIT_LOST;
             break;
         }
         steps++;

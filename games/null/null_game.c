@@ -205,21 +205,11 @@ int main(void)
         null_spin_us(cfg.step_us);
         if (cfg.rogue && (long)steps == cfg.rogue_step)
             null_rogue(c, cfg.rogue);
-        for (uint32_t i = 0; i < nrows; i++)
-            w3s_post(c, i);
-        if (w3s_ring(c, err, sizeof(err))) {
-            fprintf(stderr, "%s\n", err);
-            rc = W3S_EXIT_LOST;
-            break;
-        }
-        int w = w3s_wait(c, err, sizeof(err));
-        if (w == 1) {
-            rc = W3S_EXIT_OK;
-            break;
-        }
-        if (w < 0) {
-            fprintf(stderr, "%s\n", err);
-            rc = W3S_EXIT_LOST;
+        int w = w3s_exchange(c, err, sizeof(err));
+        if (w) { /* 1: asked to stop; -1: the doorbell failed or the supervisor left */
+            if (w < 0)
+                fprintf(stderr, "%s\n", err);
+            rc = w > 0 ? W3S_EXIT_OK : W3S_EXIT_LOST;
             break;
         }
         steps++;
