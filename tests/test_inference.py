@@ -199,3 +199,39 @@ def test_padding_is_zero_in_every_round(engine):
     for glob, ent, ent_type, n_ent, mask in seen:
         pad = torch.arange(ent.shape[1])[None, :] >= n_ent[:, None]
         assert (ent[pad] == 0).all() and (ent_type[pad] == 0).all()
+
+
+def test_submit_never_races_the_worker_applying_a_new_slot():
+    """Issue 9, item 5: submit() checked a slot against `versions` and `_pending`, and the
+    worker empties _pending before it sets `versions`: a submit in that window (a round
+    applying a slot's first weights) was refused with "were never loaded". Here a slot's
+    first load is followed by submits in a tight loop while the worker applies it, many
+    times over; every one must be accepted and answered by the loaded weights."""
+    big = NetConfig(d_model=64, n_heads=4, n_layers=2)  # a load_state_dict the loop can overlap
+    torch.manual_seed(3)
+    sd = Network(SPEC, big).state_dict()
+    rng = np.random.default_rng(5)
+    b = synthetic_batch(SPEC, 4, rng, max_ent=8)
+    ones = np.ones(4, np.int16)
+    overlapped = 0
+    for i in range(40):
+        eng = InferenceEngine(SPEC, big, n_slots=2, max_rows=8)
+        eng.start()
+        try:
+            eng.load_slot(1, sd, 100 + i)
+            futs = [eng.submit(b, ones)]
+            while not futs[0].done():  # submits while the worker applies slot 1's first weights
+                futs.append(eng.submit(b, ones))
+            overlapped += len(futs) > 1
+            for f in futs:
+                assert (f.result().versions == 100 + i).all()
+        finally:
+            eng.stop()
+    assert overlapped >= 20, overlapped  # the window was hit, not stepped around
+    eng = InferenceEngine(SPEC, CFG, n_slots=2, max_rows=8)
+    eng.start()
+    try:
+        with pytest.raises(ValueError, match="never loaded"):
+            eng.submit(b, ones)  # a slot nothing was asked to load is still refused
+    finally:
+        eng.stop()

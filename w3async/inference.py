@@ -165,7 +165,13 @@ class InferenceEngine:
         self.nets = [Network(spec, net_cfg).to(self.device).eval() for _ in range(n_slots)]
         for net in self.nets[1:]:
             net.load_state_dict(self.nets[0].state_dict())
-        self.versions = [0] + [-1] * (n_slots - 1)  # -1: nothing loaded in this slot yet
+        self.versions = [0] + [-1] * (n_slots - 1)  # the worker's: what each slot's network holds
+        # What load_slot() asked for, per slot (-1: never), set under _lock before load_slot
+        # returns. submit() checks slots against this, never against `versions` or
+        # `_pending`: the worker empties _pending before it sets `versions`, so a submit
+        # between the two saw a loaded slot as never loaded (issue 9, item 5). Any round
+        # submitted after load_slot() returned applies the weights before it runs (FIFO).
+        self._requested = [0] + [-1] * (n_slots - 1)
         self._pending: dict[int, tuple[dict, int]] = {}  # slot -> (weights, version), applied by the worker
         self._lock = threading.Lock()
         self._pin = self.device.type == "cuda"
@@ -229,6 +235,7 @@ class InferenceEngine:
             copy = {k: v.pin_memory() for k, v in copy.items()}
         with self._lock:
             self._pending[slot] = (copy, int(version))
+            self._requested[slot] = int(version)
 
     def _apply_pending(self) -> None:
         with self._lock:
@@ -265,7 +272,9 @@ class InferenceEngine:
     def submit(self, batch: Batch, slot_per_row: np.ndarray | None = None) -> Future:
         """Copy the batch's first n rows (on this thread) and queue their round; the
         future resolves to a RoundResult. slot_per_row (n,) says which network answers
-        each row (default: all slot 0)."""
+        each row (default: all slot 0). Raises (nothing queued) for a slot outside
+        0..n_slots-1 or one load_slot() was never called for, a batch over max_rows, or
+        an engine that is not running; a round that fails on the worker fails its future."""
         t0 = time.perf_counter()
         n, bucket = batch.n, batch.bucket
         if n > self.max_rows:
@@ -278,7 +287,9 @@ class InferenceEngine:
             if len(slots) != n:
                 raise ValueError(f"slot_per_row has {len(slots)} entries for {n} rows")
             used = np.unique(slots)
-            bad = [int(s) for s in used if not 0 <= s < self.n_slots or (s > 0 and self.versions[s] < 0 and s not in self._pending)]
+            with self._lock:
+                requested = list(self._requested)
+            bad = [int(s) for s in used if not 0 <= s < self.n_slots or requested[int(s)] < 0]
             if bad:
                 raise ValueError(f"slots {bad} are out of 0..{self.n_slots - 1} or were never loaded: call load_slot() first")
         try:
@@ -297,7 +308,11 @@ class InferenceEngine:
         a["n_ent"][:n] = batch.n_ent[:n]
         a["mask"][:n] = batch.mask[:n]
         copy_ms = (time.perf_counter() - t0) * 1e3
-        return self._call(lambda: self._round(buf, n, bucket, used, t0, copy_ms))
+        try:
+            return self._call(lambda: self._round(buf, n, bucket, used, t0, copy_ms))
+        except BaseException:  # not started, or stopped: the caller gets the error, the buffer comes back
+            self._free.put(buf)
+            raise
 
     @torch.inference_mode()
     def _round(self, buf: _Inputs, n: int, bucket: int, used: np.ndarray, t_submit: float, copy_ms: float) -> RoundResult:
