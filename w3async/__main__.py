@@ -1,8 +1,10 @@
 """`python -m w3async run RECIPE [--run NAME] [--set key=value ...]`, and
 `python -m w3async status runs/<run>` (a live or a finished run's summary).
 
-Bad input (a broken recipe, a missing binary, a run folder in use) ends with one
-clear message on stderr and exit status 2; a run that fails (every game slot failed)
+Bad input (a broken recipe or `--set`, a missing binary, a device or a folder this
+machine lacks, sizes beyond its limits: recipes.py and preflight.py, all checked
+before anything is created) ends with one clear message on stderr, naming the file,
+the key and the value, and exit status 2; a run that fails (every game slot failed)
 with exit status 1; no traceback in either case.
 """
 
@@ -43,8 +45,14 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
+def _error(path: str, problems: list[str]) -> int:
+    console(f"w3async: error: recipe {path}:\n  " + "\n  ".join(problems))
+    return 2
+
+
 def _run(args) -> int:
-    from .supervisor import RunError, Supervisor, check_binaries  # noqa: PLC0415 (fast --help)
+    from .preflight import preflight  # noqa: PLC0415 (fast --help)
+    from .supervisor import RunError, Supervisor  # noqa: PLC0415
 
     path = resolve_recipe_path(args.recipe)
     try:
@@ -52,12 +60,16 @@ def _run(args) -> int:
     except RecipeError as e:
         console(f"w3async: error: {e}")
         return 2
-    problems = check_binaries(recipe)
-    if problems:
-        console(f"w3async: error: recipe {path}:\n  " + "\n  ".join(problems))
-        return 2
     name = args.run or f"{recipe.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    run_dir = Path(args.runs_dir) / name
+    if "\0" in name or "\0" in args.runs_dir:
+        return _error(path, [f"--run {name!r} / --runs-dir {args.runs_dir!r}: contains a NUL character"])
+    runs_dir = Path(args.runs_dir)
+    run_dir = runs_dir / name
+    # Everything against the machine before anything is created: the run folder is made
+    # by the supervisor's set-up, after this.
+    problems = preflight(recipe, run_dir, runs_dir)
+    if problems:
+        return _error(path, problems)
     try:
         import uvloop  # noqa: PLC0415
 
@@ -72,6 +84,16 @@ def _run(args) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except (OSError, ValueError, ImportError) as e:
+        # What the checks above cannot foresee (a folder changed since, a limit hit while
+        # setting up): one line, no traceback. Before any game started it is bad input.
+        started = any(s.proc is not None for s in sup.slots)
+        msg = f"{e.strerror}: {e.filename}" if isinstance(e, OSError) and e.strerror and e.filename else str(e)
+        if not started:
+            console(f"w3async: error: run {run_dir} could not start: {type(e).__name__}: {msg}")
+            return 2
+        console(f"w3async: run {run_dir} stopped: {type(e).__name__}: {msg}")
+        return 1
     console(f"w3async: run {run_dir} ended: {stats['agent_steps']:,} agent steps in {stats['seconds']:.1f} s, "
             f"{stats['rows_per_round']:.1f} rows a round, {sup.summary_games()}")
     return 0

@@ -1,0 +1,331 @@
+"""Checks against the machine and the file system, run before a run creates anything.
+
+recipes.py checks what a recipe says; this module checks that this machine can do it:
+the game binaries (there, a file, executable), the inference device (torch sees it),
+the folders a run writes (the runs folder, the run folder, Wine's cache: each can be
+written, with space left), and the resources that follow from the recipe's sizes (the
+table against /dev/shm and memory, the game processes against the CPU, process and
+open-file limits). Every check returns a list of problems, each naming the key and
+the value and, where a limit was hit, the limit; `preflight()` runs them all.
+
+Nothing here creates anything that outlives it: a folder is probed by writing and
+removing one file in it (or in its nearest existing parent, when it does not exist yet).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import resource
+import stat
+import tempfile
+from pathlib import Path
+
+from . import layout
+from .recipes import Recipe
+
+GAMES_PER_CORE = 64
+"""Game processes at most per CPU core: beyond it the games starve the supervisor (and a
+recipe wants more lanes per process, not more processes)."""
+FDS_PER_GAME = 4
+"""File descriptors the supervisor holds per game: its act doorbell, its pidfd, and the
+pipes and log file while it starts."""
+FD_RESERVE = 256
+"""File descriptors kept for the supervisor itself: the status server's clients, the
+logs, torch, Wine."""
+PROCS_PER_WINE_RUNTIME = 8
+"""Wine's own processes (wineserver, services.exe, winedevice.exe, explorer.exe, ...)."""
+MIN_FREE_BYTES = 64 << 20
+"""Free space the run folder's file system must have at start (logs, checkpoints)."""
+PROBE_BYTES = 4096
+SHM_DIR = "/dev/shm"
+
+
+def _mib(n: float) -> str:
+    return f"{n / (1 << 20):,.1f} MiB" if n < (1 << 30) else f"{n / (1 << 30):,.1f} GiB"
+
+
+# ---- binaries -------------------------------------------------------------------------
+
+
+def check_binaries(recipe: Recipe) -> list[str]:
+    """Problems with the recipe's game binaries, each naming the group, the value and the
+    path: missing, a folder, not a regular file, not executable (native), not a Linux
+    executable or script (native), not a Windows .exe (wine)."""
+    problems = []
+    for i, g in enumerate(recipe.games):
+        key = f"games[{i}].binary = {g.binary!r}"
+        p = recipe.binary_path(g)
+        try:
+            st = p.stat()
+        except FileNotFoundError:
+            problems.append(f"{key}: {p} does not exist (run `make build`, or fix the path)")
+            continue
+        except (OSError, ValueError) as e:
+            problems.append(f"{key}: {p} cannot be read ({getattr(e, 'strerror', None) or e})")
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            problems.append(f"{key}: {p} is a folder, not a game binary")
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            problems.append(f"{key}: {p} is not a regular file")
+            continue
+        try:
+            with open(p, "rb") as f:
+                magic = f.read(4)
+        except OSError as e:
+            problems.append(f"{key}: {p} cannot be read ({e.strerror})")
+            continue
+        if g.runtime == "native":
+            if not os.access(p, os.X_OK):
+                problems.append(f"{key}: {p} is not executable (chmod +x)")
+            elif magic != b"\x7fELF" and not magic.startswith(b"#!"):
+                problems.append(f"{key}: {p} is not a Linux executable (no ELF header, no #! line)")
+        else:
+            if p.suffix.lower() != ".exe":
+                problems.append(f"{key}: {p} is not a Windows .exe (runtime = \"wine\")")
+            elif not magic.startswith(b"MZ"):
+                problems.append(f"{key}: {p} is not a Windows executable (no MZ header)")
+    return problems
+
+
+# ---- build ----------------------------------------------------------------------------
+
+
+def check_build(recipe: Recipe) -> list[str]:
+    """supervisor.gather = 'c' needs w3async._rows built against this layout (make setup)."""
+    if recipe.supervisor.gather != "c":
+        return []
+    key = "supervisor.gather = 'c'"
+    try:
+        from . import _rows  # noqa: PLC0415
+    except ImportError as e:
+        return [f"{key}: the C extension w3async._rows cannot be imported ({e}): run `make setup`, "
+                f"or set supervisor.gather = 'numpy'"]
+    if _rows.ROW_SIZE != layout.ROW_SIZE or _rows.layout_hash() != layout.LAYOUT_HASH:
+        return [f"{key}: w3async._rows was built for rows of {_rows.ROW_SIZE} bytes (layout hash "
+                f"{_rows.layout_hash():#x}), w3async.layout has {layout.ROW_SIZE} ({layout.LAYOUT_HASH:#x}): "
+                f"run `make setup`"]
+    return []
+
+
+# ---- device ---------------------------------------------------------------------------
+
+
+def check_device(recipe: Recipe) -> list[str]:
+    """inference.device: 'cpu', or a CUDA device that torch sees here (torch is imported
+    only for a device other than 'cpu')."""
+    dev = recipe.inference.device
+    if dev == "cpu":
+        return []
+    key = f"inference.device = {dev!r}"
+    try:
+        import torch  # noqa: PLC0415
+    except ImportError as e:
+        return [f"{key}: torch cannot be imported ({e}); use 'cpu'"]
+    if not torch.cuda.is_available():
+        build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
+        return [f"{key}: torch {torch.__version__} ({build}) sees no CUDA device on this machine; use 'cpu'"]
+    index = int(dev.split(":", 1)[1]) if ":" in dev else 0
+    n = torch.cuda.device_count()
+    if index >= n:
+        return [f"{key}: this machine has {n} CUDA device(s) (cuda:0 .. cuda:{n - 1})"]
+    return []
+
+
+# ---- folders --------------------------------------------------------------------------
+
+
+def _nearest_existing(path: Path) -> tuple[Path, str | None]:
+    """The path itself or its nearest parent that exists, if a folder; or a problem (a
+    file where a folder is expected, a part that cannot be read)."""
+    for p in (path, *path.parents):
+        try:
+            st = os.stat(p)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError as e:
+            return p, f"{p} cannot be read ({e.strerror})"
+        if not stat.S_ISDIR(st.st_mode):
+            return p, f"{p} is a file, not a folder"
+        return p, None
+    return path, f"no part of {path} exists"
+
+
+def probe_folder(path: str | os.PathLike) -> str | None:
+    """Can a run write in this folder (or, where it does not exist yet, create it)? None,
+    or why not: a file where a folder is expected, a file system that refuses a write
+    (read-only, no permission, full), too little free space. Writes one small file in the
+    folder or in its nearest existing parent, and removes it."""
+    path = Path(path)
+    if "\0" in str(path):
+        return f"{str(path)!r} contains a NUL character"
+    base, problem = _nearest_existing(Path(os.path.abspath(path)))
+    if problem:
+        return problem
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".w3async-probe-", dir=base)
+    except OSError as e:
+        return f"cannot write in {base} ({_why(e)})"
+    try:
+        try:
+            os.write(fd, b"\0" * PROBE_BYTES)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            os.unlink(probe)
+    except OSError as e:
+        return f"cannot write in {base} ({_why(e)})"
+    try:
+        vfs = os.statvfs(base)
+    except OSError:
+        return None
+    free = vfs.f_bavail * vfs.f_frsize
+    if free < MIN_FREE_BYTES:
+        return f"only {_mib(free)} free in {base}; a run needs at least {_mib(MIN_FREE_BYTES)}"
+    return None
+
+
+def _why(e: OSError) -> str:
+    if e.errno == errno.ENOSPC:
+        return "the disk is full"
+    if e.errno == errno.EROFS:
+        return "a read-only file system"
+    return e.strerror or str(e)
+
+
+def check_folders(recipe: Recipe, run_dir: Path, runs_dir: Path | None = None) -> list[str]:
+    """The run folder (an existing one is resumed: it must be a writable folder; a new
+    one, the runs folder it goes in), and Wine's cache folder where a group runs under
+    Wine or runtime.cache_dir is set."""
+    problems = []
+    run_dir = Path(run_dir)
+    runs_dir = Path(runs_dir) if runs_dir is not None else run_dir.parent
+    # An existing run folder (a resume) must be writable itself; a new one is made in the
+    # runs folder (or the nearest part of it that exists): the probe goes there.
+    why = probe_folder(run_dir)
+    if why:
+        key = f"run folder {str(run_dir)!r}" if os.path.lexists(run_dir) else f"--runs-dir {str(runs_dir)!r}"
+        problems.append(f"{key}: {why}")
+    if recipe.runtime.cache_dir or any(g.runtime == "wine" for g in recipe.games):
+        from .runtime_wine import WineConfig, cache_root  # noqa: PLC0415
+
+        where = cache_root(WineConfig(cache_dir=recipe.runtime.cache_dir or None))
+        why = probe_folder(where)
+        if why:
+            key = (f"runtime.cache_dir = {recipe.runtime.cache_dir!r}" if recipe.runtime.cache_dir
+                   else "Wine's cache ($W3ASYNC_CACHE or ~/.cache/w3async; set runtime.cache_dir)")
+            problems.append(f"{key}: {where}: {why}")
+    return problems
+
+
+# ---- resources ------------------------------------------------------------------------
+
+
+def table_bytes(recipe: Recipe) -> int:
+    """Shared memory the games' rows take: every row, plus a header page per game and
+    one for the table."""
+    n_rows = sum(g.count * g.lanes * g.sides for g in recipe.games)
+    n_games = sum(g.count for g in recipe.games)
+    return n_rows * layout.ROW_SIZE + (n_games + 1) * layout.HEADER_SIZE
+
+
+def _step_bytes() -> int:
+    """One recorded step of one row in the learner's trajectory buffers (trajectories.py)."""
+    return (layout.G_GLOB * 4 + layout.E_MAX * layout.F_ENT * 4 + layout.E_MAX * 2
+            + layout.N_HEADS * layout.HEAD_MAX + layout.N_HEADS * 4 + 64)
+
+
+def memory_bytes(recipe: Recipe) -> int:
+    """Memory the rows take in the supervisor: the table, and with a network the
+    trajectory buffers (seq_len + 1 steps per row)."""
+    need = table_bytes(recipe)
+    if recipe.supervisor.policy == "network" and recipe.trajectories is not None:
+        n_rows = sum(g.count * g.lanes * g.sides for g in recipe.games)
+        need += n_rows * (recipe.trajectories.seq_len + 1) * _step_bytes()
+    return need
+
+
+def _mem_available() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _tasks_now() -> int:
+    try:
+        return sum(1 for n in os.listdir("/proc") if n.isdigit())
+    except OSError:
+        return 0
+
+
+def game_limit() -> tuple[int, str]:
+    """The most game processes this machine takes, and which limit sets it."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    limits = [(GAMES_PER_CORE * cores, f"{GAMES_PER_CORE} per CPU core, {cores} core(s)")]
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY:
+        limits.append((max(0, (soft - FD_RESERVE) // FDS_PER_GAME),
+                       f"open files: ulimit -n is {soft}, {FDS_PER_GAME} per game and {FD_RESERVE} kept"))
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NPROC)
+    now = _tasks_now()
+    if soft != resource.RLIM_INFINITY and os.geteuid() != 0:
+        limits.append((max(0, soft - now), f"processes: ulimit -u is {soft}, about {now} running"))
+    for path, what in (("/proc/sys/kernel/pid_max", "pid_max"), ("/proc/sys/kernel/threads-max", "threads-max")):
+        v = _read_int(path)
+        if v:
+            limits.append((max(0, v - now), f"processes: kernel {what} is {v}, {now} running"))
+    return min(limits, key=lambda x: x[0])
+
+
+def check_resources(recipe: Recipe) -> list[str]:
+    """The sizes a recipe asks for against this machine: the table against /dev/shm's
+    free space and the memory available, the game processes against game_limit()."""
+    problems = []
+    groups = "; ".join(f"games[{i}]: count = {g.count}, lanes = {g.lanes}, sides = {g.sides}"
+                       for i, g in enumerate(recipe.games))
+    n_rows = sum(g.count * g.lanes * g.sides for g in recipe.games)
+    table = table_bytes(recipe)
+    try:
+        vfs = os.statvfs(SHM_DIR)
+        shm_free = vfs.f_bavail * vfs.f_frsize
+    except OSError:
+        shm_free = None
+    if shm_free is not None and table > shm_free:
+        problems.append(f"games: the table needs {_mib(table)} ({n_rows:,} rows of {layout.ROW_SIZE:,} bytes; "
+                        f"{groups}) but {SHM_DIR} has {_mib(shm_free)} free: lower games.count or games.lanes")
+    mem = memory_bytes(recipe)
+    avail = _mem_available()
+    if avail is not None and mem > avail:
+        problems.append(f"games: the rows need {_mib(mem)} of memory ({n_rows:,} rows; {groups}) but "
+                        f"{_mib(avail)} is available: lower games.count or games.lanes")
+    n_games = sum(g.count for g in recipe.games)
+    n_procs = n_games + (PROCS_PER_WINE_RUNTIME if any(g.runtime == "wine" for g in recipe.games) else 0)
+    limit, why = game_limit()
+    if n_procs > limit:
+        counts = ", ".join(f"games[{i}].count = {g.count}" for i, g in enumerate(recipe.games))
+        problems.append(f"games: {n_games:,} game processes ({counts}) are more than this machine takes: "
+                        f"{limit:,} ({why}); lower games.count, or raise games.lanes instead")
+    return problems
+
+
+# ---- all ------------------------------------------------------------------------------
+
+
+def preflight(recipe: Recipe, run_dir: Path, runs_dir: Path | None = None) -> list[str]:
+    """Every check above: the problems, all of them, or [] when the run may start."""
+    return (check_binaries(recipe) + check_build(recipe) + check_device(recipe) + check_folders(recipe, run_dir, runs_dir)
+            + check_resources(recipe))
