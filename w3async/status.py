@@ -5,11 +5,13 @@
     ...
     await server.stop()             # at shutdown, before the loop ends
 
-It runs in the supervisor's loop and only reads: the live counters of a `StatusSource`
-(sampled once a second: steps/s come from deltas, not a running mean) and the run
-folder's JSON-lines logs (docs/logs.md), tailed incrementally into numpy series
-(series.py) so that a request costs the same at 100 and at 100,000 episodes. No route
-changes the run. Schemas: docs/status.md.
+The HTTP side runs in a thread of its own with its own event loop (status_server.py),
+so that no client can take the rounds' loop. The supervisor's loop only takes a
+snapshot of the live counters once a sample (`take_snapshot`: plain dicts, built on
+that loop from the `StatusSource`) and hands it to the thread; the thread tails the
+run folder's JSON-lines logs (docs/logs.md) into numpy series (series.py), builds the
+responses once per snapshot and serves those bytes. No route changes the run.
+Schemas and limits: docs/status.md.
 
 `RunView` is the same picture without a server: `status_cli.py` builds one from a
 run's files alone, live or finished.
@@ -21,7 +23,6 @@ import asyncio
 import collections
 import errno
 import json
-import logging
 import math
 import os
 import socket
@@ -30,27 +31,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from aiohttp import web
+from .logs import console
+from .status_metrics import metrics_text  # noqa: F401 (part of this API)
+from .replay_view import ReplayError, replay_view  # noqa: F401 (part of this API)
+from .series import AI_LEVELS, RunFiles, RunSeries  # noqa: F401 (AI_LEVELS: part of this API)
+from .status_server import CSP, SCHEMA, URL_FILE, HttpThread, Limits, allowed_hosts, connection_cap, is_loopback  # noqa: F401
 
-from .replay_view import ReplayError, replay_view  # noqa: F401 (ReplayError: part of this API)
-from .series import AI_LEVELS, RunFiles, RunSeries
-
-SCHEMA = 1
-URL_FILE = "status.url"  # in the run folder while a live server serves it
 REPLAY_DIR = "replays"  # where recipes point the eval games' W3D_RECORD_DIR
 REPLAY_SUFFIXES = (".w3dr", ".json")
-STATIC = Path(__file__).resolve().parent / "static"
-STATIC_FILES = {"dashboard.js": "text/javascript", "viewer.js": "text/javascript", "dashboard.css": "text/css"}
-# The page may load only what this server serves: no outside host, ever.
-CSP = "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'"
-
-
-# aiohttp logs a malformed request (a port scanner, a huge header) with a traceback on
-# its server logger, which Python prints on stderr: the run's console. The client gets
-# its 400 anyway; the console stays for the progress line.
-_HTTP_LOG = logging.getLogger("w3async.status.http")
-_HTTP_LOG.propagate = False
-_HTTP_LOG.addHandler(logging.NullHandler())
 
 
 class StatusError(RuntimeError):
@@ -96,6 +84,15 @@ class SupervisorSource:
                 for s in self.sup.slots]
 
 
+def take_snapshot(source: StatusSource, now: float | None = None) -> dict:
+    """The live counters as plain dicts the server thread may keep: called on the loop
+    that owns the source (the supervisor's), once a sample."""
+    get = getattr(source, "latest_replay_path", None)
+    return dict(t=time.time() if now is None else now, stats=source.stats(),
+                games=[dict(g, causes=dict(g.get("causes") or {})) for g in source.games()],
+                replay=get() if get else None)
+
+
 def _f(x, nd: int = 3):
     """A finite float rounded, or None (JSON has no NaN)."""
     try:
@@ -110,15 +107,18 @@ def _iso(t: float | None) -> str | None:
 
 
 class RunView:
-    """A run's status from its files and, when live, its StatusSource."""
+    """A run's status from its files and, when live, snapshots of its StatusSource
+    (`feed()`, or `sample()` on the source's own loop). One thread uses a view."""
 
     FOLDER_SCAN_S = 1.0  # checkpoints/ and league/ are listed at most this often
 
-    def __init__(self, run_dir: Path, source: StatusSource | None = None):
+    def __init__(self, run_dir: Path, source: StatusSource | None = None, live: bool | None = None):
         self.run_dir = Path(run_dir)
         self.source = source
+        self.live_source = source is not None if live is None else live  # counters come from snapshots
+        self._snap: dict | None = None
         self.series = RunSeries()
-        self.files = RunFiles(self.run_dir, self.series, live_sampler=source is not None)
+        self.files = RunFiles(self.run_dir, self.series, live_sampler=self.live_source)
         self.started_wall = time.time()
         self._rates = collections.deque(maxlen=61)  # (t, agent_steps, rounds), one a sample
         self._steps_per_s: float | None = None
@@ -139,18 +139,21 @@ class RunView:
             self._folder = self._scan_folder()
 
     def sample(self, now: float | None = None) -> None:
-        """Live: one sample of the source's counters (the server calls it every second)."""
-        if self.source is None:
-            return
-        now = time.time() if now is None else now
-        st = self.source.stats()
+        """Live, on the source's loop: one sample of its counters (= feed(take_snapshot()))."""
+        if self.source is not None:
+            self.feed(take_snapshot(self.source, now))
+
+    def feed(self, snap: dict) -> None:
+        """One snapshot of the live counters (take_snapshot's dict; kept, never changed)."""
+        now, st = snap["t"], snap["stats"]
+        self._snap = snap
         self._rates.append((now, int(st.get("agent_steps", 0)), int(st.get("rounds", 0))))
         if len(self._rates) >= 2:
             (t1, s1, r1), (t2, s2, r2) = self._rates[-2], self._rates[-1]
             dt = max(t2 - t1, 1e-6)
             self._steps_per_s, self._rounds_per_s = (s2 - s1) / dt, (r2 - r1) / dt
             self.series.add_sample(now, steps_per_s=self._steps_per_s,
-                                   restarts=sum(g.get("restarts") or 0 for g in self.source.games()))
+                                   restarts=sum(g.get("restarts") or 0 for g in snap["games"]))
         elif self.series.t0 is None:
             self.series.t0 = now
 
@@ -191,7 +194,8 @@ class RunView:
         best, best_t = None, -1.0
         with os.scandir(d) as it:
             for e in it:
-                if e.name.endswith(REPLAY_SUFFIXES) and e.is_file():  # not the .part being written
+                # not the .part being written, nor a symbolic link (it could lead out of the run folder)
+                if e.name.endswith(REPLAY_SUFFIXES) and e.is_file(follow_symlinks=False):
                     t = e.stat().st_mtime
                     if t > best_t:
                         best, best_t = e.path, t
@@ -202,7 +206,7 @@ class RunView:
     def live(self) -> bool:
         """A supervisor holds the run: ours (a source) until its shutdown event, or one
         whose pid run.lock names."""
-        if self.source is not None:
+        if self.live_source:
             return self.files.shutdown is None
         try:
             pid = int(json.loads((self.run_dir / "run.lock").read_text() or "{}").get("pid", 0))
@@ -211,8 +215,8 @@ class RunView:
         return pid > 0 and os.path.exists(f"/proc/{pid}")
 
     def games(self) -> list[dict]:
-        if self.source is not None:
-            return [{k: g.get(k) for k in GAME_KEYS} for g in self.source.games()]
+        if self.live_source:
+            return [{k: g.get(k) for k in GAME_KEYS} for g in (self._snap or {}).get("games", [])]
         groups = self._groups()
         out = []
         for slot in sorted(self.files.games):
@@ -239,9 +243,9 @@ class RunView:
     def status(self) -> dict:
         """The /status body (docs/status.md)."""
         f, s = self.files, self.series
-        st = self.source.stats() if self.source is not None else {}
+        st = self._snap["stats"] if self.live_source and self._snap else {}
         run = f.run
-        started = run.get("started") or (self.started_wall if self.source else s.t0)
+        started = run.get("started") or (self.started_wall if self.live_source else s.t0)
         ended = f.shutdown["t"] if f.shutdown else None
         live = self.live()
         now = time.time()
@@ -306,123 +310,121 @@ class RunView:
         )
 
     def latest_replay(self) -> str | None:
-        """The replay to show: the source's `latest_replay_path()` when it has one, else
-        the latest evaluation episode's `replay` (episodes.jsonl), else the newest
-        finished file in replays/."""
-        get = getattr(self.source, "latest_replay_path", None)
-        p = (get() if get else None) or self.series.last_eval_replay or self._replays[1]
+        """The replay to show: the source's `latest_replay_path()` when it has one (in
+        the last snapshot), else the latest evaluation episode's `replay`
+        (episodes.jsonl), else the newest finished file in replays/. The server serves it
+        only where it resolves inside the run folder."""
+        p = (self._snap or {}).get("replay") or self.series.last_eval_replay or self._replays[1]
         if not p:
             return None
         p = Path(p)
         return str(p if p.is_absolute() else self.run_dir / p)
 
 
-# ---- Prometheus text ------------------------------------------------------------------
-
-def metrics_text(st: dict) -> str:
-    """/status's figures in the Prometheus text format (docs/status.md lists them)."""
-    out: list[str] = []
-
-    def m(name: str, kind: str, help_: str, samples: list[tuple[dict, object]]) -> None:
-        out.append(f"# HELP w3async_{name} {help_}")
-        out.append(f"# TYPE w3async_{name} {kind}")
-        for labels, v in samples:
-            if v is None:
-                continue
-            lab = ",".join(f'{k}="{_esc(str(x))}"' for k, x in labels.items())
-            out.append(f"w3async_{name}{{{lab}}} {float(v):g}" if lab else f"w3async_{name} {float(v):g}")
-
-    g, i, le, steps = st["games"], st["inference"], st["learner"], st["steps"]
-    m("up", "gauge", "1 while a supervisor runs the run", [({}, int(st["run"]["live"]))])
-    m("uptime_seconds", "gauge", "seconds since the run started", [({}, st["run"]["uptime_s"])])
-    m("agent_steps_total", "counter", "rows answered", [({}, steps["agent_steps"])])
-    m("agent_steps_per_second", "gauge", "agent steps per second over the last sample", [({}, steps["per_s"])])
-    m("games", "gauge", "game slots by state",
-      [({"state": k}, g[k]) for k in ("running", "starting", "restarting", "failed", "stopped")])
-    m("game_restarts_total", "counter", "game restarts by cause",
-      [({"cause": c}, n) for c, n in sorted(g["restarts_by_cause"].items())])
-    m("bad_rows_total", "counter", "rows that failed the checks", [({}, g["bad_rows"])])
-    m("inference_rounds_total", "counter", "inference rounds", [({}, i["rounds"])])
-    m("inference_rows_per_round", "gauge", "rows per round (run average)", [({}, i["rows_per_round"])])
-    m("inference_latency_ms", "gauge", "round latency over the last second",
-      [({"stat": "mean"}, i["latency_ms_mean"]), ({"stat": "p95"}, i["latency_ms_p95"]),
-       ({"stat": "max"}, i["latency_ms_max"])])
-    m("inference_compute_ms", "gauge", "round compute time (mean, last second)", [({}, i["compute_ms_mean"])])
-    m("inference_compute_share", "gauge", "share of wall time spent computing rounds", [({}, i["compute_share"])])
-    m("learner_updates_total", "counter", "PPO updates", [({}, le["updates"])])
-    m("learner_update_seconds", "gauge", "the last update's time", [({}, le["update_s"])])
-    m("learner_wait_seconds", "gauge", "the last update's wait for data", [({}, le["wait_s"])])
-    m("learner_staleness", "gauge", "policy versions between acting and learning", [({}, le["staleness"])])
-    m("learner_loss", "gauge", "the last update's losses",
-      [({"kind": "policy"}, le["policy_loss"]), ({"kind": "value"}, le["value_loss"])])
-    m("learner_entropy", "gauge", "the last update's policy entropy", [({}, le["entropy"])])
-    m("learner_approx_kl", "gauge", "the last update's approximate KL", [({}, le["approx_kl"])])
-    m("league_snapshots", "gauge", "league snapshots on disk", [({}, st["league"]["snapshots"])])
-    ev = st["evaluation"]
-    m("eval_games_total", "counter", "evaluation games by built-in AI level",
-      [({"level": k}, v["games"]) for k, v in ev.items()])
-    m("eval_wins_total", "counter", "evaluation wins by level", [({"level": k}, v["wins"]) for k, v in ev.items()])
-    m("eval_win_rate", "gauge", "evaluation score (wins + draws/2) / games by level",
-      [({"level": k, "window": w}, v[f]) for k, v in ev.items()
-       for w, f in (("all", "win_rate"), ("recent", "recent_win_rate"))])
-    m("episodes_total", "counter", "finished episodes", [({}, st["episodes"]["total"])])
-    ck = st["checkpoint"]
-    m("checkpoint_age_seconds", "gauge", "seconds since the latest checkpoint", [({}, ck["age_s"] if ck else None)])
-    return "\n".join(out) + "\n"
-
-
-def _esc(s: str) -> str:
-    return s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
 # ---- the server -------------------------------------------------------------------------
 
+class PublishedView:
+    """What the supervisor's loop may ask of the server (`server.view`): the last /status
+    dict and /games list the server thread built (never changed once built), also
+    after stop(). `refresh()` does nothing once the thread has started: it refreshes
+    once a sample. Before start() it reads the files itself."""
+
+    def __init__(self, server: StatusServer):
+        self._server = server
+        self.run_dir = server._view.run_dir
+
+    def refresh(self) -> None:
+        if self._server._built_by is None:  # no thread has owned the view: it is ours
+            self._server._view.refresh()
+
+    def status(self) -> dict:
+        http = self._server._built_by
+        return self._server._view.status() if http is None or http.published is None else http.published
+
+    def games(self) -> list[dict]:
+        http = self._server._built_by
+        return self._server._view.games() if http is None or http.published_games is None else http.published_games
+
+
 class StatusServer:
-    """aiohttp on the supervisor's loop. Lifecycle: start() binds and serves (raises
-    StatusError when the port is taken), stop() cancels the sampler and closes."""
+    """The status server. start() binds (StatusError when the port is taken), starts the
+    server thread and, for a live source, a sampler task on the caller's loop that
+    hands the thread a snapshot every `sample_s`; stop() ends both.
+
+    `limits` (status_server.Limits) bound what clients may take; `allowed_hosts` adds
+    Host header names beyond localhost, 127.0.0.1, [::1] and the bound host (with a
+    wildcard bind, the machine's name is added)."""
 
     def __init__(self, source: StatusSource | None = None, run_dir: Path | None = None, host: str = "127.0.0.1",
-                 port: int = 0, sample_s: float = 1.0):
+                 port: int = 0, sample_s: float = 1.0, limits: Limits | None = None,
+                 allowed_hosts: tuple[str, ...] = ()):
         if source is None and run_dir is None:
             raise ValueError("StatusServer needs a source or a run_dir")
-        self.view = RunView(Path(run_dir) if run_dir else source.run_dir, source)
+        self.source = source
+        self._view = RunView(Path(run_dir) if run_dir else source.run_dir, None, live=source is not None)
+        self.view = PublishedView(self)
         self.host, self.port = host, port
         self.sample_s = sample_s
-        self._runner: web.AppRunner | None = None
+        self.limits = limits or Limits()
+        self.extra_hosts = tuple(allowed_hosts)
+        self.max_connections: int | None = None
+        self.warning: str | None = None
+        self._http: HttpThread | None = None  # while serving
+        self._built_by: HttpThread | None = None  # the thread that owns (or owned) the view
         self._task: asyncio.Task | None = None
-        self._replay_cache: tuple | None = None
-        self._url_file: Path | None = None
         self.sample_error: str | None = None
-        self.app = self._make_app()
 
     @property
     def url(self) -> str:
         h = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{h}:{self.port}/"
 
-    def _make_app(self) -> web.Application:
-        app = web.Application(client_max_size=1024, middlewares=[_headers])
-        app.router.add_get("/", self._page)
-        app.router.add_get("/status", self._status)
-        app.router.add_get("/metrics", self._metrics)
-        app.router.add_get("/games", self._games)
-        app.router.add_get("/series", self._series)
-        app.router.add_get("/replay/latest", self._replay)
-        app.router.add_get("/static/{name}", self._static)
-        return app
+    @property
+    def counters(self) -> dict:
+        """Requests served, limited (429), refused (503), wrong_host (421), timed_out, builds."""
+        return dict(self._http.counters) if self._http else {}
 
     async def start(self) -> int:
-        """Bind host:port (0: a free port), serve, start sampling; returns the port."""
-        if self._runner is not None:
+        """Bind host:port (0: a free port), serve from the server thread, start sampling;
+        returns the port."""
+        if self._http is not None:
             raise StatusError("StatusServer.start() called twice: call stop() first")
         sock = _bind(self.host, self.port)
-        self.port = sock.getsockname()[1]
-        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False, logger=_HTTP_LOG)
-        await self._runner.setup()
-        await web.SockSite(self._runner, sock).start()
-        self.view.sample()
-        self._task = asyncio.create_task(self._sampler())
+        addr = sock.getsockname()
+        self.port = addr[1]
+        slots = len(self.source.games()) if self.source is not None else 0
+        self.max_connections = connection_cap(self.limits, slots, backlog=128)
+        extra = self.extra_hosts
+        if not is_loopback(addr[0]):
+            self._warn_exposed(addr[0])
+            if addr[0] in ("0.0.0.0", "::"):
+                extra += (socket.gethostname(),)
+        if self.source is not None:
+            self._view.feed(take_snapshot(self.source))  # before the thread owns the view
+        http = HttpThread(self._view, self.limits, self.max_connections, allowed_hosts(self.host, self.port, extra),
+                          tick_s=None if self.source is not None else self.sample_s, url=self.url,
+                          write_url_file=self.source is not None)
+        self._built_by = http
+        await asyncio.get_running_loop().run_in_executor(None, http.start, sock)
+        self._http = http
+        if self.source is not None:
+            self._task = asyncio.create_task(self._sampler())
         return self.port
+
+    def _warn_exposed(self, addr: str) -> None:
+        self.warning = (f"status server: listening on {addr}, beyond this machine: anyone who can reach port "
+                        f"{self.port} sees the run (bind 127.0.0.1 to keep it local)")
+        console(f"w3async: warning: {self.warning}")
+        events = getattr(self.source, "events", None) or getattr(getattr(self.source, "sup", None), "events", None)
+        if events is not None:
+            events.warning("status_exposed", host=self.host, address=addr, port=self.port)
+
+    async def refresh_now(self) -> None:
+        """A snapshot now, built and serving when this returns (tests, the last word)."""
+        if self._http is None:
+            return
+        snap = take_snapshot(self.source) if self.source is not None else None
+        await self._http.apply(snap)
 
     async def stop(self) -> None:
         """Stop sampling and serving (open requests get ~1 s). Safe to call twice."""
@@ -433,105 +435,18 @@ class StatusServer:
             except asyncio.CancelledError:
                 pass
             self._task = None
-        if self._url_file is not None:
-            try:
-                self._url_file.unlink()
-            except FileNotFoundError:
-                pass
-            self._url_file = None
-        if self._runner is not None:
-            runner, self._runner = self._runner, None
-            await runner.cleanup()
+        if self._http is not None:
+            http, self._http = self._http, None
+            await http.stop()
 
     async def _sampler(self) -> None:
+        """On the source's loop: a snapshot every sample_s, handed to the thread."""
         while True:
             await asyncio.sleep(self.sample_s)
             try:
-                self.view.sample()
-                self.view.refresh()
-                if self.view.source is not None and self._url_file is None:
-                    self._write_url_file()
+                self._http.submit(take_snapshot(self.source))
             except Exception as e:  # noqa: BLE001 (the server outlives a bad sample)
                 self.sample_error = repr(e)
-
-    def _write_url_file(self) -> None:
-        """runs/<run>/status.url: where `w3async status` finds the live counters (once
-        the supervisor has made the folder). Removed by stop()."""
-        if not self.view.run_dir.is_dir():
-            return
-        path = self.view.run_dir / URL_FILE
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(self.url + "\n")
-        os.replace(tmp, path)
-        self._url_file = path
-
-    def _refresh(self) -> None:
-        """Every request reads what the logs gained: a stat per file when nothing did."""
-        self.view.refresh()
-
-    # ---- routes -------------------------------------------------------------------
-
-    async def _page(self, request: web.Request) -> web.Response:
-        return web.FileResponse(STATIC / "dashboard.html", headers={"Content-Type": "text/html; charset=utf-8"})
-
-    async def _static(self, request: web.Request) -> web.StreamResponse:
-        name = request.match_info["name"]
-        if name not in STATIC_FILES:
-            raise web.HTTPNotFound(text=f"no static file {name!r}")
-        return web.FileResponse(STATIC / name, headers={"Content-Type": STATIC_FILES[name]})
-
-    async def _status(self, request: web.Request) -> web.Response:
-        self._refresh()
-        return _json(self.view.status())
-
-    async def _metrics(self, request: web.Request) -> web.Response:
-        self._refresh()
-        return web.Response(text=metrics_text(self.view.status()), content_type="text/plain",
-                            headers={"X-Prometheus-Format": "0.0.4"})
-
-    async def _games(self, request: web.Request) -> web.Response:
-        self._refresh()
-        return _json(dict(schema=SCHEMA, games=self.view.games()))
-
-    async def _series(self, request: web.Request) -> web.Response:
-        self._refresh()
-        return _json(dict(schema=SCHEMA, levels=list(AI_LEVELS), plots=self.view.series.plots()))
-
-    async def _replay(self, request: web.Request) -> web.Response:
-        self._refresh()
-        p = self.view.latest_replay()
-        if not p:
-            return _json(dict(error="no evaluation replay yet"), status=404)
-        try:
-            mtime = os.stat(p).st_mtime
-            if self._replay_cache and self._replay_cache[:2] == (p, mtime):
-                body = self._replay_cache[2]
-            else:
-                # A long game is ~10^4 units to convert: off the loop, which runs the rounds.
-                body = await asyncio.get_running_loop().run_in_executor(None, _replay_json, p)
-                self._replay_cache = (p, mtime, body)
-        except (OSError, ReplayError) as e:
-            return _json(dict(error=str(e)), status=404)
-        return web.Response(text=body, content_type="application/json")
-
-
-def _replay_json(path: str) -> str:
-    view = replay_view(Path(path))
-    view.setdefault("meta", {})["path"] = path
-    return json.dumps(view, separators=(",", ":"))
-
-
-@web.middleware
-async def _headers(request: web.Request, handler):
-    resp = await handler(request)
-    resp.headers["Content-Security-Policy"] = CSP
-    resp.headers["Cache-Control"] = "no-store"
-    resp.headers["X-Content-Type-Options"] = "nosniff"
-    return resp
-
-
-def _json(body: dict, status: int = 200) -> web.Response:
-    return web.Response(text=json.dumps(body, allow_nan=False), status=status, content_type="application/json")
 
 
 def _bind(host: str, port: int) -> socket.socket:
