@@ -1,12 +1,19 @@
 """Checkpoints resume exactly; a write that fails halfway leaves the previous one valid;
 the league snapshots, samples and resumes."""
 
+import errno
+import hashlib
+import os
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pytest
 import torch
 
 from w3async import checkpoint, layout
-from w3async.checkpoint import load_latest, save_checkpoint
+from w3async.checkpoint import CheckpointLoadError, CheckpointWriteError, load_latest, save_checkpoint
 from w3async.league import League, LeagueConfig, OpponentSlots
 from w3async.learner import Learner, LearnerConfig
 from w3async.network import NetConfig, Network
@@ -70,7 +77,7 @@ def test_a_write_that_fails_halfway_leaves_the_previous_checkpoint(tmp_path, mon
         raise OSError("disk full (simulated)")
 
     monkeypatch.setattr(checkpoint, "_dump", half_then_fail)
-    with pytest.raises(OSError, match="simulated"):
+    with pytest.raises(CheckpointWriteError, match="ckpt-00000002.pt: .*simulated"):
         save(tmp_path, learner, league, steps=2)
     monkeypatch.undo()
     ckpt = load_latest(tmp_path)
@@ -92,15 +99,84 @@ def test_a_write_that_fails_halfway_leaves_the_previous_checkpoint(tmp_path, mon
     assert load_latest(tmp_path)["counters"]["agent_steps"] == 1
 
 
-def test_load_latest_falls_back_and_a_fresh_run_has_none(tmp_path):
+def test_load_latest_never_falls_back_behind_a_bad_latest(tmp_path):
+    """Issue 9, item 7: a checkpoint that `latest` names must load, or the error names the
+    file and the cause (an older checkpoint is never taken in its place)."""
     assert load_latest(tmp_path) is None
     learner, league = trained(tmp_path, updates=1)
     p = save(tmp_path, learner, league, steps=5)
     (tmp_path / "checkpoints" / "latest").write_text("ckpt-99999999.pt\n")  # names nothing
+    with pytest.raises(CheckpointLoadError, match=r"ckpt-99999999.pt: No such file or directory \[ENOENT\]"):
+        load_latest(tmp_path)
+    (tmp_path / "checkpoints" / "latest").unlink()  # no pointer: the newest checkpoint
     assert load_latest(tmp_path)["path"] == str(p)
     p.write_bytes(b"garbage")
-    with pytest.raises(RuntimeError, match="no checkpoint loads"):
+    with pytest.raises(CheckpointLoadError, match="ckpt-00000001.pt: not a readable checkpoint"):
         load_latest(tmp_path)
+
+
+def test_a_league_snapshot_missing_or_corrupt_is_a_clear_error(tmp_path):
+    learner, league = trained(tmp_path, updates=3)
+    sd = league.state_dict()
+    files = [tmp_path / "league" / s.file for s in league.snapshots]
+    files[1].unlink()
+    fresh = League(tmp_path, LeagueConfig(snapshot_every=1, latest_share=0.3, seed=0))
+    with pytest.raises(CheckpointLoadError, match=rf"{files[1].name}: league snapshot of version 2: .*ENOENT"):
+        fresh.load_state_dict(sd)
+    assert fresh.snapshots == []  # nothing taken from a league that does not load
+    files[1].write_bytes(files[0].read_bytes()[:100])  # truncated
+    with pytest.raises(CheckpointLoadError, match=rf"{files[1].name}: league snapshot of version 2"):
+        fresh.load_state_dict(sd)
+
+
+def test_a_checkpoint_folder_that_is_a_file_is_a_clear_write_error(tmp_path):
+    learner, league = trained(tmp_path, updates=1)
+    (tmp_path / "checkpoints").write_bytes(b"not a folder")
+    with pytest.raises(CheckpointWriteError, match="checkpoints: File exists") as e:
+        save(tmp_path, learner, league, steps=1)
+    assert e.value.errno == errno.EEXIST
+    assert (tmp_path / "checkpoints").read_bytes() == b"not a folder"
+
+
+def test_a_full_disk_is_a_write_error_and_the_previous_checkpoint_is_byte_identical(tmp_path):
+    """A real write failure: in a child process with RLIMIT_FSIZE below a checkpoint's size
+    (SIGXFSZ ignored, as a supervisor must), write() fails with EFBIG as on a full disk.
+    The error is a CheckpointWriteError naming the file and the cause, no temporary file
+    is left, and the previous checkpoint and `latest` are byte for byte what they were."""
+    script = textwrap.dedent(f"""
+        import resource, signal, sys, errno
+        import torch
+        from w3async.checkpoint import CheckpointWriteError, save_checkpoint
+        torch.set_num_threads(1)
+        run = sys.argv[1]
+        big = {{"w": torch.zeros(256 * 1024)}}  # 1 MiB of weights
+        def save(version):
+            return save_checkpoint(run, learner={{"version": version, "net": big}}, counters={{"agent_steps": version}},
+                                   league={{"snapshots": []}}, recipe={{}})
+        import hashlib, pathlib
+        save(1)
+        ck = pathlib.Path(run) / "checkpoints"
+        print("BEFORE", hashlib.sha256((ck / "ckpt-00000001.pt").read_bytes() + (ck / "latest").read_bytes()).hexdigest())
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, resource.RLIM_INFINITY))
+        try:
+            save(2)
+        except CheckpointWriteError as e:
+            print("ERR", e.errno == errno.EFBIG, e)
+            sys.exit(0)
+        print("NO ERROR")
+        sys.exit(1)
+    """)
+    first = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True,
+                           cwd=tmp_path, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert first.returncode == 0, first.stdout + first.stderr
+    before, err = first.stdout.splitlines()
+    assert err.startswith("ERR True cannot write ") and err.endswith("ckpt-00000002.pt: File too large [EFBIG]"), err
+    ck = tmp_path / "checkpoints"
+    assert sorted(p.name for p in ck.iterdir()) == ["ckpt-00000001.pt", "latest"]  # no temporary file left
+    after = hashlib.sha256((ck / "ckpt-00000001.pt").read_bytes() + (ck / "latest").read_bytes()).hexdigest()
+    assert before == f"BEFORE {after}"
+    assert load_latest(tmp_path)["counters"] == {"agent_steps": 1}
 
 
 def test_league_snapshots_and_samples(tmp_path):

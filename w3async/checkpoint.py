@@ -10,17 +10,30 @@ flushed and fsync'ed, renamed over its name, then the folder fsync'ed so that th
 rename itself survives a crash. The `latest` pointer (a one-line text file naming the
 checkpoint) is written the same way after the checkpoint, so a crash or an error at any
 point leaves `latest` naming a complete checkpoint: the previous one or the new one.
-load_latest() also falls back to the newest checkpoint that loads if the pointer is
-missing or names a file that does not load (a disk error, a hand edit).
+Without a pointer (a crash between the first checkpoint's rename and the pointer's),
+load_latest() takes the newest ckpt-*.pt.
 
 A checkpoint is a dict of tensors and plain Python values (loaded with
 torch.load(weights_only=True): nothing in it runs code):
     format: 1, learner: Learner.state_dict(), counters: dict, league: League.state_dict(),
     recipe: the resolved recipe as a dict, saved_at: unix time.
+
+Errors are typed, with the file and the cause (issue 9, items 7 and 9):
+- CheckpointWriteError: a write that failed (disk full ENOSPC, EFBIG, read-only EROFS,
+  EACCES, a folder that is a file, ...). The temporary file is removed and the file it
+  would have replaced is untouched, byte for byte; `latest` still names the previous
+  checkpoint.
+- CheckpointLoadError: a resume that cannot load everything (`latest` names a file that
+  is missing, unreadable or not a checkpoint; a league snapshot it names is missing or
+  corrupt; weights that do not fit the recipe's network). load_latest() never falls
+  back to an older checkpoint behind the user's back: the run stops before it writes
+  anything, and the message says which file and why.
 """
 
 from __future__ import annotations
 
+import errno as _errno
+import io
 import os
 import time
 from pathlib import Path
@@ -33,9 +46,39 @@ CKPT_DIR = "checkpoints"
 POINTER = "latest"
 
 
+class CheckpointError(RuntimeError):
+    """A checkpoint file that cannot be written or read: `path` (the file) and `cause`
+    (what went wrong, e.g. "No space left on device [ENOSPC]")."""
+
+    doing = "checkpoint file"
+
+    def __init__(self, path: Path | str, cause: str, errno: int | None = None):
+        self.path, self.cause, self.errno = str(path), cause, errno
+        super().__init__(f"{self.doing} {self.path}: {cause}")
+
+
+class CheckpointWriteError(CheckpointError):
+    doing = "cannot write"
+
+
+class CheckpointLoadError(CheckpointError):
+    doing = "cannot resume from"
+
+
+def describe(e: BaseException) -> str:
+    """An error as a cause: "File too large [EFBIG]" for an OSError, else its repr."""
+    if isinstance(e, OSError) and e.errno:
+        return f"{os.strerror(e.errno)} [{_errno.errorcode.get(e.errno, e.errno)}]"
+    return repr(e)
+
+
 def _dump(obj: Any, f: BinaryIO) -> None:
-    """The serialiser (a seam: the tests make it fail halfway)."""
-    torch.save(obj, f)
+    """The serialiser (a seam: the tests make it fail halfway). Serialised in memory,
+    then written: torch.save's zip writer turns a failed write (ENOSPC, EFBIG) into a
+    RuntimeError ("unexpected pos") that hides the cause; f.write raises the OSError."""
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    f.write(buf.getbuffer())
 
 
 def _fsync_dir(path: Path) -> None:
@@ -48,20 +91,29 @@ def _fsync_dir(path: Path) -> None:
 
 def atomic_write(path: Path, write) -> None:
     """Call write(f) on a temporary file next to `path`, fsync it, rename it to `path`,
-    fsync the folder. On any error the temporary file is removed, `path` is untouched
-    (the old file, or none) and the error propagates."""
+    fsync the folder. On any error the temporary file is removed and `path` is untouched
+    (the old file, or none); an OSError (ENOSPC, EFBIG, EROFS, EACCES, ENOTDIR, ...)
+    becomes a CheckpointWriteError naming `path`, anything else propagates as it is.
+    (SIGXFSZ: a process over RLIMIT_FSIZE is killed by it unless it ignores it; then
+    the write fails with EFBIG, like a full disk.)"""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        with open(tmp, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
+        try:
+            with open(tmp, "wb") as f:
+                write(f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:  # the folder itself is gone or unwritable: nothing was made there
+                pass
+            raise
+        _fsync_dir(path.parent)
+    except OSError as e:
+        raise CheckpointWriteError(path, describe(e), e.errno) from e
 
 
 def atomic_save(obj: Any, path: Path) -> None:
@@ -75,7 +127,10 @@ def save_checkpoint(
     """Write checkpoint ckpt-<updates>.pt (updates = learner["version"]), then point
     `latest` at it, then delete all but the newest `keep` checkpoints."""
     ckdir = Path(run_dir) / CKPT_DIR
-    ckdir.mkdir(parents=True, exist_ok=True)
+    try:
+        ckdir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise CheckpointWriteError(ckdir, describe(e), e.errno) from e
     name = f"ckpt-{int(learner['version']):08d}.pt"
     payload = {"format": FORMAT, "learner": learner, "counters": dict(counters), "league": league,
                "recipe": recipe, "saved_at": time.time()}
@@ -83,37 +138,55 @@ def save_checkpoint(
     atomic_write(ckdir / POINTER, lambda f: f.write(name.encode() + b"\n"))
     for old in sorted(ckdir.glob("ckpt-*.pt"))[:-keep]:
         if old.name != name:
-            old.unlink(missing_ok=True)
+            try:
+                old.unlink(missing_ok=True)
+            except OSError:  # the new checkpoint is complete and pointed at: an old file left is harmless
+                pass
     return ckdir / name
 
 
 def _load(path: Path) -> dict:
-    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except OSError as e:
+        raise CheckpointLoadError(path, describe(e), e.errno) from e
+    except Exception as e:  # noqa: BLE001 (torch raises many kinds for a corrupt file)
+        raise CheckpointLoadError(path, f"not a readable checkpoint ({describe(e)})") from e
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
-        raise ValueError(f"{path}: not a w3async checkpoint of format {FORMAT}")
+        raise CheckpointLoadError(path, f"not a w3async checkpoint of format {FORMAT}")
+    missing = [k for k in ("learner", "counters", "league") if not isinstance(ckpt.get(k), dict)]
+    if missing:
+        raise CheckpointLoadError(path, f"the checkpoint lacks {missing}")
     return ckpt
 
 
 def load_latest(run_dir: Path) -> dict | None:
-    """The checkpoint `latest` names (or the newest that loads); None if there is none.
-    The result has a `path` key added."""
+    """The checkpoint `latest` names (without a pointer: the newest ckpt-*.pt); None
+    for a run with no checkpoint. The result has a `path` key added. Raises
+    CheckpointLoadError (the file and the cause) when that checkpoint does not load:
+    never an older one in its place."""
     ckdir = Path(run_dir) / CKPT_DIR
-    if not ckdir.is_dir():
-        return None
-    candidates = []
-    pointer = ckdir / POINTER
-    if pointer.exists():
-        candidates.append(ckdir / pointer.read_text().strip())
-    candidates += sorted(ckdir.glob("ckpt-*.pt"), reverse=True)
-    errors = []
-    for path in candidates:
-        try:
-            ckpt = _load(path)
-        except Exception as e:  # noqa: BLE001 (try the next one; all errors are reported below)
-            errors.append(f"{path.name}: {e}")
-            continue
-        ckpt["path"] = str(path)
-        return ckpt
-    if errors:
-        raise RuntimeError(f"{ckdir}: no checkpoint loads: " + "; ".join(errors))
-    return None
+    try:
+        if not ckdir.exists():
+            return None
+        if not ckdir.is_dir():
+            raise CheckpointLoadError(ckdir, "not a folder")
+        pointer = ckdir / POINTER
+        if pointer.exists():
+            try:
+                name = pointer.read_text().strip()
+            except (OSError, UnicodeDecodeError) as e:
+                raise CheckpointLoadError(pointer, describe(e)) from e
+            if not name or "/" in name or name.startswith("."):
+                raise CheckpointLoadError(pointer, f"names no checkpoint file ({name!r})")
+            path = ckdir / name
+        else:
+            found = sorted(ckdir.glob("ckpt-*.pt"))
+            if not found:
+                return None
+            path = found[-1]
+    except OSError as e:
+        raise CheckpointLoadError(ckdir, describe(e), e.errno) from e
+    ckpt = _load(path)
+    ckpt["path"] = str(path)
+    return ckpt

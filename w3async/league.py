@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .checkpoint import atomic_save
+from .checkpoint import CheckpointLoadError, atomic_save, describe
 
 LEAGUE_DIR = "league"
 
@@ -92,11 +92,29 @@ class League:
         return {"snapshots": [asdict(s) for s in self.snapshots], "rng": self.rng.bit_generator.state}
 
     def load_state_dict(self, sd: dict) -> None:
-        self.snapshots = [Snapshot(**s) for s in sd["snapshots"]]
+        """Take a checkpoint's league, after checking that every snapshot it names is
+        there and that those it may sample (the newest max_snapshots) load. Raises
+        CheckpointLoadError naming the first bad file and why; nothing is changed then."""
+        try:
+            snapshots = [Snapshot(**s) for s in sd["snapshots"]]
+            rng = np.random.default_rng()
+            rng.bit_generator.state = sd["rng"]
+        except (KeyError, TypeError, ValueError) as e:
+            raise CheckpointLoadError(self.dir, f"the checkpoint's league state is malformed ({describe(e)})") from e
+        pool = set(s.file for s in snapshots[-self.cfg.max_snapshots :])
+        for s in snapshots:
+            path = self.dir / s.file
+            if s.file != Path(s.file).name:
+                raise CheckpointLoadError(path, "a snapshot name outside the league folder")
+            try:
+                if s.file in pool:
+                    torch.load(path, map_location="cpu", weights_only=True)
+                elif not path.is_file():
+                    raise FileNotFoundError(2, "No such file or directory")
+            except Exception as e:  # noqa: BLE001 (missing, unreadable, corrupt: all the same to a resume)
+                raise CheckpointLoadError(path, f"league snapshot of version {s.version}: {describe(e)}") from e
+        self.snapshots = snapshots
         self.rng.bit_generator.state = sd["rng"]
-        missing = [s.file for s in self.snapshots if not (self.dir / s.file).exists()]
-        if missing:
-            raise FileNotFoundError(f"{self.dir}: the checkpoint's league names missing snapshots {missing}")
 
 
 class OpponentSlots:

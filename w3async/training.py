@@ -16,24 +16,47 @@ answers in "train" groups reach the learner; evaluation groups are never trained
 Back-pressure: when the learner's queue is full, the train rows are held (they wait,
 unanswered) until the learner takes a batch; the time is measured by the trajectories.
 A game restart cuts its rows' partial sequences (never a finished episode) and a late
-answer never lands on the new game's rows (gather.answer checks the sequence).
+answer never lands on the new game's rows (gather.answer checks the sequence), nor on
+their trajectories or holds (each row's reset count is compared when a round comes back).
+
+A round's order (round()): opponents picked, then engine.submit, and only once the engine
+took the round are its rows held and recorded (episodes, returns, trajectories). A
+submit that fails raises RoundError to the caller with nothing recorded (the old order
+recorded first: after a refused submit the same rows were "recorded again before their
+answer" on every round, issue 9 item 5) and the run stops with the cause.
+
+Resume (in the constructor, before anything is written): the checkpoint, its learner
+state and every league snapshot it names must load, or CheckpointLoadError (the file and
+the cause) stops the run; the good checkpoint is never rewritten. A checkpoint records,
+with its counters, the size of each log it covers (counters["logs"]): a resumed run moves
+each log's lines beyond that size (the dead tail of a killed run) into <log>.cut and
+writes a `resume` record, so updates, episodes and rows are never counted twice.
+
+Failures: Training.failure (str or None) is the reason the learning side wants the run
+to end (a learner exception, a checkpoint that cannot be written, a round that failed);
+the supervisor is told through _finish. stop() raises CheckpointError when the last
+checkpoint cannot be written (after the engine is stopped and the logs closed); the
+previous checkpoint is then intact and `latest` still names it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
+import json
+import os
 import threading
 import time
 import traceback
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from . import layout
-from .checkpoint import load_latest, save_checkpoint
+from .checkpoint import CKPT_DIR, CheckpointError, CheckpointLoadError, describe, load_latest, save_checkpoint
 from .gather import Batch
 from .inference import InferenceEngine
 from .league import League, OpponentSlots
@@ -44,6 +67,13 @@ from .recipes import recipe_to_dict
 from .trajectories import Trajectories
 
 TRAIN, EVAL = 0, 1
+LOGS = ("learner.jsonl", "episodes.jsonl", "inference.jsonl")  # the logs a checkpoint's counters cover
+
+
+class RoundError(RuntimeError):
+    """A round that could not be submitted (or rows submitted again before their answer).
+    Raised to the caller of Training.round() with nothing recorded for the round's rows;
+    the run is asked to stop with it as the cause (Training.failure)."""
 
 
 def opponent_of(env: dict) -> str:
@@ -51,6 +81,29 @@ def opponent_of(env: dict) -> str:
     "ai:easy"); "self" for two agent sides or a game without sides."""
     sides = [x.strip() for x in env.get("W3D_SIDES", "agent,agent").split(",")]
     return sides[1] if len(sides) > 1 and sides[1] != "agent" else "self"
+
+
+def _subset(res, keep: np.ndarray):
+    """A RoundResult of the rows where keep is True (its stats count only those rows)."""
+    return res._replace(rows=res.rows[keep], obs_seq=res.obs_seq[keep], actions=res.actions[keep],
+                        logp=res.logp[keep], value=res.value[keep], versions=res.versions[keep],
+                        slot=res.slot[keep], state_in=None if res.state_in is None else res.state_in[keep],
+                        stats=replace(res.stats, rows=int(keep.sum())))
+
+
+def _offset_after_updates(data: bytes, version: int) -> int:
+    """The byte offset of learner.jsonl's first `update` line numbered above `version`
+    (the end when there is none): for checkpoints that did not record the logs' sizes."""
+    pos = 0
+    for line in data.splitlines(keepends=True):
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            rec = None
+        if isinstance(rec, dict) and rec.get("event") == "update" and int(rec.get("update") or 0) > version:
+            return pos
+        pos += len(line)
+    return len(data)
 
 
 class Training:
@@ -103,71 +156,216 @@ class Training:
         self._round_stats: list = []
         self._waiting: list[tuple[int, int]] = []  # per round: (rows gathered, rows waiting in all)
         self._obs_col, self._act_col = sup.table.column("obs_seq"), sup.table.column("act_seq")
+        # Rounds in flight, per table row: `_live` (a round for it is computing; it must
+        # not be submitted again before the answer) and `_epoch` (its resets so far: an
+        # answer for an earlier epoch is stale and touches neither holds nor trajectories).
+        self._live = np.zeros(n_rows, bool)
+        self._epoch = np.zeros(n_rows, np.int64)
+        self.rows_submitted = 0  # rows the engine took
+        self.rows_answered = 0  # of those, answered while their row still waited for it
+        self.rows_stale = 0  # of those, whose game restarted before the answer (dropped)
+        self.answer_errors = 0  # answers for a row that was not waiting for one (must stay 0)
+        self.failure: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._saved: tuple | None = None  # (version, agent_steps, episodes) of the last checkpoint
+        ckpt = self._load_checkpoint()  # CheckpointLoadError: nothing written yet
+        cut = self._cut_logs(ckpt)
         self.episodes_log = JsonLog(self.run_dir / "episodes.jsonl")
         self.learner_log = JsonLog(self.run_dir / "learner.jsonl")
         self.inference_log = JsonLog(self.run_dir / "inference.jsonl")
+        if ckpt is not None or any(cut.values()):
+            self._log_resume(ckpt, cut)
 
     # ---- lifecycle ----------------------------------------------------------------------
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._resume()
         self.engine.start()
         self.engine.publish(self.learner.net.state_dict(), self.learner.version)
         self._thread = threading.Thread(target=self._learn, name="w3s-learner", daemon=True)
         self._thread.start()
 
-    def _resume(self) -> None:
+    def _load_checkpoint(self) -> dict | None:
+        """Load the latest checkpoint into the learner, the league and the counters, or
+        raise CheckpointLoadError (nothing is written before or by this)."""
         ckpt = load_latest(self.run_dir)
         if ckpt is None:
-            return
-        self.learner.load_state_dict(ckpt["learner"])
-        self.league.load_state_dict(ckpt["league"])
+            return None
+        path = ckpt["path"]
+        try:
+            self.learner.load_state_dict(ckpt["learner"])
+        except Exception as e:  # noqa: BLE001 (shapes of another network, a truncated state)
+            raise CheckpointLoadError(path, "its learner state does not load into this recipe's network "
+                                            f"({describe(e)})") from e
+        try:
+            self.league.load_state_dict(ckpt["league"])
+        except CheckpointLoadError as e:
+            raise CheckpointLoadError(e.path, f"{e.cause} (named by the checkpoint {path})", e.errno) from e
         c = ckpt["counters"]
-        self.sup.agent_steps = int(c.get("agent_steps", 0))
-        self.episodes = int(c.get("episodes", 0))
+        try:
+            self.sup.agent_steps = int(c.get("agent_steps", 0))
+            self.episodes = int(c.get("episodes", 0))
+            for level, counts in c.get("eval_totals", {}).items():
+                self.eval_totals[level].update(counts)
+        except (TypeError, ValueError, AttributeError) as e:
+            raise CheckpointLoadError(path, f"its counters are malformed ({describe(e)})") from e
         self.updates_done = self.learner.version
-        for level, counts in c.get("eval_totals", {}).items():
-            self.eval_totals[level].update(counts)
-        self.last_checkpoint = ckpt["path"]
-        self.sup.events.info("resume", checkpoint=ckpt["path"], updates=self.learner.version,
-                             agent_steps=self.sup.agent_steps, snapshots=len(self.league.snapshots))
+        self.last_checkpoint = path
+        self._saved = (self.learner.version, self.sup.agent_steps, self.episodes)
+        return ckpt
+
+    def _cut_logs(self, ckpt: dict | None) -> dict[str, int]:
+        """Move each log's lines beyond what the checkpoint counted (a killed run's dead
+        tail) to <log>.cut; returns the lines cut per log. Without a checkpoint, every
+        line is beyond it (a run killed before its first checkpoint starts from zero).
+        A checkpoint without log sizes (written before they were recorded) cuts only
+        learner.jsonl, by update number."""
+        sizes = (ckpt or {}).get("counters", {}).get("logs") if ckpt is not None else dict.fromkeys(LOGS, 0)
+        out = {}
+        for name in LOGS:
+            path = self.run_dir / name
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:
+                out[name] = 0
+                continue
+            if sizes is not None:
+                keep = int(sizes.get(name, len(data)))
+            elif name == "learner.jsonl":
+                keep = _offset_after_updates(data, self.learner.version)
+            else:
+                keep = len(data)
+            keep = min(keep, len(data))
+            # a torn last line before the cut point (a kill mid-write) stays a torn line
+            tail = data[keep:]
+            if tail:
+                with open(path.with_name(name + ".cut"), "ab") as f:
+                    f.write(tail)
+                os.truncate(path, keep)
+            out[name] = tail.count(b"\n") + (1 if tail and not tail.endswith(b"\n") else 0)
+        return out
+
+    def _log_resume(self, ckpt: dict | None, cut: dict[str, int]) -> None:
+        """A `resume` record in each log (and events.jsonl): the checkpoint's counters,
+        which every line after it continues from, and the lines cut."""
+        rec = dict(checkpoint=ckpt["path"] if ckpt else None, updates=self.learner.version,
+                   agent_steps=self.sup.agent_steps, episodes=self.episodes)
+        for name, log in (("learner.jsonl", self.learner_log), ("episodes.jsonl", self.episodes_log),
+                          ("inference.jsonl", self.inference_log)):
+            log.info("resume", **rec, cut_lines=cut.get(name, 0))
+        if ckpt is not None:
+            self.sup.events.info("resume", **rec, snapshots=len(self.league.snapshots), cut_lines=cut)
+        else:
+            self.sup.events.warning("logs_cut", reason="no checkpoint: the run starts from zero", cut_lines=cut)
 
     def stop(self) -> None:
-        """Stop the learner thread (its update finishes), write a last checkpoint, end the
-        worker. Called by the supervisor after the games are ended."""
+        """Stop the learner thread (its update finishes), end the worker, write a last
+        checkpoint (unless nothing changed since the last one), close the logs. Called by
+        the supervisor after the games are ended. Raises CheckpointError when the last
+        checkpoint cannot be written: the previous one is intact, and `failure` says so."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        self.engine.stop()
         try:
-            self.checkpoint()
+            self.engine.stop()
+            if self._saved != (self.learner.version, self.sup.agent_steps, self.episodes):
+                self.checkpoint()
+        except CheckpointError as e:
+            self._fail(f"last checkpoint failed: {e}")
+            self._event("error", "checkpoint_failed", path=e.path, cause=e.cause, final=True)
+            raise
         finally:
             for log in (self.episodes_log, self.learner_log, self.inference_log):
                 log.close()
+
+    def _fail(self, reason: str) -> None:
+        """Record why the learning side ends the run (the first reason wins)."""
+        if self.failure is None:
+            self.failure = reason
+
+    def _event(self, level: str, event: str, **kw) -> None:
+        ev = self.sup.events
+        if ev is not None:
+            try:
+                getattr(ev, level)(event, **kw)
+            except ValueError:  # closed by a shutdown that already finished
+                pass
 
     def counters(self) -> dict:
         return dict(agent_steps=self.sup.agent_steps, episodes=self.episodes, updates=self.learner.version,
                     eval_totals={k: dict(v) for k, v in self.eval_totals.items()})
 
     def checkpoint(self) -> Path:
-        path = save_checkpoint(self.run_dir, learner=self.learner.state_dict(), counters=self.counters(),
+        """Write a checkpoint: the learner, the league, and the counters with the size of
+        each log at the same moment (taken on the loop thread, between two callbacks, so
+        that the logs hold exactly what the counters count). Raises CheckpointWriteError
+        (the previous checkpoint intact)."""
+        version = self.learner.version
+        counters = self._on_loop(lambda: self._capture(version))
+        path = save_checkpoint(self.run_dir, learner=self.learner.state_dict(), counters=counters,
                                league=self.league.state_dict(), recipe=recipe_to_dict(self.recipe),
                                keep=self.recipe.checkpoint.keep)
         self.last_checkpoint = str(path)
+        self._saved = (version, counters["agent_steps"], counters["episodes"])
+        return path
+
+    def _capture(self, version: int) -> dict:
+        """The counters and the logs' sizes, consistent with each other: the rounds
+        answered so far are flushed into inference.jsonl and this checkpoint's
+        evaluation line is written first. Runs on the loop thread (or with no loop)."""
+        self.flush_round_stats()
         summary = {k: dict(v) for k, v in self.eval_since_ckpt.items()}
-        self.episodes_log.info("evaluation", updates=self.learner.version, checkpoint=str(path),
+        self.episodes_log.info("evaluation", updates=version,
+                               checkpoint=str(self.run_dir / CKPT_DIR / f"ckpt-{version:08d}.pt"),
                                since_last=summary, win_rate=self.win_rates())
         self.eval_since_ckpt.clear()
-        return path
+        c = self.counters()
+        c["logs"] = {}
+        for name in LOGS:
+            try:
+                c["logs"][name] = os.stat(self.run_dir / name).st_size
+            except OSError:
+                c["logs"][name] = 0
+        return c
+
+    def _on_loop(self, fn):
+        """fn() on the supervisor's loop thread, waiting for it; directly when called
+        there, or when the loop does not run (a test without one, the loop gone)."""
+        loop = self._loop
+        try:
+            here = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            here = False
+        if loop is None or here or loop.is_closed() or not loop.is_running():
+            return fn()
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+
+        def call():
+            if fut.set_running_or_notify_cancel():
+                try:
+                    fut.set_result(fn())
+                except BaseException as e:  # noqa: BLE001 (handed to the waiting thread)
+                    fut.set_exception(e)
+
+        try:
+            loop.call_soon_threadsafe(call)
+        except RuntimeError:  # closed meanwhile
+            return fn()
+        while True:
+            try:
+                return fut.result(timeout=1.0)
+            except concurrent.futures.TimeoutError:
+                if not loop.is_running() and fut.cancel():  # the loop stopped without running it
+                    return fn()
 
     # ---- rounds (the loop thread) -----------------------------------------------------
 
     def round(self, b: Batch) -> None:
-        """Answer a gathered batch through the networks (asynchronously)."""
+        """Answer a gathered batch through the networks (asynchronously). Raises
+        RoundError when the engine does not take the round: nothing of it is recorded
+        (no trajectory step, no episode, no hold), and the run is asked to stop."""
         n = b.n
         rows = b.rows[:n].astype(np.int64)
         # Rows waiting anywhere (gathered now, held in flight or by back-pressure): the
@@ -185,25 +383,60 @@ class Training:
                 rows = b.rows[:n].astype(np.int64)
         if not n:
             return
-        self._episodes(b, rows)
-        train = (self.row_role[rows] == TRAIN) & (self.row_slot[rows] == 0)
-        self.traj.record_obs(b, train)
-        fut = self.engine.submit(b, self.row_slot[rows])
+        if self.failure is not None:  # the run is ending with its cause: no more rounds
+            return
+        again = rows[self._live[rows]]
+        if again.size:
+            raise self._round_failed(f"rows {again[:8].tolist()} submitted again before their answer")
+        ended = self._ended_episodes(b, rows)  # labelled by the opponent they were played against
+        self._pick_opponents(b, rows)
+        try:
+            fut = self.engine.submit(b, self.row_slot[rows])
+        except Exception as e:  # noqa: BLE001 (any cause: the caller hears it, nothing is half-recorded)
+            raise self._round_failed(f"inference submit failed: {describe(e)}") from e
+        self._live[rows] = True
+        epochs = self._epoch[rows].copy()
+        self.rows_submitted += n
         self.sup.gatherer.hold(rows)
         self._inflight += 1
         loop = self._loop
-        fut.add_done_callback(lambda f: loop.call_soon_threadsafe(self._answered, f))
+        fut.add_done_callback(lambda f: loop.call_soon_threadsafe(self._answered, f, rows, epochs))
+        self._episodes(b, rows, ended)
+        train = (self.row_role[rows] == TRAIN) & (self.row_slot[rows] == 0)
+        self.traj.record_obs(b, train)
 
-    def _answered(self, fut) -> None:
+    def _round_failed(self, reason: str) -> RoundError:
+        self._fail(reason)
+        self._event("error", "round_failed", error=reason)
+        self.sup._finish(reason)
+        return RoundError(reason)
+
+    def _answered(self, fut, rows: np.ndarray, epochs: np.ndarray) -> None:
         self._inflight -= 1
         try:
             res = fut.result()
         except Exception as e:  # noqa: BLE001 (a failed round stops the run with its cause)
-            self.sup._finish(f"inference round failed: {e!r}")
+            reason = f"inference round failed: {e!r}"
+            self._fail(reason)
+            self._event("error", "round_failed", error=reason)
+            self.sup._finish(reason)
             return
         if not (np.isfinite(res.value).all() and np.isfinite(res.logp).all()):
             self.nonfinite_outputs += 1  # the checks keep NaN out of the inputs; count, never answer it
             self.sup.events.error("nonfinite_output", rows=res.rows[:8].tolist())
+        # Rows whose game restarted while the round computed: their answer is stale. It
+        # must not release the rows (a round of the new game may hold them) nor complete
+        # a trajectory step of the new game.
+        current = self._epoch[rows] == epochs
+        if not current.all():
+            self.rows_stale += int((~current).sum())
+            res = _subset(res, current)
+            rows = rows[current]
+            if not len(rows):
+                return
+        self.answer_errors += int(np.count_nonzero(~self._live[rows]))
+        self._live[rows] = False
+        self.rows_answered += len(rows)
         g = self.sup.gatherer
         g.release(res.rows)
         if not self.sup._stopping:
@@ -222,30 +455,40 @@ class Training:
             self._held.clear()
             self.sup.schedule_round()
 
-    def _episodes(self, b: Batch, rows: np.ndarray) -> None:
-        """Returns, finished episodes (logged), and the opponent of each new episode."""
-        n = b.n
-        flags = b.flags[:n]
-        first = (flags & layout.FLAG_FIRST) != 0
-        end = (flags & (layout.FLAG_DONE | layout.FLAG_TRUNCATED)) != 0
-        self.row_return[rows[first]] = 0.0
-        self.row_return[rows] += b.reward[:n]
+    def _ended_episodes(self, b: Batch, rows: np.ndarray) -> list[tuple[int, int, str]]:
+        """(row, batch index, opponent label) of the episodes this batch ends, labelled
+        before a new opponent is picked."""
+        end = (b.flags[: b.n] & (layout.FLAG_DONE | layout.FLAG_TRUNCATED)) != 0
+        out = []
         for k in np.flatnonzero(end):
             row = int(rows[k])
-            self._log_episode(row, b, int(k))
+            label = self.row_label[row]
+            if self.row_league[row]:
+                slot = int(self.row_slot[row])
+                label = "self" if slot == 0 else f"league:{self.opponents.version[slot]}"
+            out.append((row, int(k), label))
+        return out
+
+    def _pick_opponents(self, b: Batch, rows: np.ndarray) -> None:
+        first = (b.flags[: b.n] & layout.FLAG_FIRST) != 0
         for row in rows[first & self.row_league[rows]]:
             self._pick_opponent(int(row))
 
-    def _log_episode(self, row: int, b: Batch, k: int) -> None:
+    def _episodes(self, b: Batch, rows: np.ndarray, ended: list[tuple[int, int, str]]) -> None:
+        """Returns, and the finished episodes (logged): for a round the engine took."""
+        n = b.n
+        first = (b.flags[:n] & layout.FLAG_FIRST) != 0
+        self.row_return[rows[first]] = 0.0
+        self.row_return[rows] += b.reward[:n]
+        for row, k, label in ended:
+            self._log_episode(row, b, k, label)
+
+    def _log_episode(self, row: int, b: Batch, k: int, label: str) -> None:
         r = float(b.reward[k])
         result = "win" if r > 0 else "loss" if r < 0 else "draw"
         if b.flags[k] & layout.FLAG_TRUNCATED and not b.flags[k] & layout.FLAG_DONE:
             result = "truncated"
         role = self.row_role[row]
-        slot = int(self.row_slot[row])
-        label = self.row_label[row]
-        if self.row_league[row]:
-            label = "self" if slot == 0 else f"league:{self.opponents.version[slot]}"
         self.episodes += 1
         replay = None
         self.episodes_log.info("episode", slot=int(self.row_game[row]), row=row, lane=int(b.lane[k]),
@@ -273,6 +516,10 @@ class Training:
         """A game (re)started on these rows: cut their sequences, free their opponents."""
         idx = np.arange(rows.start, rows.stop)
         self.traj.cut(idx)
+        self._epoch[idx] += 1  # a round in flight for these rows comes back stale
+        self._live[idx] = False
+        if self._held:  # rows re-attached unheld: a later unblock must not release a new round's hold
+            self._held = [h[~np.isin(h, idx)] for h in self._held]
         for row in idx:
             if self.row_slot[row] > 0:
                 self.opponents.release(int(self.row_slot[row]))
@@ -359,8 +606,21 @@ class Training:
                 if self.recipe.stop.updates and version >= self.recipe.stop.updates:
                     loop.call_soon_threadsafe(self.sup.request_stop)
                     return
+        except CheckpointError as e:  # a disk that is full or read-only: a cause, not a traceback
+            self.learner_phase = "failed"
+            self._fail(f"checkpoint write failed: {e}")
+            self._event("error", "learner_failed", error=str(e), cause="checkpoint_write", path=e.path,
+                        errno=e.errno)
+            self._tell_supervisor(loop)
         except Exception as e:  # noqa: BLE001 (the run stops cleanly with the cause)
             self.learner_phase = "failed"
-            tb_text = traceback.format_exc(limit=4)
-            self.sup.events.error("learner_failed", error=repr(e), traceback=tb_text)
-            loop.call_soon_threadsafe(self.sup._finish, f"learner failed: {e!r}")
+            self._fail(f"learner failed: {e!r}")
+            self._event("error", "learner_failed", error=repr(e), traceback=traceback.format_exc(limit=4))
+            self._tell_supervisor(loop)
+
+    def _tell_supervisor(self, loop) -> None:
+        """Hand `failure` to the supervisor's loop as the reason to end the run."""
+        try:
+            loop.call_soon_threadsafe(self.sup._finish, self.failure)
+        except RuntimeError:  # the loop is gone: the run is over anyway
+            pass
