@@ -323,3 +323,13 @@ def test_cli_bad_files_and_folders_exit_2_with_nothing_created(tmp_path):
     (runs / "ro").symlink_to("/sys/kernel")
     err = _cli_bad(tmp_path, ["null", "--run", "ro"], runs=runs)
     assert f"run folder '{runs}/ro': cannot write in {runs}/ro (Permission denied)" in err
+
+
+def test_cli_resumed_run_folder_with_a_folder_where_a_log_goes(tmp_path):
+    runs = tmp_path / "runs"
+    (runs / "r1" / "events.jsonl").mkdir(parents=True)
+    (runs / "r1" / "games").write_text("")
+    err = _cli_bad(tmp_path, ["null", "--run", "r1"], runs=runs)
+    assert f"run folder '{runs}/r1': {runs}/r1/events.jsonl is a folder, where the run keeps a file" in err
+    assert f"run folder '{runs}/r1': {runs}/r1/games is a file, where the run keeps a folder" in err
+    assert sorted(os.listdir(runs / "r1")) == ["events.jsonl", "games"]  # no run.lock, no recipe.json

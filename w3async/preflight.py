@@ -38,6 +38,11 @@ PROCS_PER_WINE_RUNTIME = 8
 MIN_FREE_BYTES = 64 << 20
 """Free space the run folder's file system must have at start (logs, checkpoints)."""
 PROBE_BYTES = 4096
+RUN_FILES = ("run.lock", "events.jsonl", "recipe.json", "status.url", "inference.jsonl", "learner.jsonl",
+             "episodes.jsonl")
+RUN_FOLDERS = ("games", "bells", "checkpoints", "league", "replays")
+"""What a run writes in its folder (supervisor.py, training.py): in a folder that is
+resumed, none of them may be in the way (a folder where a file goes, or the reverse)."""
 SHM_DIR = "/dev/shm"
 
 
@@ -207,6 +212,12 @@ def check_folders(recipe: Recipe, run_dir: Path, runs_dir: Path | None = None) -
     if why:
         key = f"run folder {str(run_dir)!r}" if os.path.lexists(run_dir) else f"--runs-dir {str(runs_dir)!r}"
         problems.append(f"{key}: {why}")
+    elif os.path.isdir(run_dir):
+        for name in RUN_FILES + RUN_FOLDERS:
+            p = run_dir / name
+            if os.path.lexists(p) and os.path.isdir(p) != (name in RUN_FOLDERS):
+                problems.append(f"run folder '{run_dir}': {p} is a {'folder' if os.path.isdir(p) else 'file'}, "
+                                f"where the run keeps a {'folder' if name in RUN_FOLDERS else 'file'}")
     if recipe.runtime.cache_dir or any(g.runtime == "wine" for g in recipe.games):
         from .runtime_wine import WineConfig, cache_root  # noqa: PLC0415
 
