@@ -333,3 +333,27 @@ def test_cli_resumed_run_folder_with_a_folder_where_a_log_goes(tmp_path):
     assert f"run folder '{runs}/r1': {runs}/r1/events.jsonl is a folder, where the run keeps a file" in err
     assert f"run folder '{runs}/r1': {runs}/r1/games is a file, where the run keeps a folder" in err
     assert sorted(os.listdir(runs / "r1")) == ["events.jsonl", "games"]  # no run.lock, no recipe.json
+
+
+def test_status_address_that_cannot_be_served():
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen(1)
+        port = held.getsockname()[1]
+        (p,) = preflight.check_status(load_recipe(NULL, [f"status.port={port}"]))
+        assert p.startswith(f"status.host = '127.0.0.1', status.port = {port}: port {port} on 127.0.0.1 is in use")
+    (p,) = preflight.check_status(load_recipe(NULL, ["status.host=192.0.2.1"]))  # TEST-NET: no machine has it
+    assert p.startswith("status.host = '192.0.2.1', status.port = 0: bind(192.0.2.1, 0) failed: ")
+    assert preflight.check_status(load_recipe(NULL)) == []
+    assert preflight.check_status(load_recipe(NULL, ["status.host=192.0.2.1", "status.enabled=false"])) == []
+
+
+def test_too_little_free_space_for_a_run(tmp_path, monkeypatch):
+    vfs = os.statvfs(tmp_path)
+    free = vfs.f_bavail * vfs.f_frsize
+    monkeypatch.setattr(preflight, "MIN_FREE_BYTES", free + (1 << 40))  # more than this disk has
+    why = preflight.probe_folder(tmp_path / "run")
+    assert why.startswith("only ") and f" free in {tmp_path}; a run needs at least " in why
+    assert os.listdir(tmp_path) == []

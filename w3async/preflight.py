@@ -230,6 +230,25 @@ def check_folders(recipe: Recipe, run_dir: Path, runs_dir: Path | None = None) -
     return problems
 
 
+# ---- status server --------------------------------------------------------------------
+
+
+def check_status(recipe: Recipe) -> list[str]:
+    """[status] host and port: resolved and bound once (then closed), as the server will,
+    so that a name that does not resolve, an address not on this machine or a port in
+    use is found before the run folder is made."""
+    st = recipe.status
+    if not st.enabled:
+        return []
+    from .status import StatusError, _bind  # noqa: PLC0415
+
+    try:
+        _bind(st.host, st.port).close()
+    except StatusError as e:
+        return [f"status.host = {st.host!r}, status.port = {st.port}: {str(e).removeprefix('status server: ')}"]
+    return []
+
+
 # ---- resources ------------------------------------------------------------------------
 
 
@@ -339,4 +358,4 @@ def check_resources(recipe: Recipe) -> list[str]:
 def preflight(recipe: Recipe, run_dir: Path, runs_dir: Path | None = None) -> list[str]:
     """Every check above: the problems, all of them, or [] when the run may start."""
     return (check_binaries(recipe) + check_build(recipe) + check_device(recipe) + check_folders(recipe, run_dir, runs_dir)
-            + check_resources(recipe))
+            + check_status(recipe) + check_resources(recipe))
