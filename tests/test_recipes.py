@@ -323,6 +323,7 @@ def test_cli_bad_files_and_folders_exit_2_with_nothing_created(tmp_path):
     (runs / "ro").symlink_to("/sys/kernel")
     err = _cli_bad(tmp_path, ["null", "--run", "ro"], runs=runs)
     assert f"run folder '{runs}/ro': cannot write in {runs}/ro (Permission denied)" in err
+    assert "the run folder needs a name (not '', '.' or '..')" in _cli_bad(tmp_path, ["null", "--run", ".."], runs=runs)
 
 
 def test_cli_resumed_run_folder_with_a_folder_where_a_log_goes(tmp_path):
@@ -357,3 +358,14 @@ def test_too_little_free_space_for_a_run(tmp_path, monkeypatch):
     why = preflight.probe_folder(tmp_path / "run")
     assert why.startswith("only ") and f" free in {tmp_path}; a run needs at least " in why
     assert os.listdir(tmp_path) == []
+
+
+def test_a_network_beyond_the_memory_is_refused_before_anything_is_made():
+    avail = preflight._mem_available()
+    d = 64
+    while preflight.network_params(load_recipe(NULL, [f"network.d_model={d}"])) * 4 * 7 <= avail:
+        d *= 2
+    r = load_recipe(NULL, ["supervisor.policy=network", f"network.d_model={d}"])
+    (p,) = preflight.check_resources(r)
+    assert p.startswith("games: the run needs ") and f"network.d_model = {d}" in p and "is available" in p
+    assert preflight.check_resources(load_recipe(NULL, [f"network.d_model={d}"])) == []  # no network answers

@@ -61,8 +61,9 @@ def _run(args) -> int:
         console(f"w3async: error: {e}")
         return 2
     name = args.run or f"{recipe.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    if "\0" in name or "\0" in args.runs_dir:
-        return _error(path, [f"--run {name!r} / --runs-dir {args.runs_dir!r}: contains a NUL character"])
+    if "\0" in name or "\0" in args.runs_dir or name.strip("/") in ("", ".", ".."):
+        return _error(path, [f"--run {name!r}, --runs-dir {args.runs_dir!r}: the run folder needs a name "
+                             f"(not '', '.' or '..') and no NUL"])
     runs_dir = Path(args.runs_dir)
     run_dir = runs_dir / name
     # Everything against the machine before anything is created: the run folder is made

@@ -266,13 +266,28 @@ def _step_bytes() -> int:
             + layout.N_HEADS * layout.HEAD_MAX + layout.N_HEADS * 4 + 64)
 
 
+def network_params(recipe: Recipe) -> int:
+    """About the parameters of the recipe's network (network.py: embeddings, the blocks'
+    attention and feed-forward, pooling, the GRU, the heads); an estimate within a few %."""
+    cfg = recipe.network
+    if cfg is None:
+        return 0
+    d = cfg.d_model
+    block = 4 * d * d + 2 * cfg.ff_mult * d * d
+    params = cfg.n_layers * block + 2 * d * d + (layout.F_ENT + layout.G_GLOB + 64) * d
+    params += (6 * d * d if cfg.gru else 0) + (layout.N_HEADS * layout.HEAD_MAX + 2) * d + 2 * d * d
+    return params
+
+
 def memory_bytes(recipe: Recipe) -> int:
-    """Memory the rows take in the supervisor: the table, and with a network the
-    trajectory buffers (seq_len + 1 steps per row)."""
+    """Memory the recipe's sizes take in the supervisor: the table, and with a network the
+    trajectory buffers (seq_len + 1 steps per row) and the networks (one per inference
+    slot, the learner's with its gradients and Adam's two moments)."""
     need = table_bytes(recipe)
     if recipe.supervisor.policy == "network" and recipe.trajectories is not None:
         n_rows = sum(g.count * g.lanes * g.sides for g in recipe.games)
         need += n_rows * (recipe.trajectories.seq_len + 1) * _step_bytes()
+        need += network_params(recipe) * 4 * (recipe.inference.n_slots + 4)
     return need
 
 
@@ -340,8 +355,14 @@ def check_resources(recipe: Recipe) -> list[str]:
     mem = memory_bytes(recipe)
     avail = _mem_available()
     if avail is not None and mem > avail:
-        problems.append(f"games: the rows need {_mib(mem)} of memory ({n_rows:,} rows; {groups}) but "
-                        f"{_mib(avail)} is available: lower games.count or games.lanes")
+        net = ""
+        if recipe.supervisor.policy == "network" and recipe.network is not None:
+            n = recipe.network
+            net = (f"; the networks: network.d_model = {n.d_model}, network.n_layers = {n.n_layers}, "
+                   f"network.ff_mult = {n.ff_mult}, inference.n_slots = {recipe.inference.n_slots}, "
+                   f"trajectories.seq_len = {recipe.trajectories.seq_len}")
+        problems.append(f"games: the run needs {_mib(mem)} of memory ({n_rows:,} rows; {groups}{net}) but "
+                        f"{_mib(avail)} is available: lower games.count, games.lanes or the network's sizes")
     n_games = sum(g.count for g in recipe.games)
     n_procs = n_games + (PROCS_PER_WINE_RUNTIME if any(g.runtime == "wine" for g in recipe.games) else 0)
     limit, why = game_limit()
