@@ -106,7 +106,7 @@ class NullGameEnv:
         self.table = Table(segment_name("gym"), self.nrows)
         self.obs_fd = os.eventfd(0, os.EFD_CLOEXEC)
         self.act_fd = os.eventfd(0, os.EFD_CLOEXEC)
-        env = dict(os.environ, W3S_SHM=self.table.name, W3S_ROW0="0", W3S_NROWS=str(self.nrows),
+        env = dict(os.environ, W3S_SHM=self.table.segment(0).name, W3S_ROW0="0", W3S_NROWS=str(self.nrows),
                    W3S_OBS_FD=str(self.obs_fd), W3S_ACT_FD=str(self.act_fd), W3S_PARENT_PID=str(os.getpid()))
         self.proc = subprocess.Popen(["nice", "-n", "10", str(NULL)], env=env, pass_fds=(self.obs_fd, self.act_fd),
                                      stderr=subprocess.DEVNULL)

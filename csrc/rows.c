@@ -1,10 +1,16 @@
 /* rows.c: the supervisor's hot path over the shared table, in C (w3async._rows).
  *
  * One Gatherer per table holds every buffer it touches (the rows, the batch it fills,
- * the row->game map and the games' act doorbells), so a round is two calls:
- * gather() scans every row, checks the waiting ones, and copies the valid ones into
- * the batch with entities padded to a bucket (padding zeroed every time); answer()
- * writes the actions, publishes act_seq and rings each answered game's doorbell once.
+ * the row->game map, the supervisor's own record of each row's act_seq and the games'
+ * act doorbells), so a round is two calls: gather() scans every row, copies each
+ * waiting one into the batch, checks the copy and keeps the valid ones, entities padded
+ * to a bucket (padding zeroed every time); answer() writes the actions, publishes
+ * act_seq and rings each answered game's doorbell once.
+ *
+ * The game is untrusted and runs beside us: a value it wrote may change between two
+ * reads. Every field is read from the table once, into memory the supervisor owns
+ * (locals, the batch), and only that copy is checked and used; whether a row waits is
+ * decided by our own act_seq (`acked`), never by the table's.
  * w3async/gather.py has the numpy path with the same contract; a test proves both
  * give identical batches, bad-row reports and answers.
  */
@@ -22,6 +28,7 @@ typedef struct {
     PyObject_HEAD
     Py_buffer table;  /* the rows (no header) */
     Py_buffer row_game; /* int32[n_rows]: game slot of each row, -1 when none runs */
+    Py_buffer acked;    /* uint64[n_rows]: the act_seq we last published per row */
     Py_buffer act_fd;   /* int32[n_games]: the act doorbell's fd */
     Py_buffer act_len;  /* int32[n_games]: bytes to write to ring it (8 eventfd, 1 FIFO) */
     /* the batch: capacity n_rows */
@@ -38,7 +45,7 @@ typedef struct {
 
 static Py_buffer *g_buffers(Gatherer *g, int *count)
 {
-    *count = 20;
+    *count = 21;
     return &g->table;
 }
 
@@ -74,13 +81,13 @@ static int g_get(PyObject *obj, Py_buffer *view, const char *name, Py_ssize_t mi
 
 static int Gatherer_init(Gatherer *g, PyObject *args, PyObject *kw)
 {
-    static char *names[] = {"table", "n_rows", "row_game", "act_fd", "act_len", "n_types", "buckets",
+    static char *names[] = {"table", "n_rows", "row_game", "acked", "act_fd", "act_len", "n_types", "buckets",
                             "rows", "obs_seq", "lane", "side", "episode", "step", "flags", "reward",
                             "n_ent", "state_hash", "discarded", "glob", "ent", "ent_type", "mask", NULL};
-    PyObject *o[20];
+    PyObject *o[21];
     int n_rows, n_types;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OiOOOiOOOOOOOOOOOOOOOO", names, &o[0], &n_rows, &o[1], &o[2],
-                                     &o[3], &n_types, &o[4], &o[5], &o[6], &o[7], &o[8], &o[9], &o[10],
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OiOOOOiOOOOOOOOOOOOOOOO", names, &o[0], &n_rows, &o[1], &o[20],
+                                     &o[2], &o[3], &n_types, &o[4], &o[5], &o[6], &o[7], &o[8], &o[9], &o[10],
                                      &o[11], &o[12], &o[13], &o[14], &o[15], &o[16], &o[17], &o[18], &o[19]))
         return -1;
     if (g->held) {
@@ -93,20 +100,20 @@ static int Gatherer_init(Gatherer *g, PyObject *args, PyObject *kw)
     }
     Py_ssize_t R = n_rows;
     /* in the order of the Py_buffer fields of Gatherer */
-    const char *what[20] = {"table", "row_game", "act_fd", "act_len", "rows", "obs_seq", "lane", "side", "episode",
-                            "step", "flags", "reward", "n_ent", "state_hash", "discarded", "glob", "ent",
-                            "ent_type", "mask", "buckets"};
-    PyObject *objs[20] = {o[0], o[1], o[2], o[3], o[5], o[6], o[7], o[8], o[9], o[10], o[11], o[12], o[13],
-                          o[14], o[15], o[16], o[17], o[18], o[19], o[4]};
-    Py_ssize_t need[20] = {R * (Py_ssize_t)sizeof(w3s_row), R * 4, 0, 0, R * 4, R * 8, R * 4, R * 4, R * 8,
-                           R * 4, R * 4, R * 4, R * 4, R * 8, R * 4, R * W3S_G_GLOB * 4,
+    const char *what[21] = {"table", "row_game", "acked", "act_fd", "act_len", "rows", "obs_seq", "lane", "side",
+                            "episode", "step", "flags", "reward", "n_ent", "state_hash", "discarded", "glob",
+                            "ent", "ent_type", "mask", "buckets"};
+    PyObject *objs[21] = {o[0], o[1], o[20], o[2], o[3], o[5], o[6], o[7], o[8], o[9], o[10], o[11], o[12],
+                          o[13], o[14], o[15], o[16], o[17], o[18], o[19], o[4]};
+    Py_ssize_t need[21] = {R * (Py_ssize_t)sizeof(w3s_row), R * 4, R * 8, 0, 0, R * 4, R * 8, R * 4, R * 4,
+                           R * 8, R * 4, R * 4, R * 4, R * 4, R * 8, R * 4, R * W3S_G_GLOB * 4,
                            R * W3S_E_MAX * W3S_F_ENT * 4, R * W3S_E_MAX * 2, R * W3S_N_HEADS * W3S_HEAD_MAX, 4};
-    Py_buffer *slots[20] = {&g->table, &g->row_game, &g->act_fd, &g->act_len, &g->b_rows, &g->b_obs_seq,
-                            &g->b_lane, &g->b_side, &g->b_episode, &g->b_step, &g->b_flags, &g->b_reward,
-                            &g->b_n_ent, &g->b_state_hash, &g->b_discarded, &g->b_glob, &g->b_ent,
-                            &g->b_ent_type, &g->b_mask, &g->buckets};
+    Py_buffer *slots[21] = {&g->table, &g->row_game, &g->acked, &g->act_fd, &g->act_len, &g->b_rows,
+                            &g->b_obs_seq, &g->b_lane, &g->b_side, &g->b_episode, &g->b_step, &g->b_flags,
+                            &g->b_reward, &g->b_n_ent, &g->b_state_hash, &g->b_discarded, &g->b_glob,
+                            &g->b_ent, &g->b_ent_type, &g->b_mask, &g->buckets};
     int got = 0;
-    for (; got < 20; got++)
+    for (; got < 21; got++)
         if (g_get(objs[got], slots[got], what[got], need[got]) < 0)
             goto err;
     g->n_games = (int)(g->act_fd.len / 4);
@@ -149,35 +156,57 @@ static int g_bad(PyObject *list, int row, const char *field, long index, PyObjec
     return rc;
 }
 
-/* Checks one waiting row; 0 valid, 1 bad (appended to bad), -1 on a Python error. The
- * order of the checks is the contract shared with the numpy path. */
-static int g_check(const Gatherer *g, const w3s_row *r, int row, uint64_t obs, uint64_t act, PyObject *bad)
+/* The first cache line of a row: what a waiting row's scalars are read from, once. */
+typedef struct {
+    uint64_t obs_seq, act_seq;
+    uint32_t row_magic, lane, side, flags;
+    uint64_t episode;
+    uint32_t step, n_ent;
+    float reward;
+    uint32_t discarded;
+    uint64_t state_hash;
+} g_head;
+typedef char g_check_head[(sizeof(g_head) == offsetof(w3s_row, action)) ? 1 : -1];
+
+/* Copies waiting row r (its sequence obs, our act) into batch slot k (entities at
+ * stride E_MAX for now), then checks the copy. 0 valid, 1 bad (appended to bad), -1 on
+ * a Python error. The order of the checks is the contract shared with the numpy path. */
+static int g_take(Gatherer *g, const w3s_row *r, int row, uint64_t obs, uint64_t act, int k, g_head *hd,
+                  PyObject *bad)
 {
     if (obs != act + 1)
         return g_bad(bad, row, "obs_seq", -1, PyLong_FromUnsignedLongLong(obs)) < 0 ? -1 : 1;
-    if (r->row_magic != W3S_ROW_MAGIC)
-        return g_bad(bad, row, "row_magic", -1, PyLong_FromUnsignedLong(r->row_magic)) < 0 ? -1 : 1;
-    uint32_t n_ent = r->n_ent;
+    memcpy(hd, (const void *)r, sizeof(*hd));
+    if (hd->row_magic != W3S_ROW_MAGIC)
+        return g_bad(bad, row, "row_magic", -1, PyLong_FromUnsignedLong(hd->row_magic)) < 0 ? -1 : 1;
+    uint32_t n_ent = hd->n_ent;
     if (n_ent > W3S_E_MAX)
         return g_bad(bad, row, "n_ent", -1, PyLong_FromUnsignedLong(n_ent)) < 0 ? -1 : 1;
-    if (r->flags & ~(uint32_t)(W3S_FLAG_FIRST | W3S_FLAG_DONE | W3S_FLAG_TRUNCATED))
-        return g_bad(bad, row, "flags", -1, PyLong_FromUnsignedLong(r->flags)) < 0 ? -1 : 1;
-    if (!isfinite(r->reward))
-        return g_bad(bad, row, "reward", -1, PyFloat_FromDouble(r->reward)) < 0 ? -1 : 1;
+    if (hd->flags & ~(uint32_t)(W3S_FLAG_FIRST | W3S_FLAG_DONE | W3S_FLAG_TRUNCATED))
+        return g_bad(bad, row, "flags", -1, PyLong_FromUnsignedLong(hd->flags)) < 0 ? -1 : 1;
+    if (!isfinite(hd->reward))
+        return g_bad(bad, row, "reward", -1, PyFloat_FromDouble(hd->reward)) < 0 ? -1 : 1;
+    float *glob = (float *)g->b_glob.buf + (size_t)k * W3S_G_GLOB;
+    memcpy(glob, (const void *)r->glob, sizeof(r->glob));
     for (int i = 0; i < W3S_G_GLOB; i++)
-        if (!isfinite(r->glob[i]))
-            return g_bad(bad, row, "glob", i, PyFloat_FromDouble(r->glob[i])) < 0 ? -1 : 1;
-    const float *ent = &r->ent[0][0];
+        if (!isfinite(glob[i]))
+            return g_bad(bad, row, "glob", i, PyFloat_FromDouble(glob[i])) < 0 ? -1 : 1;
+    float *ent = (float *)g->b_ent.buf + (size_t)k * W3S_E_MAX * W3S_F_ENT;
+    memcpy(ent, (const void *)r->ent, (size_t)n_ent * W3S_F_ENT * sizeof(float));
     for (uint32_t i = 0; i < n_ent * W3S_F_ENT; i++)
         if (!isfinite(ent[i]))
             return g_bad(bad, row, "ent", (long)i, PyFloat_FromDouble(ent[i])) < 0 ? -1 : 1;
+    int16_t *type = (int16_t *)g->b_ent_type.buf + (size_t)k * W3S_E_MAX;
+    memcpy(type, (const void *)r->ent_type, (size_t)n_ent * sizeof(int16_t));
     for (uint32_t e = 0; e < n_ent; e++)
-        if (r->ent_type[e] < 0 || r->ent_type[e] >= g->n_types)
-            return g_bad(bad, row, "ent_type", (long)e, PyLong_FromLong(r->ent_type[e])) < 0 ? -1 : 1;
+        if (type[e] < 0 || type[e] >= g->n_types)
+            return g_bad(bad, row, "ent_type", (long)e, PyLong_FromLong(type[e])) < 0 ? -1 : 1;
+    uint8_t *mask = (uint8_t *)g->b_mask.buf + (size_t)k * W3S_N_HEADS * W3S_HEAD_MAX;
+    memcpy(mask, (const void *)r->mask, sizeof(r->mask));
     for (int h = 0; h < W3S_N_HEADS; h++) {
         int any = 0;
         for (int c = 0; c < W3S_HEAD_MAX; c++) {
-            uint8_t m = r->mask[h][c];
+            uint8_t m = mask[h * W3S_HEAD_MAX + c];
             if (m > 1)
                 return g_bad(bad, row, "mask", (long)(h * W3S_HEAD_MAX + c), PyLong_FromLong(m)) < 0 ? -1 : 1;
             any |= m;
@@ -194,66 +223,66 @@ static int g_check(const Gatherer *g, const w3s_row *r, int row, uint64_t obs, u
 static PyObject *Gatherer_gather(Gatherer *g, PyObject *noargs)
 {
     (void)noargs;
-    w3s_row *rows = g->table.buf;
+    const w3s_row *rows = g->table.buf;
     const int32_t *row_game = g->row_game.buf;
+    const uint64_t *acked = g->acked.buf;
     int32_t *out_rows = g->b_rows.buf;
     uint64_t *out_seq = g->b_obs_seq.buf;
+    uint32_t *lane = g->b_lane.buf, *side = g->b_side.buf, *step = g->b_step.buf, *flags = g->b_flags.buf,
+             *n_ent = g->b_n_ent.buf, *disc = g->b_discarded.buf;
+    uint64_t *episode = g->b_episode.buf, *hash = g->b_state_hash.buf;
+    float *reward = g->b_reward.buf, *ent = g->b_ent.buf;
+    int16_t *type = g->b_ent_type.buf;
     PyObject *bad = PyList_New(0);
     if (!bad)
         return NULL;
     int n = 0;
     uint32_t max_ent = 0;
+    g_head hd;
     for (int i = 0; i < g->n_rows; i++) {
         if (row_game[i] < 0)
             continue;
         /* Acquire: the observation fields are read after the sequence number. */
         uint64_t obs = __atomic_load_n(&rows[i].obs_seq, __ATOMIC_ACQUIRE);
-        uint64_t act = rows[i].act_seq;
+        uint64_t act = acked[i];
         if (obs == act)
             continue;
-        int rc = g_check(g, &rows[i], i, obs, act, bad);
+        int rc = g_take(g, &rows[i], i, obs, act, n, &hd, bad);
         if (rc < 0) {
             Py_DECREF(bad);
             return NULL;
         }
         if (rc)
-            continue;
+            continue; /* slot n is reused by the next waiting row */
         out_rows[n] = i;
         out_seq[n] = obs;
-        if (rows[i].n_ent > max_ent)
-            max_ent = rows[i].n_ent;
+        lane[n] = hd.lane;
+        side[n] = hd.side;
+        episode[n] = hd.episode;
+        step[n] = hd.step;
+        flags[n] = hd.flags;
+        reward[n] = hd.reward;
+        n_ent[n] = hd.n_ent;
+        hash[n] = hd.state_hash;
+        disc[n] = hd.discarded;
+        if (hd.n_ent > max_ent)
+            max_ent = hd.n_ent;
         n++;
     }
     const int32_t *bk = g->buckets.buf;
     int bucket = bk[0];
     for (Py_ssize_t b = 0; bucket < (int)max_ent; b++)
         bucket = bk[b + 1];
-    uint32_t *lane = g->b_lane.buf, *side = g->b_side.buf, *step = g->b_step.buf, *flags = g->b_flags.buf,
-             *n_ent = g->b_n_ent.buf, *disc = g->b_discarded.buf;
-    uint64_t *episode = g->b_episode.buf, *hash = g->b_state_hash.buf;
-    float *reward = g->b_reward.buf, *glob = g->b_glob.buf, *ent = g->b_ent.buf;
-    int16_t *type = g->b_ent_type.buf;
-    uint8_t *mask = g->b_mask.buf;
+    /* Entities were copied at stride E_MAX; pack them to stride `bucket` in place (slot
+     * k's new block ends where slot k + 1's old one starts, so nothing unread is hit). */
     for (int k = 0; k < n; k++) {
-        const w3s_row *r = &rows[out_rows[k]];
-        uint32_t ne = r->n_ent;
-        lane[k] = r->lane;
-        side[k] = r->side;
-        episode[k] = r->episode;
-        step[k] = r->step;
-        flags[k] = r->flags;
-        reward[k] = r->reward;
-        n_ent[k] = ne;
-        hash[k] = r->state_hash;
-        disc[k] = r->discarded;
-        memcpy(glob + (size_t)k * W3S_G_GLOB, r->glob, sizeof(r->glob));
+        uint32_t ne = n_ent[k];
         float *e = ent + (size_t)k * bucket * W3S_F_ENT;
-        memcpy(e, r->ent, (size_t)ne * W3S_F_ENT * sizeof(float));
+        memmove(e, ent + (size_t)k * W3S_E_MAX * W3S_F_ENT, (size_t)ne * W3S_F_ENT * sizeof(float));
         memset(e + (size_t)ne * W3S_F_ENT, 0, (size_t)(bucket - ne) * W3S_F_ENT * sizeof(float));
         int16_t *t = type + (size_t)k * bucket;
-        memcpy(t, r->ent_type, (size_t)ne * sizeof(int16_t));
+        memmove(t, type + (size_t)k * W3S_E_MAX, (size_t)ne * sizeof(int16_t));
         memset(t + ne, 0, (size_t)(bucket - ne) * sizeof(int16_t));
-        memcpy(mask + (size_t)k * W3S_N_HEADS * W3S_HEAD_MAX, r->mask, sizeof(r->mask));
     }
     return Py_BuildValue("(iiN)", n, bucket, bad);
 }
@@ -284,6 +313,7 @@ static PyObject *Gatherer_answer(Gatherer *g, PyObject *args)
         goto done;
     }
     w3s_row *rows = g->table.buf;
+    uint64_t *acked = g->acked.buf;
     const int32_t *idx = rowsb.buf, *row_game = g->row_game.buf;
     const int32_t *fds = g->act_fd.buf, *lens = g->act_len.buf;
     const uint64_t *seq = seqb.buf;
@@ -300,11 +330,13 @@ static PyObject *Gatherer_answer(Gatherer *g, PyObject *args)
         w3s_row *r = &rows[idx[k]];
         /* A stale answer (the game restarted while its round computed, or the row went
          * to no game) is dropped: its row no longer holds the sequence it answers. */
-        if (row_game[idx[k]] < 0 || __atomic_load_n(&r->obs_seq, __ATOMIC_ACQUIRE) != seq[k] || r->act_seq == seq[k]) {
+        if (row_game[idx[k]] < 0 || acked[idx[k]] + 1 != seq[k] ||
+            __atomic_load_n(&r->obs_seq, __ATOMIC_ACQUIRE) != seq[k]) {
             g->ring_seen_row[k] = 0;
             continue;
         }
         g->ring_seen_row[k] = 1;
+        acked[idx[k]] = seq[k];
         memcpy(r->action, act + (size_t)k * W3S_N_HEADS, sizeof(r->action));
         r->policy_version = ver[k];
         __atomic_store_n(&r->act_seq, seq[k], __ATOMIC_RELEASE);

@@ -84,13 +84,14 @@ static int w3s_check_table(w3s_conn *c, size_t size, long row0, long nrows, char
                  h->row_size, h->header_size, sizeof(w3s_row), sizeof(w3s_header));
         return W3S_EXIT_LAYOUT;
     }
-    if (row0 < 0 || nrows <= 0 || (uint64_t)row0 + (uint64_t)nrows > h->n_rows ||
+    /* The segment holds rows row0 .. row0 + n_rows of the run's table: this game's. */
+    if (row0 < (long)h->row0 || nrows <= 0 || (uint64_t)row0 + (uint64_t)nrows > (uint64_t)h->row0 + h->n_rows ||
         sizeof(w3s_header) + (uint64_t)h->n_rows * sizeof(w3s_row) > size) {
-        w3s_errf(err, errlen, "w3s: rows %ld..%ld are not in a table of %u rows (%zu bytes)",
-                 row0, row0 + nrows, h->n_rows, size);
+        w3s_errf(err, errlen, "w3s: rows %ld..%ld are not in a segment of rows %u..%u (%zu bytes)",
+                 row0, row0 + nrows, h->row0, h->row0 + h->n_rows, size);
         return W3S_EXIT_ATTACH;
     }
-    c->rows = (w3s_row *)((char *)c->hdr + h->header_size) + row0;
+    c->rows = (w3s_row *)((char *)c->hdr + h->header_size) + (row0 - (long)h->row0);
     c->nrows = (uint32_t)nrows;
     return 0;
 }

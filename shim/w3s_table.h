@@ -1,15 +1,21 @@
 /* w3s_table.h: the shared table of rows, defined once.
  *
- * The supervisor creates one POSIX shared-memory segment per run: a header page
- * followed by n_rows fixed-size rows, one per agent-controlled side of every game
- * lane. Each game process owns a contiguous range of rows. Python mirrors this
- * layout as a numpy structured dtype (w3async/layout.py); tests/shim/test_layout.py
- * compiles a program that prints every offset and size below and proves both agree.
+ * The run's table is n_rows fixed-size rows, one per agent-controlled side of every
+ * game lane; each game process owns a contiguous range of them. Every game gets a
+ * POSIX shared-memory segment of its own, made anew at each start: a header page
+ * followed by its rows only. The supervisor maps all of them side by side into one
+ * contiguous view of the table (so rows are a multiple of the page size), and no game
+ * can reach the header or the rows another game reads (the untrusted-game boundary,
+ * docs/protocol.md). Python mirrors this layout as a numpy structured dtype
+ * (w3async/layout.py); tests/shim/test_layout.py compiles a program that prints every
+ * offset and size below and proves both agree.
  *
  * Ownership (see docs/protocol.md): the game writes every field of a row except
  * act_seq, action and policy_version, which only the supervisor writes. A row is
  * waiting when obs_seq == act_seq + 1; the game bumps obs_seq last (release store),
- * the supervisor writes action, then act_seq = obs_seq last (release store).
+ * the supervisor writes action, then act_seq = obs_seq last (release store). The
+ * supervisor reads each waiting row once into memory of its own, checks that copy and
+ * uses only it; it decides by its own record of act_seq, never by the table's.
  *
  * Change anything here and bump W3S_VERSION: the layout hash catches a stale build
  * anyway, the version makes the error message readable.
@@ -21,7 +27,7 @@
 #include <stdint.h>
 
 #define W3S_MAGIC 0x3143595341335733ULL /* "W3ASYNC1" little-endian */
-#define W3S_VERSION 1u
+#define W3S_VERSION 2u
 #define W3S_ROW_MAGIC 0x77337277u /* written by the game on every post */
 
 #define W3S_E_MAX 160   /* entities per observation */
@@ -30,6 +36,7 @@
 #define W3S_N_HEADS 4   /* action heads */
 #define W3S_HEAD_MAX 192 /* choices per head (a pointer head needs E_MAX) */
 #define W3S_HEADER_SIZE 4096
+#define W3S_PAGE 4096 /* rows are a whole number of pages: each game's segment maps on its own */
 
 /* Row flags, written by the game. */
 #define W3S_FLAG_FIRST 1u     /* first step of an episode */
@@ -57,7 +64,8 @@ typedef struct w3s_header {
     uint32_t e_max, f_ent, g_glob, n_heads, head_max;
     volatile uint32_t state; /* W3S_STATE_* */
     uint64_t run_id;
-    uint8_t _pad[W3S_HEADER_SIZE - 64];
+    uint32_t row0; /* the table index of this segment's first row */
+    uint8_t _pad[W3S_HEADER_SIZE - 68];
 } w3s_header;
 
 typedef struct w3s_row {
@@ -83,11 +91,12 @@ typedef struct w3s_row {
     float ent[W3S_E_MAX][W3S_F_ENT];
     int16_t ent_type[W3S_E_MAX];
     uint8_t mask[W3S_N_HEADS][W3S_HEAD_MAX]; /* 1: the choice is allowed */
+    uint8_t _pad2[704];                      /* to a whole number of pages */
 } w3s_row;
 
 /* Compile-time checks that the struct has the size the protocol documents. */
 typedef char w3s_check_header_size[(sizeof(w3s_header) == W3S_HEADER_SIZE) ? 1 : -1];
-typedef char w3s_check_row_align[(sizeof(w3s_row) % 64 == 0) ? 1 : -1];
+typedef char w3s_check_row_align[(sizeof(w3s_row) % W3S_PAGE == 0) ? 1 : -1];
 typedef char w3s_check_answer_line[(offsetof(w3s_row, action) == 64) ? 1 : -1];
 
 /* FNV-1a over 32-bit words, the same on both sides (w3async/layout.py). */

@@ -97,7 +97,7 @@ def test_agent_mode_under_the_shim(duel, tmp_path, runtime, request):
     env = {"W3S_ROW0": "0", "W3S_NROWS": str(lanes), "W3D_SIDES": "agent,ai:easy", "W3D_EPISODES": "3",
            "W3D_MAP": "rotate", "W3D_SEED": "9", "W3D_RECORD_SHARE": "1", "W3D_REWARD": "shaped",
            "W3D_RECORD_DIR": windows_path(rec_dir) if runtime == "wine" else str(rec_dir)}
-    proc = rt.spawn(binary, env, bells, table, 0, log)
+    proc = rt.spawn(binary, env, bells, table.segment(0), 0, log)
     g = NumpyGatherer(table, 1, DUEL_SPEC.n_types)
     g.attach_game(0, slice(0, lanes), bells.act)
     hashes: dict[tuple[int, int, int], int] = {}

@@ -48,6 +48,11 @@ def _fill_valid(t: Table, rng: np.random.Generator, rows: np.ndarray) -> None:
         r["mask"][i] = m
 
 
+def _answered(g, t: Table, rows: np.ndarray) -> None:
+    """Mark rows answered as the gatherer would: the table's act_seq and its own record."""
+    t.rows["act_seq"][rows] = g.acked[rows] = t.rows["obs_seq"][rows]
+
+
 BAD_KINDS = ["obs_seq", "row_magic", "n_ent", "flags", "reward", "glob", "ent", "ent_type", "mask", "mask_empty"]
 
 
@@ -85,6 +90,7 @@ def _make(table, cls):
     g = cls(table, 4, N_TYPES)
     for k in range(4):
         g.attach_game(k, slice(16 * k, 16 * (k + 1)), Doorbell(-1, 8))
+    g.acked[:] = table.rows["act_seq"]  # a gatherer taking over the table: what was published stands
     return g
 
 
@@ -144,7 +150,7 @@ def test_padding_zeroed_after_a_bigger_round(table):
         table.rows["ent_type"][rows] = 3
         b = g.gather()
         assert b.n == 8 and b.bucket == layout.E_MAX
-        table.rows["act_seq"][rows] = table.rows["obs_seq"][rows]
+        _answered(g, table, rows)
         _fill_valid(table, rng, rows)
         table.rows["n_ent"][rows] = 5
         table.rows["ent"][rows] = 1.0
@@ -153,7 +159,7 @@ def test_padding_zeroed_after_a_bigger_round(table):
         assert b.bucket == 32
         assert (b.ent[:, :5] == 1.0).all() and not b.ent[:, 5:].any()
         assert (b.ent_type[:, :5] == 1).all() and not b.ent_type[:, 5:].any()
-        table.rows["act_seq"][rows] = table.rows["obs_seq"][rows]
+        _answered(g, table, rows)
 
 
 def test_answers_identical_and_rings_once_per_game(table):
@@ -196,7 +202,7 @@ def test_rows_of_no_game_are_ignored(table):
         _fill_valid(table, rng, rows)
         b = g.gather()
         assert sorted(b.rows[: b.n].tolist()) == [0, 33]
-        table.rows["act_seq"][rows] = table.rows["obs_seq"][rows]
+        _answered(g, table, rows)
 
 
 @pytest.mark.parametrize("cls", [CGatherer, NumpyGatherer])
@@ -208,7 +214,7 @@ def test_stale_answer_never_lands_on_a_restarted_game(table, cls):
     rows = np.array([3, 4])
     _fill_valid(table, rng, rows)
     table.rows["obs_seq"][rows] = [40, 41]
-    table.rows["act_seq"][rows] = [39, 40]
+    table.rows["act_seq"][rows] = g.acked[rows] = [39, 40]
     b = g.gather()
     old_rows, old_seq = b.rows[: b.n].copy(), b.obs_seq[: b.n].copy()
     g.hold(old_rows)

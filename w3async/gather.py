@@ -6,6 +6,11 @@ Two backends with one contract: `CGatherer` (csrc/rows.c, the default) and
 tests/test_gather.py proves they give identical batches, bad-row reports and answers;
 bench/step_sync.py --gather measures both on the same work.
 
+The game is untrusted and runs while we read: both backends read each waiting row
+once into memory the supervisor owns (the batch, a numpy copy), check that copy and
+use only it, and decide whether a row waits by `acked`, the supervisor's own record of
+the act_seq it published (a game that rewrites its act_seq only confuses itself).
+
 The checks, in the order both backends apply them (the first failure is reported):
 obs_seq == act_seq + 1, row_magic, n_ent <= E_MAX, known flags, a finite reward,
 finite global features, finite entity features (the first n_ent entities), entity
@@ -125,12 +130,15 @@ class _GathererBase:
         self.n_types = n_types
         self.buckets = np.asarray(buckets, np.int32)
         self.row_game = np.full(table.n_rows, -1, np.int32)
+        self.acked = np.zeros(table.n_rows, np.uint64)  # the act_seq we last published, per row
         self.act_fd = np.full(max(n_games, 1), -1, np.int32)
         self.act_len = np.full(max(n_games, 1), 8, np.int32)
         self.batch = Batch(table.n_rows)
 
     def attach_game(self, game: int, rows: slice, bell: Doorbell) -> None:
-        """Route rows to game `game` and its act doorbell (after the rows were reset)."""
+        """Route rows to game `game` and its act doorbell (its segment is fresh: nothing
+        posted, nothing answered)."""
+        self.acked[rows] = 0
         self.row_game[rows] = game
         self.act_fd[game] = bell.fd
         self.act_len[game] = bell.nbytes
@@ -154,9 +162,6 @@ class _GathererBase:
         g = self.row_game[rows]
         self.row_game[rows[g <= -2]] = -2 - g[g <= -2]
 
-    def games_of(self, rows: np.ndarray) -> np.ndarray:
-        return self.row_game[rows]
-
 
 class NumpyGatherer(_GathererBase):
     """The reference path: vectorised numpy over strided column views."""
@@ -164,15 +169,17 @@ class NumpyGatherer(_GathererBase):
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
         t = self.table.rows
-        self._obs, self._act = t["obs_seq"], t["act_seq"]
+        self._obs, self._act = t["obs_seq"], t["act_seq"]  # _act is written, never read
         self._rungs = {8: (1).to_bytes(8, "little"), 1: b"\x01"}
 
     def gather(self) -> Batch:
         b = self.batch
         t = self.table.rows
-        waiting = np.flatnonzero((self._obs != self._act) & (self.row_game >= 0))
-        obs = self._obs[waiting]
+        obs_all = self._obs.copy()  # one read of every sequence number
+        waiting = np.flatnonzero((obs_all != self.acked) & (self.row_game >= 0))
+        obs = obs_all[waiting]
         sub = t[waiting]  # one copy of each waiting row: checks and gathers read this
+        sub["act_seq"] = self.acked[waiting]  # decide by what we published, not by the game's copy
         ok = self._valid(sub, obs)
         b.bad = [self._why(int(waiting[i]), sub[i], int(obs[i])) for i in np.flatnonzero(~ok)]
         good = np.flatnonzero(ok)
@@ -243,8 +250,9 @@ class NumpyGatherer(_GathererBase):
         n = len(rows)
         seq = np.asarray(obs_seq[:n], np.uint64)
         # Stale answers (the game restarted meanwhile, or the row is held or gameless) drop.
-        fresh = (self.row_game[rows] >= 0) & (self._obs[rows] == seq) & (self._act[rows] != seq)
+        fresh = (self.row_game[rows] >= 0) & (self.acked[rows] + np.uint64(1) == seq) & (self._obs[rows] == seq)
         rows, seq = rows[fresh], seq[fresh]
+        self.acked[rows] = seq
         t = self.table.rows
         t["action"][rows] = np.asarray(actions[:n])[fresh]
         t["policy_version"][rows] = np.asarray(versions[:n])[fresh]
@@ -274,9 +282,9 @@ class CGatherer(_GathererBase):
         if _rows.ROW_SIZE != layout.ROW_SIZE or _rows.layout_hash() != layout.LAYOUT_HASH:
             raise ImportError("w3async._rows was built against another shim/w3s_table.h: rebuild it (make setup)")
         b = self.batch
-        rows_view = memoryview(self.table._mmap)[layout.HEADER_SIZE : self.table.size]
         self._g = _rows.Gatherer(
-            rows_view, self.table.n_rows, self.row_game, self.act_fd, self.act_len, self.n_types, self.buckets,
+            self.table.rows_buffer, self.table.n_rows, self.row_game, self.acked, self.act_fd, self.act_len,
+            self.n_types, self.buckets,
             b.rows, b.obs_seq, b.lane, b.side, b.episode, b.step, b.flags, b.reward, b.n_ent, b.state_hash,
             b.discarded, b.glob, b.ent_flat, b.type_flat, b.mask,
         )  # fmt: skip

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 MAGIC = 0x3143595341335733  # "W3ASYNC1"
-VERSION = 1
+VERSION = 2
 ROW_MAGIC = 0x77337277
 
 E_MAX = 160  # entities per observation
@@ -20,6 +20,7 @@ G_GLOB = 32  # global float features
 N_HEADS = 4  # action heads
 HEAD_MAX = 192  # choices per head
 HEADER_SIZE = 4096
+PAGE = 4096  # rows fill whole pages: each game's segment maps into the table's view on its own
 
 FLAG_FIRST = 1
 FLAG_DONE = 2
@@ -44,11 +45,11 @@ HEADER_DTYPE = np.dtype(
     {
         "names": [
             "magic", "version", "header_size", "layout_hash", "row_size", "n_rows",
-            "e_max", "f_ent", "g_glob", "n_heads", "head_max", "state", "run_id",
+            "e_max", "f_ent", "g_glob", "n_heads", "head_max", "state", "run_id", "row0",
         ],
         "formats": ["<u8", "<u4", "<u4", "<u8", "<u4", "<u4",
-                    "<u4", "<u4", "<u4", "<u4", "<u4", "<u4", "<u8"],
-        "offsets": [0, 8, 12, 16, 24, 28, 32, 36, 40, 44, 48, 52, 56],
+                    "<u4", "<u4", "<u4", "<u4", "<u4", "<u4", "<u8", "<u4"],
+        "offsets": [0, 8, 12, 16, 24, 28, 32, 36, 40, 44, 48, 52, 56, 64],
         "itemsize": HEADER_SIZE,
     }
 )
@@ -91,7 +92,7 @@ def _row_dtype() -> np.dtype:
         formats.append(fmt)
         offsets.append(off)
         off += dt.itemsize
-    itemsize = (off + 63) // 64 * 64
+    itemsize = (off + PAGE - 1) // PAGE * PAGE
     return np.dtype({"names": names, "formats": formats, "offsets": offsets, "itemsize": itemsize})
 
 

@@ -52,3 +52,10 @@ def with_env(key: str, value: str) -> list[int]:
     """Live processes with key=value in their environment."""
     needle = f"{key}={value}".encode()
     return [pid for pid, _ in live_processes() if needle in environ(pid).split(b"\0")]
+
+
+def mentioning(needle: bytes) -> list[int]:
+    """Live processes whose environment block contains needle (a run's marker: what a
+    game's helpers inherit even when they leave its process group)."""
+    me = os.getpid()
+    return [pid for pid, _ in live_processes() if pid != me and needle and needle in environ(pid)]

@@ -16,7 +16,7 @@ import signal
 from pathlib import Path
 
 from . import procs
-from .rows import unlink_segment
+from .rows import list_segments, unlink_segment
 
 
 class RunError(RuntimeError):
@@ -94,9 +94,10 @@ def cleanup_previous_run(info: dict) -> dict:
             pass
         finally:
             os.close(fd)
-    unlinked = bool(shm) and unlink_segment(shm)
+    # The table's name prefixes every game segment it made ("<name>-<game>-<start>").
+    unlinked = [s for s in list_segments(shm + "-") if unlink_segment(s)] if shm else []
     return dict(dead_pid=info.get("pid"), started=info.get("started"), killed=killed, wine_killed=wine_killed,
-                shm=shm, shm_unlinked=unlinked)
+                shm=shm, shm_unlinked=bool(unlinked), shm_segments=unlinked)
 
 
 def _environ_mentions(pid: int, needle: str) -> bool:

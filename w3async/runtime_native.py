@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 from .doorbells import Doorbells, SharedObs, eventfd_pair, shared_obs_eventfd
-from .rows import Table
+from .rows import GameSegment
 
 
 class NativeRuntime:
@@ -25,13 +25,13 @@ class NativeRuntime:
     def doorbells(self, run_dir: Path, slot: int) -> Doorbells:
         return eventfd_pair(self.open_obs(run_dir))
 
-    def spawn(self, binary: Path, env: dict, bells: Doorbells, table: Table, nice: int, log) -> subprocess.Popen:
+    def spawn(self, binary: Path, env: dict, bells: Doorbells, segment: GameSegment, nice: int, log) -> subprocess.Popen:
         """Start the game in a process group of its own (so that ending it ends its
         children), niced, stderr and stdout to log."""
         full = dict(os.environ)
         full.update(env)
         full.update(bells.child_env)
-        full["W3S_SHM"] = table.name
+        full["W3S_SHM"] = segment.name
         full["W3S_PARENT_PID"] = str(os.getpid())
         return subprocess.Popen(
             nice_prefix(nice) + [str(binary)],

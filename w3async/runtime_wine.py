@@ -274,13 +274,13 @@ class WineRuntime:
 
         return fifo_pair(run_dir / "bells", slot, self.open_obs(run_dir))
 
-    def spawn(self, binary: Path, env: dict, bells, table, nice: int, log) -> subprocess.Popen:
+    def spawn(self, binary: Path, env: dict, bells, segment, nice: int, log) -> subprocess.Popen:
         from .runtime_native import nice_prefix  # noqa: PLC0415
 
         prefix = self.ensure_prefix()
         extra = dict(env)
         extra.update(bells.child_env)
-        extra["W3S_SHM_PATH"] = windows_path(table.path)
+        extra["W3S_SHM_PATH"] = windows_path(segment.path)
         return subprocess.Popen(
             nice_prefix(nice) + prefix.command(str(binary)),
             env=prefix.env(extra), stdin=subprocess.DEVNULL, stdout=log, stderr=log,

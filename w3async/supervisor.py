@@ -3,21 +3,30 @@
 It spawns every game slot of the recipe, reads the games' obs doorbells with the
 loop's readers, and answers every waiting row in rounds (gather.py: check, gather,
 answer, ring). It watches the games (exit, crash, hang, bad rows) and restarts them
-with backoff; a slot that keeps failing to start is marked failed and the run goes
-on with the others. On SIGINT/SIGTERM it asks the games to stop, ends what is left
-by process group (and every Wine process of its prefix), unlinks the shared memory,
-and checks that nothing of the run is left.
+with backoff inside a per-slot restart budget; a slot that keeps failing is marked
+failed and the run goes on with the others. On SIGINT/SIGTERM it asks the games to
+stop, ends what is left by process group (and every Wine process of its prefix, and
+any process that still carries the run's segment in its environment), unlinks the
+shared memory, and checks that nothing of the run is left.
+
+The fault barrier: every callback and task the loop runs for us goes through
+`_barrier`, and the loop's exception handler catches the rest. A fault is recorded
+(`fault` in events.jsonl, with its traceback) and either handled (the slot it
+concerns is restarted) or ends the run cleanly: shutdown, final checkpoint, shutdown
+record, nothing left. A second signal during the shutdown hurries it, never cuts it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import errno
 import json
 import os
 import resource
 import signal
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -64,6 +73,9 @@ class Slot:
     seq_sum: int = 0
     posted: bool = False  # has this start posted a row yet
     restart_handle: object = None
+    segment: str = ""  # this start's segment: every process the game starts carries its name
+    short_streak: int = 0  # starts in a row that lived less than min_uptime_s (the backoff's exponent)
+    restart_times: collections.deque = field(default_factory=collections.deque)  # counted in the budget
 
     @property
     def rows(self) -> slice:
@@ -125,6 +137,9 @@ class Supervisor:
         self._stopping = False
         self._round_scheduled = False
         self._obs_readers: set[int] = set()
+        self._groups: set[int] = set()  # every game's process group this run started
+        self.faults = 0
+        self._hurry = False  # a second signal: shorten the shutdown's waits
         self._last_round = 0.0
         self._t0 = 0.0
         self._cpu0 = 0.0
@@ -143,8 +158,16 @@ class Supervisor:
         r = self.recipe
         n_rows = sum(g.count * g.lanes * g.sides for g in r.games)
         n_games = sum(g.count for g in r.games)
-        self.table = Table(segment_name(self.run_dir.name[:24].replace("/", "_")), n_rows, run_id=os.getpid())
-        self.lock.write(pid=os.getpid(), started=time.time(), shm=self.table.name, pgids=[])
+        ranges, row0 = [], 0
+        for g in r.games:
+            for _ in range(g.count):
+                ranges.append((row0, g.lanes * g.sides))
+                row0 += g.lanes * g.sides
+        # Name the table in the lock before any segment exists: a supervisor killed while
+        # making them leaves nothing the next run cannot find.
+        name = segment_name(self.run_dir.name[:24].replace("/", "_"))
+        self.lock.write(pid=os.getpid(), started=time.time(), shm=name, pgids=[])
+        self.table = Table(name, n_rows, games=ranges, run_id=os.getpid())
         self.gatherer = make_gatherer(self.table, n_games, self.spec.n_types, r.supervisor.gather)
         if self._policy is None:
             if r.supervisor.policy == "check":
@@ -178,8 +201,12 @@ class Supervisor:
         s.restart_handle = None
         if self._stopping:
             return
-        self.table.reset_rows(s.row0, s.row0 + s.nrows)
-        s.bells = s.runtime.doorbells(self.run_dir, s.index)
+        try:
+            segment = self.table.renew(s.index)  # fresh rows and header: nothing of the last start
+            s.bells = s.runtime.doorbells(self.run_dir, s.index)
+        except OSError as e:
+            self._start_failed(s, f"cannot make its rows or doorbells: {e}", e)
+            return
         # "{run_dir}" in a value becomes the run folder (e.g. where to record replays);
         # "{run_dir_windows}" the same as Wine's Z: path.
         env = {k: v.replace("{run_dir}", str(self.run_dir.resolve()))
@@ -192,19 +219,21 @@ class Supervisor:
             with open(s.log_path, "ab") as log:
                 log.write(f"--- start {s.starts} at {time.strftime('%H:%M:%S')}\n".encode())
                 log.flush()
-                s.proc = s.runtime.spawn(s.binary, env, s.bells, self.table, s.group.nice, log)
+                s.proc = s.runtime.spawn(s.binary, env, s.bells, segment, s.group.nice, log)
         except (OSError, WineError) as e:
             s.bells.close()
             s.bells = None
-            self._fail_slot(s, f"cannot start {s.binary}: {e}")
+            self._start_failed(s, f"cannot start {s.binary}: {e}", e)
             return
         s.starts += 1
         s.state = STARTING
         s.started_at = s.progress_at = time.monotonic()
         s.seq_sum = 0
         s.posted = False
+        s.segment = segment.name
+        self._groups.add(s.proc.pid)
         s.pidfd = os.pidfd_open(s.proc.pid)
-        self._loop.add_reader(s.pidfd, self._on_exit, s)
+        self._loop.add_reader(s.pidfd, self._barrier, "game_exit", self._on_exit, s)
         self.gatherer.attach_game(s.index, s.rows, s.bells.act)
         self._record_pgids()
         self.events.info("game_start", slot=s.index, pid=s.proc.pid, runtime=s.runtime.name, binary=str(s.binary),
@@ -223,6 +252,7 @@ class Supervisor:
             self._loop.remove_reader(s.pidfd)
             os.close(s.pidfd)
             s.pidfd = -1
+        self._end_strays(s)
         if s.bells:
             s.bells.close()
             s.bells = None
@@ -243,6 +273,17 @@ class Supervisor:
             return ""
         lines = [x for x in lines if not x.startswith("--- start")]
         return " | ".join(lines[-n:])
+
+    def _end_strays(self, s: Slot) -> None:
+        """End what the slot's game left running: its process group, and (native games)
+        any process that carries this start's segment in its environment, its own
+        session or not. Wine's processes are the prefix's and end with the run."""
+        if s.proc is None:
+            return
+        _killpg(s.proc.pid, signal.SIGKILL)
+        if s.runtime.name == "native" and s.segment:
+            for pid in procs.mentioning(f"W3S_SHM={s.segment}\0".encode()):
+                _kill(pid)
 
     def _on_exit(self, s: Slot) -> None:
         """The slot's process exited (its pidfd is readable)."""
@@ -265,10 +306,11 @@ class Supervisor:
             # Deterministic: a restart would fail the same way.
             self._fail_slot(s, f"{s.binary} {layout.EXIT_NAMES[code]} (exit {code}): {tail}")
             return
-        if cause != "recycle" and not s.posted:
+        if not s.posted:  # exit 0 included: a game that ends before its first post is failing
             s.fail_streak += 1
             if s.fail_streak >= self.recipe.supervisor.max_start_failures:
-                self._fail_slot(s, f"{s.binary} exited at start {s.fail_streak} times in a row, last with {how}: {tail}")
+                self._fail_slot(s, f"{s.binary} exited before its first post {s.fail_streak} times in a row, "
+                                   f"last with {how}: {tail}")
                 return
         self._schedule_restart(s, cause)
 
@@ -289,15 +331,48 @@ class Supervisor:
         self._schedule_restart(s, cause)
 
     def _schedule_restart(self, s: Slot, cause: str) -> None:
+        """Restart slot s after its backoff, within its restart budget. A start that
+        posted and lived min_uptime_s is healthy: its recycle restarts at once and is
+        not counted. Every other restart (exit 0 included) is counted in the budget
+        (restart_budget in restart_window_s) and backs off, doubling per short-lived
+        start in a row; a slot over its budget is marked failed."""
         sv = self.recipe.supervisor
+        now = time.monotonic()
         s.restarts += 1
         s.causes[cause] += 1
+        healthy = s.posted and now - s.started_at >= sv.min_uptime_s
+        s.short_streak = 0 if healthy else s.short_streak + 1
+        if cause == "recycle" and healthy:
+            delay = 0.0
+        else:
+            s.restart_times.append(now)
+            while now - s.restart_times[0] > sv.restart_window_s:
+                s.restart_times.popleft()
+            if len(s.restart_times) > sv.restart_budget:
+                top = ", ".join(f"{k} {v}" for k, v in s.causes.most_common(3))
+                self._fail_slot(s, f"{s.binary} needed {len(s.restart_times)} restarts in {sv.restart_window_s:g} s, "
+                                   f"over its budget of {sv.restart_budget} (causes so far: {top})")
+                return
+            delay = min(sv.backoff_max_s, sv.backoff_s * 2 ** max(0, s.short_streak - 1))
         s.state = RESTARTING
-        delay = 0.0 if cause == "recycle" else min(sv.backoff_max_s, sv.backoff_s * 2 ** max(0, s.fail_streak - 1))
         self.events.info("game_restart", slot=s.index, cause=cause, delay_s=round(delay, 3), restarts=s.restarts)
-        s.restart_handle = self._loop.call_later(delay, self._spawn, s)
+        s.restart_handle = self._loop.call_later(delay, self._barrier, "spawn", self._spawn, s)
+
+    def _start_failed(self, s: Slot, why: str, e: BaseException) -> None:
+        """A start that failed before the game ran: a missing or wrong binary fails the
+        slot at once; a lack of resources (no fd, no memory, a full /dev/shm) is retried
+        after the backoff, inside the budget."""
+        if isinstance(e, OSError) and e.errno in _TRANSIENT_ERRNOS:
+            self.events.warning("game_start_failed", slot=s.index, reason=why)
+            s.posted, s.started_at = False, time.monotonic()
+            self._schedule_restart(s, "start_error")
+            return
+        self._fail_slot(s, why)
 
     def _fail_slot(self, s: Slot, why: str) -> None:
+        if s.restart_handle:
+            s.restart_handle.cancel()
+            s.restart_handle = None
         s.state = FAILED
         self.events.error("slot_failed", slot=s.index, reason=why)
         console(f"w3async: game slot {s.index} failed: {why}")
@@ -310,13 +385,67 @@ class Supervisor:
         obs.drain()
         self.schedule_round()
 
+    # ---- the fault barrier --------------------------------------------------------
+
+    def _barrier(self, where: str, fn: Callable, *args) -> None:
+        """Run a loop callback; a fault in it is recorded and handled (the slot it
+        concerns restarted) or ends the run cleanly, never left to asyncio's log."""
+        try:
+            fn(*args)
+        except Exception as e:  # noqa: BLE001 (the barrier: every fault is recorded and handled)
+            slot = next((a for a in args if isinstance(a, Slot)), None)
+            self._fault(where, e, slot)
+
+    def _fault(self, where: str, e: BaseException, slot: Slot | None = None) -> None:
+        self.faults += 1
+        detail = f"{type(e).__name__}: {e}"
+        tb = "".join(traceback.format_exception(e, limit=8))
+        if self.events is not None:
+            self.events.error("fault", where=where, slot=slot.index if slot else None, error=detail, traceback=tb)
+        if slot is not None and not self._stopping:
+            try:  # handled: the slot's game is ended and restarted from scratch
+                if slot.proc is not None and slot.proc.poll() is None:
+                    _killpg(slot.proc.pid, signal.SIGKILL)
+                    slot.proc.wait()
+                if slot.pidfd >= 0 or slot.bells is not None:
+                    self._unwire(slot)
+                if slot.state not in (FAILED, STOPPED) and slot.restart_handle is None:
+                    self._schedule_restart(slot, "fault")
+                return
+            except Exception as e2:  # noqa: BLE001
+                detail += f"; restarting slot {slot.index} failed too: {type(e2).__name__}: {e2}"
+        console(f"w3async: internal fault in {where}: {detail}; ending the run")
+        self._finish(f"internal fault in {where}: {detail}")
+
+    def _loop_exception(self, loop, context: dict) -> None:
+        """What escaped every barrier (a callback of a library, a task's error)."""
+        e = context.get("exception")
+        if isinstance(e, (ConnectionError, asyncio.CancelledError)):
+            return  # a client that went away: nothing of the run is broken
+        if e is None:
+            if self.events is not None:
+                self.events.warning("loop_warning", message=str(context.get("message")))
+            return
+        self._fault(f"loop: {context.get('message')}", e)
+
+    def _task(self, coro, where: str) -> asyncio.Task:
+        """A task whose error goes through the barrier the moment it happens."""
+        t = asyncio.create_task(coro)
+
+        def done(t: asyncio.Task) -> None:
+            if not t.cancelled() and t.exception() is not None:
+                self._fault(where, t.exception())
+
+        t.add_done_callback(done)
+        return t
+
     def _round(self) -> None:
         self._round_scheduled = False
         period = self.recipe.supervisor.round_period_ms / 1000.0
         now = time.monotonic()
         if period and now - self._last_round < period:
             self._round_scheduled = True
-            self._loop.call_later(period - (now - self._last_round), self._round)
+            self._loop.call_later(period - (now - self._last_round), self._barrier, "round", self._round)
             return
         self._last_round = now
         b = self.gatherer.gather()
@@ -342,14 +471,14 @@ class Supervisor:
         """Run a round soon (rows were released, or a doorbell rang)."""
         if not self._round_scheduled and not self._stopping:
             self._round_scheduled = True
-            self._loop.call_soon(self._round)
+            self._loop.call_soon(self._barrier, "round", self._round)
 
     def _on_bad_rows(self, bad) -> None:
         """Log each bad row with its game, lane and field; restart its game."""
         seen = set()
-        for r in bad:
+        games = [int(self.gatherer.row_game[r.row]) for r in bad]  # before a kill detaches a game's rows
+        for r, gi in zip(bad, games):
             self.bad_rows += 1
-            gi = int(self.gatherer.row_game[r.row])
             s = self.slots[gi] if gi >= 0 else None
             row = self.table.rows[r.row]
             self.events.error("bad_row", slot=gi, row=r.row, lane=int(row["lane"]), side=int(row["side"]),
@@ -363,7 +492,7 @@ class Supervisor:
     async def _watch(self) -> None:
         """Twice a second: find games that posted nothing for too long."""
         sv = self.recipe.supervisor
-        obs, act = self.table.column("obs_seq"), self.table.column("act_seq")
+        obs, act = self.table.column("obs_seq"), self.gatherer.acked  # our act_seq, not the game's
         while not self._stop.is_set():
             await asyncio.sleep(0.5)
             now = time.monotonic()
@@ -376,7 +505,7 @@ class Supervisor:
                     if not s.posted:
                         s.posted, s.state, s.fail_streak = True, RUNNING, 0
                     continue
-                answered = bool((obs[s.rows] == act[s.rows]).all())
+                answered = bool((obs[s.rows] == act[s.rows]).all())  # a game rewriting obs_seq hangs itself
                 idle = now - s.progress_at
                 if not s.posted and idle > sv.start_timeout_s:
                     self._kill(s, "hang", {"phase": "start", "idle_s": round(idle, 1)})
@@ -477,105 +606,171 @@ class Supervisor:
         self._loop = asyncio.get_running_loop()
         self._t0, self._t0_wall, self._cpu0 = time.monotonic(), time.time(), _cpu_s()
         signals = (signal.SIGINT, signal.SIGTERM)
-        for sig in signals:
-            self._loop.add_signal_handler(sig, self.request_stop)
+        for sig in signals:  # installed until the shutdown is complete: a second signal hurries it
+            self._loop.add_signal_handler(sig, self._on_signal, sig)
+        old_handler = self._loop.get_exception_handler()
+        self._loop.set_exception_handler(self._loop_exception)
         tasks = []
         try:
-            self._setup()
-            if self.recipe.status.enabled:
-                await self._start_status()
-            if self.training is not None:
-                await self._loop.run_in_executor(None, self.training.start, self._loop)
-            tasks.append(asyncio.create_task(self._log_rounds()))
-            for s in self.slots:
-                if "wine" in self.runtimes and s.runtime is self.runtimes["wine"]:
-                    # The first Wine use may boot a prefix (~20 s): off the loop.
-                    await self._loop.run_in_executor(None, s.runtime.ensure_prefix)
-                self._spawn(s)
-                if s.runtime.obs is not None and s.runtime.obs.fd not in self._obs_readers:
-                    self._obs_readers.add(s.runtime.obs.fd)
-                    self._loop.add_reader(s.runtime.obs.fd, self._on_obs, s.runtime.obs)
-            tasks += [asyncio.create_task(self._watch()), asyncio.create_task(self._progress())]
-            timeout = self.recipe.stop_after_s or None
             try:
-                await asyncio.wait_for(self._stop.wait(), timeout)
-            except asyncio.TimeoutError:
-                pass
-        except WineError as e:
-            self._finish(str(e))
+                await self._start(tasks)
+                timeout = self.recipe.stop_after_s or None
+                try:
+                    await asyncio.wait_for(self._stop.wait(), timeout)
+                except asyncio.TimeoutError:
+                    pass
+            except (WineError, RunError) as e:
+                self._finish(str(e))
+            except Exception as e:  # noqa: BLE001 (the barrier around set-up and the wait)
+                self._fault("run", e)
+            finally:
+                for t in tasks:
+                    t.cancel()
+                if self.lock is not None:  # set-up got as far as owning the run folder
+                    await self._shutdown()
         finally:
-            for t in tasks:
-                t.cancel()
             for sig in signals:
                 self._loop.remove_signal_handler(sig)
-            if self.lock is not None:  # set-up got as far as owning the run folder
-                await self._shutdown()
+            self._loop.set_exception_handler(old_handler)
         st = self.stats()
         if self.error:
             raise RunError(self.error)
         return st
 
+    async def _start(self, tasks: list) -> None:
+        self._setup()
+        if self.recipe.status.enabled:
+            await self._start_status()
+        if self.training is not None:
+            await self._loop.run_in_executor(None, self.training.start, self._loop)
+        tasks.append(self._task(self._log_rounds(), "round statistics"))
+        for s in self.slots:
+            if self._stop.is_set():
+                return  # a signal or a fault during the spawns: stop starting games
+            if "wine" in self.runtimes and s.runtime is self.runtimes["wine"]:
+                # The first Wine use may boot a prefix (~20 s): off the loop.
+                await self._loop.run_in_executor(None, s.runtime.ensure_prefix)
+            self._barrier("spawn", self._spawn, s)
+            if s.runtime.obs is not None and s.runtime.obs.fd not in self._obs_readers:
+                self._obs_readers.add(s.runtime.obs.fd)
+                self._loop.add_reader(s.runtime.obs.fd, self._barrier, "obs doorbell", self._on_obs, s.runtime.obs)
+            await asyncio.sleep(0)  # let a signal in between two spawns
+        tasks += [self._task(self._watch(), "hang watch"), self._task(self._progress(), "progress")]
+
+    def _on_signal(self, sig: int) -> None:
+        if not self._stopping:
+            self.request_stop()
+            return
+        self._hurry = True
+        console(f"w3async: {signal.Signals(sig).name} during the shutdown: hurrying it, the clean-up still runs")
+
     async def _shutdown(self) -> None:
-        """Ask, wait, terminate, kill by process group, end Wine, unlink, check."""
+        """Ask, wait, terminate, kill by process group, end Wine, unlink, check. Each
+        step runs whatever the one before it raised; the errors are recorded and the
+        shutdown record is written last in every case."""
         self._stopping = True
         self._stop.set()
+        errors: list[str] = []
+
+        async def step(what: str, fn, *args, off_loop: bool = False):
+            try:
+                if off_loop:
+                    return await self._loop.run_in_executor(None, fn, *args)
+                r = fn(*args)
+                return await r if asyncio.iscoroutine(r) else r
+            except Exception as e:  # noqa: BLE001 (collected: the clean-up goes on)
+                errors.append(f"{what}: {type(e).__name__}: {e}")
+                return None
+
         if self.status_server is not None:
-            await self.status_server.stop()
+            await step("status server", self.status_server.stop)
         sv = self.recipe.supervisor
         for s in self.slots:
             if s.restart_handle:
                 s.restart_handle.cancel()
         live = [s for s in self.slots if s.proc is not None and s.proc.returncode is None]
         if self.table is not None:
-            self.table.request_stop()
+            await step("stop request", self.table.request_stop)
         for s in live:
             if s.bells:
-                s.bells.ring_act()
-        await _wait_exit(live, sv.stop_timeout_s)
+                await step("stop ring", s.bells.ring_act)
+        await self._wait_exit(live, sv.stop_timeout_s)
         for sig, grace in ((signal.SIGTERM, 1.0), (signal.SIGKILL, 2.0)):
             left = [s for s in live if s.proc.poll() is None]
             for s in left:
                 _killpg(s.proc.pid, sig)
-            await _wait_exit(left, grace)
+            await self._wait_exit(left, grace, hurry=sig != signal.SIGKILL)
         for s in self.slots:
             if s.proc is not None:
                 if s.proc.poll() is not None and s.pidfd >= 0:
-                    self._unwire(s)
+                    await step(f"slot {s.index}", self._unwire, s)
                 if s.state not in (FAILED,):
                     s.state = STOPPED
         if self.training is not None:
             # The learner's update finishes, then a last checkpoint (resumable).
-            await self._loop.run_in_executor(None, self.training.stop)
+            await step("final checkpoint", self.training.stop, off_loop=True)
         killed_wine = []
         for rt in self.runtimes.values():
-            killed_wine += await self._loop.run_in_executor(None, rt.cleanup)
-        groups = [s.proc.pid for s in self.slots if s.proc is not None]
-        self.leftovers = dict(
-            processes=[p for g in groups for p in procs.group_members(g)],
-            wine=[p for rt in self.runtimes.values() for p in getattr(rt, "leftovers", lambda: [])()],
-            wine_sigkilled=killed_wine,
-        )
+            killed_wine += await step(f"{rt.name} clean-up", rt.cleanup, off_loop=True) or []
+        strays = await step("strays", self._end_run_strays) or []
+        self.leftovers = await step("leftover check", self._leftovers) or dict(processes=None, wine=None)
+        self.leftovers.update(wine_sigkilled=killed_wine, strays_killed=strays)
         for fd in self._obs_readers:
-            self._loop.remove_reader(fd)
+            await step("obs reader", self._loop.remove_reader, fd)
         for rt in self.runtimes.values():
-            rt.close()
+            await step(f"{rt.name} close", rt.close)
         if self.table is not None:
-            self.table.unlink()
-            self.table.close()
+            await step("shared memory", self.table.unlink)
+            await step("shared memory", self.table.close)
+        if errors:
+            console("w3async: shutdown: " + "; ".join(errors))
+            if not self.error:
+                self.error = "shutdown: " + "; ".join(errors)
         st = self.stats()
-        if self.events is None:
-            self.lock.release()
-            return
-        self.events.info("shutdown", error=self.error, agent_steps=self.agent_steps, rounds=self.rounds,
-                         seconds=round(st["seconds"], 3), cpu_s=round(st["cpu_s"], 3), leftovers=self.leftovers)
-        self.events.close()
+        if self.events is not None:
+            self.events.info("shutdown", error=self.error, agent_steps=self.agent_steps, rounds=self.rounds,
+                             seconds=round(st["seconds"], 3), cpu_s=round(st["cpu_s"], 3), faults=self.faults,
+                             shutdown_errors=errors, leftovers=self.leftovers)
+            self.events.close()
         self.lock.release()
 
+    def _run_marker(self) -> bytes:
+        """What every game process of this run carries in its environment (native:
+        W3S_SHM, Wine: W3S_SHM_PATH): the table's name, unique to the run."""
+        return self.table.name.lstrip("/").encode() if self.table is not None else b""
 
-async def _wait_exit(slots: list[Slot], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while any(s.proc.poll() is None for s in slots) and time.monotonic() < deadline:
-        await asyncio.sleep(0.02)
+    def _end_run_strays(self) -> list[int]:
+        """SIGKILL every process still carrying the run's marker: a game's helper that left
+        its process group, or a group of an earlier start."""
+        marker = self._run_marker()
+        killed = [pid for pid in procs.mentioning(marker) if _kill(pid)] if marker else []
+        return killed
+
+    def _leftovers(self) -> dict:
+        """Every process of the run still alive: members of any game's process group of
+        any start, any process carrying the run's marker, the Wine prefixes' processes."""
+        marker = self._run_marker()
+        grouped = {p for g in self._groups for p in procs.group_members(g) if marker in procs.environ(p)}
+        marked = set(procs.mentioning(marker)) if marker else set()
+        wine = [p for rt in self.runtimes.values() for p in getattr(rt, "leftovers", lambda: [])()]
+        return dict(processes=sorted(grouped | marked), wine=wine)
+
+    async def _wait_exit(self, slots: list[Slot], timeout: float, hurry: bool = True) -> None:
+        deadline = time.monotonic() + timeout
+        while any(s.proc.poll() is None for s in slots) and time.monotonic() < deadline and not (hurry and self._hurry):
+            await asyncio.sleep(0.02)
+
+
+# A start that failed for lack of a resource is retried; anything else would fail again.
+_TRANSIENT_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM, errno.ENOSPC, errno.EINTR, errno.EBUSY}
+
+
+def _kill(pid: int) -> bool:
+    try:
+        os.kill(pid, signal.SIGKILL)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
 
 
 def _killpg(pgid: int, sig: int) -> None:

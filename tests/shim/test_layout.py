@@ -101,10 +101,11 @@ def test_table_views_write_where_c_reads(field):
     """A value written through the numpy view lands at the C offset in the segment."""
     from w3async.rows import Table, segment_name
 
-    t = Table(segment_name("layout"), 3)
+    t = Table(segment_name("layout"), 5, games=[(0, 2), (2, 3)])
     try:
-        t.rows[1][field] = 7 if field != "ent" else 7.0
-        raw = np.frombuffer(t._mmap, np.uint8)
+        t.rows[3][field] = 7 if field != "ent" else 7.0  # the second game's second row
+        with open(t.segment(1).path, "rb") as f:  # what that game maps
+            raw = np.frombuffer(f.read(), np.uint8)
         off = layout.HEADER_SIZE + layout.ROW_SIZE + layout.ROW_DTYPE.fields[field][1]
         assert raw[off] == 7 or np.frombuffer(raw[off:off + 4].tobytes(), np.float32)[0] == 7.0
     finally:

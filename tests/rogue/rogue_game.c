@@ -1,0 +1,134 @@
+/* rogue_game.c: a hostile game for the untrusted-game tests (tests/test_hostile_games.py).
+ *
+ * It attaches through the shim like any game, posts valid rows, and misbehaves as
+ * W3R_MODE says, every step from step W3R_STEP (default 5) on:
+ *   flip       after posting, flips its row's n_ent between 8 and 2^20 until answered
+ *              (a value that changes between the supervisor's check and its use)
+ *   fields     the same with the mask, the entity types and the features (NaN)
+ *   header     writes its header: state = STOP, n_rows, row_size, magic
+ *   neighbour  writes garbage past its own rows (where a neighbour's rows would be)
+ *   act        answers itself: act_seq = obs_seq after posting
+ *   exit0      exits 0 at once, before its first post
+ *   helper     starts two helpers that sleep (one in its process group, one in a
+ *              session of its own), prints their pids, then crashes
+ */
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "w3s.h"
+
+static void rogue_fill(w3s_row *r, uint32_t i, uint64_t step)
+{
+    r->lane = i / 2;
+    r->side = i % 2;
+    r->episode = 0;
+    r->step = (uint32_t)step;
+    r->flags = step == 0 ? W3S_FLAG_FIRST : 0;
+    r->reward = 0.0f;
+    r->n_ent = 8;
+    r->discarded = 0;
+    r->state_hash = step;
+    for (int g = 0; g < W3S_G_GLOB; g++)
+        r->glob[g] = 0.5f;
+    for (int e = 0; e < 8; e++) {
+        for (int f = 0; f < W3S_F_ENT; f++)
+            r->ent[e][f] = 1.0f;
+        r->ent_type[e] = (int16_t)(e % 4);
+    }
+    for (int h = 0; h < W3S_N_HEADS; h++) {
+        memset(r->mask[h], 1, 8);
+        memset(r->mask[h] + 8, 0, W3S_HEAD_MAX - 8);
+    }
+}
+
+static int rogue_answered(w3s_row *r, uint64_t seq)
+{
+    return __atomic_load_n(&r->act_seq, __ATOMIC_ACQUIRE) == seq;
+}
+
+int main(void)
+{
+    char err[512];
+    const char *mode = getenv("W3R_MODE");
+    long from = 5;
+    if (!mode)
+        mode = "";
+    w3s_env_int("W3R_STEP", 5, &from, err, sizeof(err));
+    if (!strcmp(mode, "exit0"))
+        return 0;
+    w3s_conn *c = NULL;
+    int rc = w3s_attach(&c, err, sizeof(err));
+    if (rc) {
+        fprintf(stderr, "%s\n", err);
+        return rc;
+    }
+    uint32_t n = w3s_nrows(c);
+    w3s_row *rows = w3s_row_at(c, 0);
+    for (uint64_t step = 0;; step++) {
+        int bad = (long)step >= from;
+        for (uint32_t i = 0; i < n; i++)
+            rogue_fill(&rows[i], i, step);
+        if (bad && !strcmp(mode, "helper")) {
+            for (int k = 0; k < 2; k++) {
+                pid_t p = fork();
+                if (p == 0) {
+                    if (k == 1)
+                        setsid();
+                    for (;;)
+                        pause();
+                }
+                fprintf(stderr, "rogue: helper pid %d\n", (int)p);
+            }
+            fflush(stderr);
+            abort();
+        }
+        if (bad && !strcmp(mode, "header")) {
+            w3s_header *h = (w3s_header *)w3s_header_of(c);
+            h->state = W3S_STATE_STOP;
+            h->n_rows = 1u << 30;
+            h->row_size = 7;
+            h->magic = 0;
+        }
+        if (bad && !strcmp(mode, "neighbour")) {
+            /* Past this game's rows: where the next game's rows are in the supervisor's
+             * table. In its own segment there is nothing there: this game faults. */
+            volatile uint8_t *p = (volatile uint8_t *)&rows[n];
+            for (size_t k = 0; k < 4 * sizeof(w3s_row); k++)
+                p[k] = 0xAB;
+        }
+        for (uint32_t i = 0; i < n; i++)
+            w3s_post(c, i);
+        if (bad && !strcmp(mode, "act"))
+            for (uint32_t i = 0; i < n; i++)
+                rows[i].act_seq = rows[i].obs_seq;
+        if (w3s_ring(c, err, sizeof(err))) {
+            fprintf(stderr, "%s\n", err);
+            return W3S_EXIT_LOST;
+        }
+        if (bad && (!strcmp(mode, "flip") || !strcmp(mode, "fields"))) {
+            /* Keep changing the posted row until it is answered (or stop is asked). */
+            uint64_t seq = rows[0].obs_seq;
+            for (uint32_t k = 0; !rogue_answered(&rows[0], seq) && w3s_header_of(c)->state != W3S_STATE_STOP; k++) {
+                int odd = k & 1;
+                if (!strcmp(mode, "flip")) {
+                    rows[0].n_ent = odd ? (1u << 20) : 8;
+                } else {
+                    rows[0].mask[k % W3S_N_HEADS][0] = odd ? 9 : 1;
+                    rows[0].ent_type[k % 8] = odd ? (int16_t)30000 : 1;
+                    rows[0].ent[k % 8][0] = odd ? (float)NAN : 1.0f;
+                }
+            }
+        }
+        int w = w3s_wait(c, err, sizeof(err));
+        if (w) {
+            if (w < 0)
+                fprintf(stderr, "%s\n", err);
+            w3s_detach(c);
+            return w > 0 ? W3S_EXIT_OK : W3S_EXIT_LOST;
+        }
+    }
+}

@@ -1,0 +1,120 @@
+"""The untrusted-game boundary, with a small rogue game (tests/rogue/rogue_game.c) run
+beside honest null games: whatever the rogue does to its own rows, its header or past
+them, the supervisor survives, the rogue is the one restarted (or failed) with its
+cause, the honest games keep stepping with every answer checked, and nothing is left."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from w3async.procs import alive
+from w3async.recipes import recipe_from_dict
+from w3async.supervisor import Supervisor
+
+from .conftest import REPO
+from .test_supervisor import assert_nothing_left, check_failures, events
+
+
+@pytest.fixture(scope="session")
+def rogue(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("rogue") / "rogue_game"
+    subprocess.run(["gcc", "-O2", "-Wall", "-I", str(REPO / "shim"), "-o", str(out),
+                    str(REPO / "tests/rogue/rogue_game.c"), str(REPO / "shim/w3s.c"), "-lm"], check=True)
+    return out
+
+
+def _recipe(rogue: Path, null: Path, mode: str, seconds: float, **supervisor) -> dict:
+    return {
+        "name": "hostile", "game": "null",
+        "games": [{"binary": str(rogue), "count": 1, "lanes": 1, "env": {"W3R_MODE": mode}},
+                  {"binary": str(null), "count": 2, "lanes": 2}],
+        "supervisor": {"progress_s": 0, "backoff_s": 0.05, "backoff_max_s": 0.2, "hang_timeout_s": 1.0,
+                       **supervisor},
+        "stop": {"seconds": seconds},
+    }
+
+
+async def _run(tmp_path: Path, data: dict) -> tuple[Supervisor, dict, Path]:
+    run = tmp_path / "run"
+    sup = Supervisor(recipe_from_dict(data), run)
+    stats = await sup.run()  # returns: the supervisor survived whatever the rogue did
+    return sup, stats, run
+
+
+def _honest_games_unharmed(stats: dict, run: Path) -> None:
+    """Slots 1 and 2 (null games checking every answer) never restarted, were never
+    blamed, and stepped to the end."""
+    for slot in (1, 2):
+        assert stats["games"][slot]["causes"] == {}, f"honest slot {slot} was restarted"
+        log = (run / "games" / f"slot-{slot}.log").read_text()
+        m = re.search(r"null: (\d+) steps, checked (\d+) answers, 0 failures", log)
+        assert m and int(m.group(1)) > 100, f"honest slot {slot} did not step to a clean stop: {log[-300:]}"
+    assert check_failures(run) == []
+    blamed = {e["slot"] for e in events(run) if e["event"] in ("bad_row", "game_kill", "game_exit")}
+    assert blamed <= {0}, f"honest games were blamed: {blamed}"
+    assert not [e for e in events(run) if e["event"] == "fault"]
+
+
+# A game that answers itself runs ahead of the protocol: its next post skips a sequence
+# number (bad_row), or it waits on an answer it already took (hang).
+@pytest.mark.parametrize("mode,causes", [("flip", {"bad_row"}), ("fields", {"bad_row"}), ("act", {"bad_row", "hang"}),
+                                         ("neighbour", {"crash"})])
+async def test_a_rogue_game_is_the_one_restarted(tmp_path, rogue, null_native, mode, causes):
+    sup, stats, run = await _run(tmp_path, _recipe(rogue, null_native, mode, 5.0))
+    got = stats["games"][0]["causes"]
+    assert got and set(got) <= causes, stats["games"][0]
+    _honest_games_unharmed(stats, run)
+    assert_nothing_left(sup, run)
+
+
+async def test_n_ent_flipped_after_the_check_never_reaches_the_batch(tmp_path, rogue, null_native):
+    """The row is read once: every bad_row of the flipping game names n_ent with the big
+    value, and the run's rounds never saw it (no fault, no crash of the supervisor)."""
+    sup, stats, run = await _run(tmp_path, _recipe(rogue, null_native, "flip", 5.0))
+    bad = [e for e in events(run) if e["event"] == "bad_row"]
+    assert bad and all(e["slot"] == 0 and e["field"] == "n_ent" and e["value"] == str(1 << 20) for e in bad)
+    assert stats["agent_steps"] > 0
+    assert_nothing_left(sup, run)
+
+
+async def test_a_game_writing_its_header_harms_only_itself(tmp_path, rogue, null_native):
+    sup, stats, run = await _run(tmp_path, _recipe(rogue, null_native, "header", 5.0, restart_budget=5,
+                                                   restart_window_s=60.0))
+    _honest_games_unharmed(stats, run)
+    # The rogue ends itself (it reads STOP in its own header) and restarts inside its
+    # budget with backoff, then is failed; no storm.
+    rogue_slot = stats["games"][0]
+    assert rogue_slot["restarts"] <= 6, rogue_slot
+    assert rogue_slot["state"] == "failed"
+    failed = [e for e in events(run) if e["event"] == "slot_failed"]
+    assert len(failed) == 1 and "budget" in failed[0]["reason"]
+    assert_nothing_left(sup, run)
+
+
+async def test_a_game_that_exits_0_at_once_is_failed_not_looped(tmp_path, rogue, null_native):
+    sup, stats, run = await _run(tmp_path, _recipe(rogue, null_native, "exit0", 3.0, max_start_failures=3))
+    rogue_slot = stats["games"][0]
+    assert rogue_slot["state"] == "failed" and rogue_slot["restarts"] == 2, rogue_slot
+    assert "before its first post 3 times" in [e for e in events(run) if e["event"] == "slot_failed"][0]["reason"]
+    _honest_games_unharmed(stats, run)
+    assert "1 failed" in sup.summary_games()
+    assert_nothing_left(sup, run)
+
+
+async def test_a_crashed_games_helpers_end_with_it(tmp_path, rogue, null_native):
+    """Helpers in the game's process group and in a session of their own both end when
+    the game crashes, not only at shutdown."""
+    sup, stats, run = await _run(tmp_path, _recipe(rogue, null_native, "helper", 4.0))
+    log = (run / "games" / "slot-0.log").read_text()
+    helpers = [int(p) for p in re.findall(r"rogue: helper pid (\d+)", log)]
+    assert len(helpers) >= 4, log[-500:]  # two restarts at least, two helpers each
+    assert not [p for p in helpers if alive(p)], "a crashed game's helper outlived it"
+    assert stats["games"][0]["causes"].get("crash", 0) >= 2
+    shutdown = [e for e in events(run) if e["event"] == "shutdown"][0]
+    assert shutdown["leftovers"]["processes"] == []
+    assert_nothing_left(sup, run)
