@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -207,3 +208,60 @@ def test_opponent_slots_reuse_and_evict():
     with pytest.raises(ValueError):
         slots.release(2) or slots.release(2)
     assert np.sum(slots.users) == 2
+
+
+# ---- a real run: resume, a killed run's logs, a full disk ------------------------------
+
+
+def _tree_bytes(folder) -> dict:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("damage", ["missing_snapshot", "corrupt_checkpoint"])
+async def test_a_resume_that_cannot_load_everything_stops_before_writing(tmp_path, null_native, damage):
+    """Issue 9, item 7: a resume whose league snapshot is missing (or whose latest checkpoint
+    is corrupt) stops with one error naming the file and the cause, before anything of the
+    learning side is written: the checkpoints, the league and the logs stay byte-identical
+    (they were overwritten with zeroed counters)."""
+    from w3async.recipes import recipe_from_dict
+    from w3async.supervisor import RunError, Supervisor
+
+    from w3async.rows import list_segments
+
+    from .test_supervisor import events
+    from .test_training import learn_recipe
+
+    run_dir = tmp_path / "run"
+    data = learn_recipe(count=2, stop={"updates": 4, "seconds": 120}, league={"snapshot_every": 2},
+                        status={"enabled": False})
+    await Supervisor(recipe_from_dict(data), run_dir).run()
+    ckpt = load_latest(run_dir)
+    assert ckpt["learner"]["version"] >= 4 and len(ckpt["league"]["snapshots"]) >= 2
+    if damage == "missing_snapshot":
+        bad = run_dir / "league" / ckpt["league"]["snapshots"][0]["file"]
+        bad.unlink()
+        cause = "No such file or directory"
+    else:
+        bad = Path(ckpt["path"])
+        bad.write_bytes(bad.read_bytes()[:1000])
+        cause = "not a readable checkpoint"
+    before = {d: _tree_bytes(run_dir / d) for d in ("checkpoints", "league")}
+    logs = {n: (run_dir / n).read_bytes() for n in ("learner.jsonl", "episodes.jsonl", "inference.jsonl")}
+    data["stop"] = {"updates": 8, "seconds": 120}
+    sup = Supervisor(recipe_from_dict(data), run_dir)
+    with pytest.raises(RunError, match=rf"{bad.name}: .*{cause}"):
+        await sup.run()
+    assert {d: _tree_bytes(run_dir / d) for d in ("checkpoints", "league")} == before
+    assert {n: (run_dir / n).read_bytes() for n in logs} == logs
+    assert sup.training is None  # refused as it was made: no engine, no learner thread, no last checkpoint
+    assert not [e for e in events(run_dir) if e["event"] == "game_start" and e["ts"] > ckpt_time(ckpt)]
+    shutdown = [e for e in events(run_dir) if e["event"] == "shutdown"]
+    assert len(shutdown) == 2 and bad.name in shutdown[-1]["error"]
+    assert shutdown[-1]["leftovers"]["processes"] == []
+    assert not [s for s in list_segments() if s.startswith(sup.table.name)]
+
+
+def ckpt_time(ckpt: dict) -> str:
+    import datetime
+
+    return datetime.datetime.fromtimestamp(ckpt["saved_at"], datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
