@@ -294,3 +294,88 @@ async def test_league_and_game_churn_never_breaks_a_round(tmp_path, null_native,
     league_eps = [e for e in lines(run_dir / "episodes.jsonl", "episode") if e["opponent"].startswith("league:")]
     assert len({e["opponent"] for e in league_eps}) >= 10  # many snapshots were loaded into the slots and played
     assert_nothing_left(sup, run_dir)
+
+
+def test_logs_after_a_sigkill_and_resume_count_nothing_twice(tmp_path, null_native):
+    """Issue 9, item 8: SIGKILL a run after updates beyond its last checkpoint (a dead tail
+    in every log), resume it: the lines beyond the checkpoint are moved to <log>.cut, each
+    log gets a `resume` record with the checkpoint's counters, and afterwards every update
+    is in learner.jsonl exactly once, the episodes and rows in the logs are exactly what the
+    final checkpoint counts, and `python -m w3async status` reports the updates kept."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    recipe = tmp_path / "learn.toml"
+    recipe.write_text(f'''
+name = "learn"
+game = "null"
+[[games]]
+binary = "{REPO / 'build/native/null_game'}"
+count = 2
+lanes = 2
+nice = 0
+env = {{ W3N_CHECK = "0", W3N_LEARN = "1", W3N_EPISODE_STEPS = "8" }}
+[supervisor]
+policy = "network"
+progress_s = 0
+[status]
+enabled = false
+[network]
+d_model = 32
+n_heads = 2
+n_layers = 1
+[learner]
+update_pause_ms = 50
+update_epochs = 2
+minibatch_seqs = 2
+[trajectories]
+seq_len = 8
+seqs_per_batch = 8
+[checkpoint]
+every_updates = 3
+''')
+    runs, k = tmp_path / "runs", tmp_path / "runs" / "k"
+    cmd = [sys.executable, "-m", "w3async", "run", str(recipe), "--runs-dir", str(runs), "--run", "k"]
+    p = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def beyond() -> bool:  # updates logged past the last checkpoint: the kill leaves a dead tail
+        ck = load_latest(k) if (k / "checkpoints" / "latest").exists() else None
+        ups = lines(k / "learner.jsonl", "update")
+        return ck is not None and ck["learner"]["version"] >= 3 and ups and ups[-1]["update"] > ck["learner"]["version"]
+
+    try:
+        deadline = time.time() + 90
+        while time.time() < deadline and not beyond():
+            time.sleep(0.05)
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+    saved = load_latest(k)
+    v = saved["learner"]["version"]
+    dead = [u["update"] for u in lines(k / "learner.jsonl", "update") if u["update"] > v]
+    assert dead, "no update beyond the checkpoint when the run was killed"
+    episodes_before = len(lines(k / "episodes.jsonl", "episode"))
+    assert episodes_before > saved["counters"]["episodes"]  # the dead tail holds episodes the checkpoint does not count
+    final = max(dead) + 3
+    r = subprocess.run(cmd + ["--set", f"stop.updates={final}", "--set", "stop.seconds=90"],
+                       cwd=REPO, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr
+    # the dead tail was cut, not counted
+    assert [u["update"] for u in lines(k / "learner.jsonl.cut", "update")] == dead
+    ups = [u["update"] for u in lines(k / "learner.jsonl", "update")]
+    assert ups == list(range(1, final + 1)), ups  # every update exactly once
+    for name in ("learner.jsonl", "episodes.jsonl", "inference.jsonl"):
+        res = lines(k / name, "resume")
+        assert len(res) == 1 and res[0]["updates"] == v and res[0]["agent_steps"] == saved["counters"]["agent_steps"]
+        assert res[0]["episodes"] == saved["counters"]["episodes"]
+        assert res[0]["cut_lines"] > 0 or name == "inference.jsonl"  # a line a second: its tail may be empty
+    end = load_latest(k)
+    assert end["learner"]["version"] == final
+    assert len(lines(k / "episodes.jsonl", "episode")) == end["counters"]["episodes"]
+    assert sum(x["rows"] for x in lines(k / "inference.jsonl", "rounds")) == end["counters"]["agent_steps"]
+    st = subprocess.run([sys.executable, "-m", "w3async", "status", str(k)], cwd=REPO, capture_output=True,
+                        text=True, timeout=60)
+    assert st.returncode == 0 and f"learner  {final} updates" in st.stdout, st.stdout + st.stderr
+    assert f"episodes {end['counters']['episodes']:,} " in st.stdout, st.stdout
