@@ -265,3 +265,78 @@ def ckpt_time(ckpt: dict) -> str:
     import datetime
 
     return datetime.datetime.fromtimestamp(ckpt["saved_at"], datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+FULL_DISK_DRIVER = textwrap.dedent("""
+    import asyncio, hashlib, json, resource, signal, sys, threading, time
+    from pathlib import Path
+    from w3async.recipes import recipe_from_dict
+    from w3async.supervisor import RunError, Supervisor
+
+    data, run_dir, limit = json.loads(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write over the limit fails with EFBIG instead
+    out = {}
+
+    def digest():
+        ck = run_dir / "checkpoints"
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(ck.iterdir())}
+
+    def arm():  # the disk fills up once the first checkpoint is written
+        latest = run_dir / "checkpoints" / "latest"
+        while not latest.exists():
+            time.sleep(0.02)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+        time.sleep(0.2)  # a write that began before the limit has ended; any later one fails
+        out["good"] = digest()
+
+    armer = threading.Thread(target=arm)
+    armer.start()
+    sup = Supervisor(recipe_from_dict(data), run_dir)
+    try:
+        asyncio.run(sup.run())
+        out["raised"] = None
+    except Exception as e:
+        out["raised"], out["error"] = type(e).__name__, str(e)
+    armer.join()
+    out["failure"] = sup.training.failure if sup.training is not None else None
+    out["after"] = digest()
+    print(json.dumps(out))
+""")
+
+
+def test_a_full_checkpoint_disk_ends_the_run_cleanly_with_the_last_checkpoint_intact(tmp_path, null_native):
+    """Issue 9, item 9: the checkpoint disk fills up mid-run (a real EFBIG: RLIMIT_FSIZE
+    below a checkpoint's size in the supervisor's process, SIGXFSZ ignored). The learner's
+    checkpoint fails with a typed error that reaches the supervisor as the run's cause
+    (Training.failure), the last checkpoint fails the same way without a traceback, the
+    run ends with one error and a shutdown record, nothing is left, and the checkpoint
+    written before the disk filled is byte-identical, `latest` still naming it."""
+    import json
+
+    from w3async.rows import list_segments
+
+    from .test_supervisor import events
+    from .test_training import learn_recipe
+
+    run_dir = tmp_path / "run"
+    data = learn_recipe(count=2, stop={"seconds": 60}, status={"enabled": False})
+    r = subprocess.run([sys.executable, "-c", FULL_DISK_DRIVER, json.dumps(data), str(run_dir), str(128 * 1024)],
+                       cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.splitlines()[-1])
+    assert out["raised"] == "RunError", out
+    assert "checkpoint write failed: cannot write" in out["error"] and "File too large [EFBIG]" in out["error"], out
+    assert out["failure"].startswith("checkpoint write failed: cannot write "), out
+    assert "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert out["after"] == out["good"]  # every checkpoint file and `latest`, byte for byte
+    ck = run_dir / "checkpoints"
+    assert load_latest(run_dir)["path"] == str(ck / (ck / "latest").read_text().strip())
+    assert not [p for d in ("checkpoints", "league") for p in (run_dir / d).iterdir() if ".tmp-" in p.name]
+    ev = events(run_dir)
+    failed = [e for e in ev if e["event"] == "learner_failed"]
+    assert len(failed) == 1 and failed[0]["cause"] == "checkpoint_write" and failed[0]["errno"] == errno.EFBIG
+    assert "traceback" not in failed[0]
+    shutdown = [e for e in ev if e["event"] == "shutdown"]
+    assert len(shutdown) == 1 and "EFBIG" in shutdown[0]["error"] and shutdown[0]["leftovers"]["processes"] == []
+    shm = [e for e in ev if e["event"] == "run_start"][0]["shm"]
+    assert not [s for s in list_segments() if s.startswith(shm)]
