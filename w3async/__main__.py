@@ -81,6 +81,9 @@ def _run(args) -> int:
     try:
         stats = runner(sup.run())
     except RunError as e:
+        if sup.setup_failed:
+            console(f"w3async: error: run {run_dir} could not start: {e}")
+            return 2
         console(f"w3async: run {run_dir} stopped: {e}")
         return 1
     except KeyboardInterrupt:

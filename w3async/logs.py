@@ -7,6 +7,7 @@ tests start several supervisors in one process.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -20,26 +21,52 @@ _PROCESSORS = [
 
 
 class JsonLog:
-    """A JSON-lines log that flushes every line (a killed run keeps what it wrote)."""
+    """A JSON-lines log that flushes every line (a killed run keeps what it wrote).
+
+    A line that cannot be written (a full disk, a folder gone read-only) is counted in
+    `dropped` and said once on the console; it never raises: a log is not worth a round,
+    a restart or the shutdown (docs/faults.md)."""
 
     def __init__(self, path: Path):
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._file = open(path, "a", buffering=1, encoding="utf-8")
-        self.log = structlog.wrap_logger(structlog.WriteLogger(self._file), processors=_PROCESSORS)
+        self.dropped = 0
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self.log = structlog.wrap_logger(structlog.ReturnLogger(), processors=_PROCESSORS)
+
+    def _write(self, method: str, event: str, kw: dict) -> None:
+        if self._fd < 0:
+            self.dropped += 1
+            return
+        line = (getattr(self.log, method)(event, **kw) + "\n").encode()
+        size = None
+        try:
+            size = os.fstat(self._fd).st_size
+            while line:
+                line = line[os.write(self._fd, line):]
+        except OSError as e:
+            self.dropped += 1
+            if size is not None:
+                try:  # no torn line: a reader sees whole lines only
+                    os.ftruncate(self._fd, size)
+                except OSError:
+                    pass
+            if self.dropped == 1:
+                console(f"w3async: cannot write {self.path}: {e.strerror or e}; its lines are dropped until it can")
 
     def info(self, event: str, **kw) -> None:
-        self.log.info(event, **kw)
+        self._write("info", event, kw)
 
     def warning(self, event: str, **kw) -> None:
-        self.log.warning(event, **kw)
+        self._write("warning", event, kw)
 
     def error(self, event: str, **kw) -> None:
-        self.log.error(event, **kw)
+        self._write("error", event, kw)
 
     def close(self) -> None:
-        if not self._file.closed:
-            self._file.close()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
 
 def console(line: str) -> None:

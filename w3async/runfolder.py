@@ -47,11 +47,17 @@ class RunLock:
         except (OSError, ValueError):
             return {}
 
-    def write(self, **info) -> None:
+    def write(self, **info) -> bool:
+        """Record info; False when it could not be written (a full disk): the lock is
+        still held, only a later run's clean-up would know less."""
         data = json.dumps(info).encode()
-        os.ftruncate(self.fd, 0)
-        os.pwrite(self.fd, data, 0)
-        os.fsync(self.fd)
+        try:
+            os.pwrite(self.fd, data.ljust(os.fstat(self.fd).st_size), 0)  # never a moment of an empty file
+            os.ftruncate(self.fd, len(data))
+            os.fsync(self.fd)
+            return True
+        except OSError:
+            return False
 
     def release(self) -> None:
         if self.fd >= 0:

@@ -96,20 +96,6 @@ def spec_for(name: str) -> GameSpec:
     raise ValueError(f"unknown game spec {name!r}")
 
 
-def check_binaries(recipe: Recipe) -> list[str]:
-    """Problems with the recipe's game binaries, each naming the group and the path."""
-    problems = []
-    for i, g in enumerate(recipe.games):
-        p = recipe.binary_path(g)
-        if not p.exists():
-            problems.append(f"games[{i}].binary: {p} does not exist (run `make build`, or fix the path)")
-        elif g.runtime == "native" and not os.access(p, os.X_OK):
-            problems.append(f"games[{i}].binary: {p} is not executable")
-        elif g.runtime == "wine" and p.suffix.lower() != ".exe":
-            problems.append(f"games[{i}].binary: {p} is not a Windows .exe (runtime = \"wine\")")
-    return problems
-
-
 class Supervisor:
     """Runs one recipe in one run folder. `await run()` returns when the run ends."""
 
@@ -139,6 +125,7 @@ class Supervisor:
         self._obs_readers: set[int] = set()
         self._groups: set[int] = set()  # every game's process group this run started
         self.faults = 0
+        self.setup_failed = False  # the run ended before any game started, on an error
         self._hurry = False  # a second signal: shorten the shutdown's waits
         self._last_round = 0.0
         self._t0 = 0.0
@@ -622,7 +609,9 @@ class Supervisor:
             except (WineError, RunError) as e:
                 self._finish(str(e))
             except Exception as e:  # noqa: BLE001 (the barrier around set-up and the wait)
-                self._fault("run", e)
+                # Before any game started, a failure is the set-up's: bad input (exit 2).
+                self.setup_failed = not any(s.proc is not None for s in self.slots)
+                self._fault("set-up" if self.setup_failed else "run", e)
             finally:
                 for t in tasks:
                     t.cancel()
