@@ -105,6 +105,9 @@ async def test_crash_exit_and_recycle_restart_with_causes(tmp_path, null_native)
          {"binary": str(null_native), "count": 1, "env": {"W3N_EPISODES": "2", "W3N_EPISODE_STEPS": "20"}},
          {"binary": str(null_native), "count": 1}],
         stop={"seconds": 4},
+        # every start here is short-lived: a budget that lets them all restart (the budget
+        # itself: tests/test_hostile_games.py)
+        supervisor={"restart_budget": 1000},
     )
     sup, stats = await run_recipe(data, tmp_path / "run")
     causes = {i: g["causes"] for i, g in stats["games"].items()}
