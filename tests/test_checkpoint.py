@@ -324,7 +324,8 @@ def test_a_full_checkpoint_disk_ends_the_run_cleanly_with_the_last_checkpoint_in
                        cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.splitlines()[-1])
-    assert out["raised"] == "RunError", out
+    ev = events(run_dir)
+    assert out["raised"] == "RunError", (out, [e for e in ev if not e["event"].startswith("game_")], r.stderr[-2000:])
     assert "checkpoint write failed: cannot write" in out["error"] and "File too large [EFBIG]" in out["error"], out
     assert out["failure"].startswith("checkpoint write failed: cannot write "), out
     assert "Traceback" not in r.stderr, r.stderr[-3000:]

@@ -228,7 +228,7 @@ every_updates = 2
 async def test_league_and_game_churn_never_breaks_a_round(tmp_path, null_native, caplog):
     """Issue 9, item 5: a league snapshot every update, two tiny past-snapshot slots that
     are reloaded all the time (every self-play episode of 4 steps plays a snapshot), and a
-    game SIGKILLed every 0.25 s, for thousands of rounds. No round may fail (the submit /
+    game SIGKILLed every 30 rounds, for 2,500 rounds. No round may fail (the submit /
     slot-load race), no exception may reach the loop, and every row the engine took got
     exactly one answer (or was dropped because its game restarted while it computed)."""
     import asyncio
@@ -249,21 +249,29 @@ async def test_league_and_game_churn_never_breaks_a_round(tmp_path, null_native,
         supervisor={"backoff_s": 0.01, "backoff_max_s": 0.05, "restart_budget": 1_000_000,
                     "max_start_failures": 1000},
         status={"enabled": False},
-        stop={"seconds": 30})
+        stop={"seconds": 300})  # a cap only: the run stops after ROUNDS rounds
     run_dir = tmp_path / "run"
     sup = Supervisor(recipe_from_dict(data), run_dir)
     kills = []
+    ROUNDS, KILL_EVERY = 2500, 30  # a game SIGKILLed every 30 rounds
 
     async def killer():
         rng = random.Random(0)
+        next_kill = KILL_EVERY
         while not sup._stopping:
-            await asyncio.sleep(0.25)
+            await asyncio.sleep(0.02)
+            if sup.rounds >= ROUNDS:
+                sup.request_stop()
+                return
+            if sup.rounds < next_kill:
+                continue
             live = [s for s in sup.slots if s.proc is not None and s.proc.returncode is None and s.posted]
-            if live and not sup._stopping:
+            if live:
                 s = rng.choice(live)
                 try:
                     os.kill(s.proc.pid, signal.SIGKILL)
                     kills.append(s.index)
+                    next_kill = sup.rounds + KILL_EVERY
                 except ProcessLookupError:
                     pass
 
@@ -280,8 +288,8 @@ async def test_league_and_game_churn_never_breaks_a_round(tmp_path, null_native,
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text[-3000:]
     print(f"rounds {sup.rounds}, kills {len(kills)}, rows {tr.rows_submitted} submitted, {tr.rows_answered} answered, "
           f"{tr.rows_stale} stale, updates {tr.learner.version}, snapshots {len(tr.league.snapshots)}")
-    assert sup.rounds >= 2000, sup.rounds
-    assert len(kills) >= 60
+    assert sup.rounds >= ROUNDS, sup.rounds  # not stopped by the cap
+    assert len(kills) >= ROUNDS // KILL_EVERY // 2
     crashes = [e for e in ev if e["event"] == "game_restart" and e["cause"] == "crash"]
     assert len(crashes) >= len(kills) * 0.8
     # every row the engine took was answered once, or dropped as stale after a restart
@@ -290,7 +298,7 @@ async def test_league_and_game_churn_never_breaks_a_round(tmp_path, null_native,
     assert tr.rows_stale > 0  # restarts did land while rounds computed
     assert sup.agent_steps == tr.rows_answered
     ups = lines(run_dir / "learner.jsonl", "update")
-    assert len(ups) >= 30 and len(tr.league.snapshots) == len(ups)  # a snapshot every update
+    assert len(ups) >= 20 and len(tr.league.snapshots) == len(ups)  # a snapshot every update
     league_eps = [e for e in lines(run_dir / "episodes.jsonl", "episode") if e["opponent"].startswith("league:")]
     assert len({e["opponent"] for e in league_eps}) >= 10  # many snapshots were loaded into the slots and played
     assert_nothing_left(sup, run_dir)
