@@ -179,7 +179,10 @@ async def test_dashboard_in_headless_chromium(tmp_path, null_native, duel_replay
     server = StatusServer(SupervisorSource(sup), sample_s=0.5)
     port = await server.start()
     run_task = asyncio.create_task(sup.run())
-    feeder = asyncio.create_task(feed_learner_logs(run, duel_replay))
+    replay = run / "replays" / "eval-0001.w3dr"  # served only from inside the run folder
+    replay.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(duel_replay, replay)
+    feeder = asyncio.create_task(feed_learner_logs(run, replay))
     profile = tmp_path / "profile"
     profile.mkdir()
     try:

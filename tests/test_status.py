@@ -1,15 +1,20 @@
 """The status server: every route and its schema (docs/status.md), bad requests, a port
 in use, series whose refresh costs the same at 100 and 100,000 episodes, the console
-progress line and `w3async status` from a run's files, and a real null-game run."""
+progress line and `w3async status` from a run's files, and a real null-game run; its
+limits: the Host header, symlinks out of the run folder, half-open connections, the
+connection cap, the request rate, and a run that keeps stepping under 100 clients."""
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import os
 import re
 import shutil
 import socket
+import subprocess
+import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -17,14 +22,14 @@ from pathlib import Path
 import aiohttp
 import numpy as np
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
 
 from w3async import status_cli
 from w3async.progress import progress_line
 from w3async.recipes import recipe_from_dict
 from w3async.series import Bins, RunFiles, RunSeries, Tail
-from w3async.status import (GAME_KEYS, ReplayError, RunView, StatusError, StatusServer, SupervisorSource,
-                            metrics_text, replay_view)
+from w3async.logs import JsonLog
+from w3async.status import (GAME_KEYS, Limits, ReplayError, RunView, StatusError, StatusServer, SupervisorSource,
+                            connection_cap, metrics_text, replay_view)
 from w3async.supervisor import Supervisor
 
 from .conftest import BUILD, REPO
@@ -138,14 +143,31 @@ def check_status_schema(st: dict) -> None:
     json.dumps(st, allow_nan=False)  # no NaN reaches the page
 
 
+class Serving:
+    """A started StatusServer (its own thread) and a client session on its URL."""
+
+    def __init__(self, server: StatusServer):
+        self.server = server
+
+    async def __aenter__(self) -> aiohttp.ClientSession:
+        await self.server.start()
+        self.session = aiohttp.ClientSession(base_url=self.server.url)
+        return self.session
+
+    async def __aexit__(self, *exc) -> None:
+        await self.session.close()
+        await self.server.stop()
+
+
 @pytest.fixture
 async def served(tmp_path):
-    """(client, server, source) over a fake live run with logs."""
+    """(client, server, source) over a fake live run with logs; the sampler is left
+    asleep (sample_s=3600): the tests hand it snapshots with refresh_now()."""
     run = tmp_path / "run"
     write_logs(run, finished=False)
     src = FakeSource(run)
-    server = StatusServer(src)
-    async with TestClient(TestServer(server.app)) as client:
+    server = StatusServer(src, sample_s=3600)
+    async with Serving(server) as client:
         yield client, server, src
 
 
@@ -153,19 +175,24 @@ async def served(tmp_path):
 
 async def test_status_schema_and_values(served):
     client, server, src = served
-    server.view.sample(now=1000.0)
+    t = time.time()  # start() took the first sample (0 steps) just before
+    await server.refresh_now(now=t + 1000.0)
     src.steps, src.rounds = 5000, 500
-    server.view.sample(now=1002.0)
+    await server.refresh_now(now=t + 1002.0)
     r = await client.get("/status")
     assert r.status == 200 and r.content_type == "application/json"
     st = await r.json()
     check_status_schema(st)
     assert st["run"]["live"] is True and st["run"]["recipe"] == "fake" and st["run"]["name"] == "run"
-    assert st["steps"] == {"agent_steps": 5000, "per_s": 2500.0, "per_s_60s": 2500.0}  # deltas, not a mean
+    assert st["steps"]["agent_steps"] == 5000 and st["steps"]["per_s"] == 2500.0  # the last delta, not a mean
+    assert 4.9 < st["steps"]["per_s_60s"] <= 5.0  # over the samples kept: 5000 in ~1002 s
     assert st["inference"]["rounds_per_s"] == 250.0 and st["inference"]["rows_per_round"] == 10.0
     assert st["inference"]["latency_ms_p95"] == 4.0 and st["inference"]["buckets"] == {"32": 90, "48": 10}
     assert st["games"]["total"] == 2 and st["games"]["alive"] == 2 and st["games"]["restarts_by_cause"] == {"crash": 1}
     src.games_ = [dict(g, causes={"crash": 2, "hang": 1}) for g in src.games()]  # totals sum over slots
+    st = await (await client.get("/status")).json()
+    assert st["games"]["restarts_by_cause"] == {"crash": 1}  # served from the last snapshot until the next
+    await server.refresh_now(now=t + 1003.0)
     st = await (await client.get("/status")).json()
     assert st["games"]["restarts_by_cause"] == {"crash": 4, "hang": 2} and st["games"]["restarts"] == 6
     assert st["learner"]["updates"] == 5 and st["learner"]["update"] == 5 and st["learner"]["update_s"] == 1.5
@@ -186,8 +213,11 @@ async def test_status_follows_new_lines(served):
         f.write(line(T0 + 40, "episode", slot=0, lane=0, side=0, opponent="ai:hard", eval=True, result="win",
                      steps=10, policy_version=9, replay=None))
         f.write('{"ts": "2026-')  # a line still being written: not read yet
+    await server.refresh_now()
     st = await (await client.get("/status")).json()
-    assert st["episodes"]["total"] == before + 1 and server.view.files.bad_lines == 0
+    assert st["episodes"]["total"] == before + 1
+    await server.stop()
+    assert server._view.files.bad_lines == 0  # the view is ours again once the thread has ended
 
 
 async def test_games_route(served):
@@ -206,7 +236,7 @@ PROM_LINE = re.compile(r'^w3async_[a-z0-9_]+(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")
 async def test_metrics_prometheus_text(served):
     client, server, src = served
     src.steps = 1234
-    server.view.sample()
+    await server.refresh_now()
     r = await client.get("/metrics")
     text = await r.text()
     assert r.status == 200 and r.content_type == "text/plain"
@@ -229,7 +259,7 @@ async def test_page_static_and_series(served):
     client, *_ = served
     r = await client.get("/")
     html = await r.text()
-    assert r.status == 200 and r.content_type == "text/html"
+    assert r.status == 200 and r.content_type == "text/html" and r.charset == "utf-8"
     assert "default-src 'self'" in r.headers["Content-Security-Policy"]
     for src in re.findall(r'(?:src|href)="([^"]+)"', html):
         assert src.startswith("/") or src.startswith("data:"), src  # nothing from another host
@@ -311,8 +341,7 @@ async def test_port_in_use_is_a_clear_error_and_port_0_picks_one(tmp_path):
 async def test_replay_route_json_duel_and_missing(tmp_path, duel_replay):
     run = tmp_path / "run"
     write_logs(run, finished=False)
-    server = StatusServer(FakeSource(run))
-    async with TestClient(TestServer(server.app)) as client:
+    async with Serving(StatusServer(FakeSource(run))) as client:
         r = await client.get("/replay/latest")
         assert r.status == 404 and "no evaluation replay" in (await r.json())["error"]
     # a replay in the viewer's own JSON format, named by a relative path
@@ -321,26 +350,33 @@ async def test_replay_route_json_duel_and_missing(tmp_path, duel_replay):
         dict(id=1, type=0, owner=0, x=1.5, y=1.5, hp=10, order=0, target=-1)])])
     (run / "replays" / "e1.json").write_text(json.dumps(view))
     write_logs(run, finished=False, replay="replays/e1.json")
-    server = StatusServer(FakeSource(run))
-    async with TestClient(TestServer(server.app)) as client:
+    async with Serving(StatusServer(FakeSource(run))) as client:
         body = await (await client.get("/replay/latest")).json()
         assert body["map"]["w"] == 4 and body["meta"]["path"] == str(run / "replays" / "e1.json")
-    # the duel's own replay file
-    mine = tmp_path / "eval.w3dr"  # a copy: the session's fixture stays whole for other tests
+    # the duel's own replay file (a copy in the run folder: the session's fixture stays whole)
+    mine = run / "replays" / "eval.w3dr"
     shutil.copy(duel_replay, mine)
     write_logs(run, finished=False, replay=str(mine))
-    server = StatusServer(FakeSource(run))
-    async with TestClient(TestServer(server.app)) as client:
+    server = StatusServer(FakeSource(run), sample_s=3600)
+    async with Serving(server) as client:
         body = await (await client.get("/replay/latest")).json()
         assert body["map"]["w"] == 32 and sum(body["map"]["cells"]) > 0 and len(body["steps"]) == 120
         u = body["steps"][-1]["units"][0]
         assert set(u) == {"id", "type", "owner", "x", "y", "hp", "order", "target", "dest"}
         assert body["meta"]["sides"] == ["ai:normal", "ai:hard"] and body["types"][0]["name"] == "base"
-        # a broken file: a 404 with the reason, and the server goes on
+        # a broken file: a 404 with the reason once the server has seen it change, and the server goes on
         mine.write_bytes(b"W3DREPL1 broken")
+        await server.refresh_now()
         r = await client.get("/replay/latest")
         assert r.status == 404 and "replay" in (await r.json())["error"]
         assert (await client.get("/status")).status == 200
+    # a replay outside the run folder, named by its absolute path: not served
+    outside = tmp_path / "elsewhere.w3dr"
+    shutil.copy(duel_replay, outside)
+    write_logs(run, finished=False, replay=str(outside))
+    async with Serving(StatusServer(FakeSource(run))) as client:
+        r = await client.get("/replay/latest")
+        assert r.status == 404 and "outside the run folder" in (await r.json())["error"]
 
 
 async def test_replay_falls_back_to_the_newest_file_in_replays(tmp_path, duel_replay):
@@ -352,12 +388,38 @@ async def test_replay_falls_back_to_the_newest_file_in_replays(tmp_path, duel_re
     os.utime(run / "replays" / "old.w3dr", (T0, T0))
     shutil.copy(duel_replay, run / "replays" / "duel-l1-e2-00ff.w3dr")
     (run / "replays" / "duel-l1-e3-0100.w3dr.part").write_bytes(b"being written")
-    server = StatusServer(FakeSource(run))
-    async with TestClient(TestServer(server.app)) as client:
+    async with Serving(StatusServer(FakeSource(run))) as client:
         st = await (await client.get("/status")).json()
         assert st["episodes"]["last_eval_replay"] == str(run / "replays" / "duel-l1-e2-00ff.w3dr")
         body = await (await client.get("/replay/latest")).json()
         assert len(body["steps"]) == 120
+
+
+async def test_symlinks_out_of_the_run_folder_are_not_followed(tmp_path, duel_replay):
+    """A link in replays/ to a file outside the run folder is neither picked as the
+    newest replay nor served when an episode names it; a link that stays inside is."""
+    run = tmp_path / "run"
+    write_logs(run, finished=False)
+    (run / "replays").mkdir()
+    secret = tmp_path / "secret.json"  # outside the run folder, in the viewer's format
+    secret.write_text(json.dumps(dict(map=dict(w=1, h=1, cells=[0]), side=0, steps=[], secret="s3cr3t")))
+    (run / "replays" / "newest.json").symlink_to(secret)
+    async with Serving(StatusServer(FakeSource(run))) as client:
+        st = await (await client.get("/status")).json()
+        assert st["episodes"]["last_eval_replay"] is None  # the link is not a replay
+        r = await client.get("/replay/latest")
+        assert r.status == 404 and "s3cr3t" not in await r.text()
+    write_logs(run, finished=False, replay="replays/newest.json")  # an episode names the link
+    async with Serving(StatusServer(FakeSource(run))) as client:
+        r = await client.get("/replay/latest")
+        text = await r.text()
+        assert r.status == 404 and "outside the run folder" in text and "s3cr3t" not in text
+    shutil.copy(duel_replay, run / "replays" / "real.w3dr")  # a link that stays in the run folder
+    (run / "replays" / "inside.w3dr").symlink_to(run / "replays" / "real.w3dr")
+    write_logs(run, finished=False, replay="replays/inside.w3dr")
+    async with Serving(StatusServer(FakeSource(run))) as client:
+        r = await client.get("/replay/latest")
+        assert r.status == 200 and len((await r.json())["steps"]) == 120
 
 
 def test_truncated_episodes_count_but_not_in_win_rates():
@@ -557,6 +619,7 @@ async def test_live_null_run_served(tmp_path, null_native, capsys):
                     cli.append(capsys.readouterr().out)
                 await asyncio.sleep(0.3)
             stats = await task
+            await server.refresh_now()  # the answers are built once a sample: this one after the end
             async with s.get(f"http://127.0.0.1:{port}/status") as r:
                 final = await r.json()
     finally:
@@ -577,3 +640,223 @@ async def test_live_null_run_served(tmp_path, null_native, capsys):
     assert not (tmp_path / "run" / "status.url").exists()  # removed by stop()
     assert status_cli.main(tmp_path / "run") == 0
     assert "(ended)" in capsys.readouterr().out
+
+
+# ---- the limits: Host, half-open connections, the connection cap, the rate ----------------
+
+async def raw_status(port: int, host: bytes | None) -> bytes:
+    head = b"GET /status HTTP/1.1\r\n" + (b"Host: " + host + b"\r\n" if host is not None else b"")
+    return await raw_request(port, head + b"Connection: close\r\n\r\n")
+
+
+async def test_host_header_must_name_this_server(tmp_path):
+    """DNS rebinding: a page on evil.example whose name now resolves to 127.0.0.1 sends
+    Host: evil.example; it gets 421 and none of the run's figures."""
+    write_logs(tmp_path / "run")
+    server = StatusServer(FakeSource(tmp_path / "run"))
+    port = await server.start()
+    try:
+        for host in (b"127.0.0.1:%d" % port, b"localhost:%d" % port, b"LOCALHOST", b"127.0.0.1"):
+            resp = await raw_status(port, host)
+            assert resp.startswith(b"HTTP/1.1 200"), (host, resp[:80])
+        for host in (b"evil.example", b"evil.example:%d" % port, b"127.0.0.1.evil.example", b"127.0.0.1:1"):
+            resp = await raw_status(port, host)
+            assert resp.startswith(b"HTTP/1.1 421"), (host, resp[:80])
+            assert b"agent_steps" not in resp and b"Content-Security-Policy" in resp
+        assert server.counters["wrong_host"] == 4
+        resp = await raw_status(port, None)  # no Host at all: aiohttp's own 400
+        assert re.match(rb"HTTP/1.[01] 400", resp) and b"agent_steps" not in resp
+    finally:
+        await server.stop()
+
+
+async def test_binding_beyond_loopback_warns(tmp_path, capsys):
+    write_logs(tmp_path / "run")
+    src = FakeSource(tmp_path / "run")
+    src.events = JsonLog(tmp_path / "run" / "events.jsonl")
+    server = StatusServer(src, host="0.0.0.0")
+    port = await server.start()
+    try:
+        assert "beyond this machine" in capsys.readouterr().err
+        ev = [json.loads(x) for x in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
+        assert ev[-1]["event"] == "status_exposed" and ev[-1]["level"] == "warning" and ev[-1]["port"] == port
+        assert (await raw_status(port, b"127.0.0.1:%d" % port)).startswith(b"HTTP/1.1 200")
+        assert (await raw_status(port, socket.gethostname().encode())).startswith(b"HTTP/1.1 200")
+        assert (await raw_status(port, b"evil.example")).startswith(b"HTTP/1.1 421")
+    finally:
+        await server.stop()
+        src.events.close()
+    server = StatusServer(FakeSource(tmp_path / "run"))  # loopback: no warning
+    await server.start()
+    await server.stop()
+    assert "beyond this machine" not in capsys.readouterr().err
+
+
+async def read_until_closed(reader: asyncio.StreamReader, limit_s: float = 30.0) -> bytes:
+    """What the server sends until it closes the connection (a generous bound: a server
+    that never closes fails the test instead of hanging it)."""
+    out = b""
+    while True:
+        chunk = await asyncio.wait_for(reader.read(65536), limit_s)
+        if not chunk:
+            return out
+        out += chunk
+
+
+async def test_half_open_and_idle_connections_are_closed(tmp_path):
+    """Connections that send nothing, or headers that never end, or that stay idle after
+    an answer are closed by the server, which goes on answering."""
+    write_logs(tmp_path / "run")
+    server = StatusServer(FakeSource(tmp_path / "run"), limits=Limits(idle_timeout_s=0.5))
+    port = await server.start()
+    conns = []
+    try:
+        for data in (b"", b"", b"GET /status HTTP/1.1\r\nHost: 127", b"GET /sta", b"GET /status HTTP/1.1\r\n"):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(data)
+            conns.append((reader, writer))
+        # one that gets its answer, then stays open with nothing more to ask
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        conns.append((reader, writer))
+        got = [await read_until_closed(r) for r, _ in conns]
+        assert got[:5] == [b""] * 5  # closed with nothing sent back
+        assert got[5].startswith(b"HTTP/1.1 200") and b'"agent_steps"' in got[5]
+        assert server.counters["timed_out"] == 5
+        assert (await raw_status(port, b"127.0.0.1")).startswith(b"HTTP/1.1 200")
+    finally:
+        for _, w in conns:
+            w.close()
+        await server.stop()
+
+
+async def test_connection_cap_refuses_beyond_it(tmp_path):
+    """Beyond max_connections a connection gets a 503 and is closed at once; once one
+    closes, a new one is served."""
+    write_logs(tmp_path / "run")
+    server = StatusServer(FakeSource(tmp_path / "run"), limits=Limits(max_connections=4, idle_timeout_s=60))
+    port = await server.start()
+    assert server.max_connections == 4
+    held = []
+    try:
+        for _ in range(4):  # four kept-alive connections, each answered once (so surely accepted)
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"GET /games HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            assert head.startswith(b"HTTP/1.1 200")
+            held.append((reader, writer))
+        for _ in range(3):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            out = await read_until_closed(reader)
+            writer.close()
+            assert out.startswith(b"HTTP/1.1 503") and b"too many connections" in out
+        assert server.counters["refused"] == 3
+        held.pop()[1].close()
+        for _ in range(100):  # the server sees the close on its own thread, soon
+            resp = await raw_status(port, b"127.0.0.1")
+            if resp.startswith(b"HTTP/1.1 200"):
+                break
+            await asyncio.sleep(0.05)
+        assert resp.startswith(b"HTTP/1.1 200")
+    finally:
+        for _, w in held:
+            w.close()
+        await server.stop()
+
+
+def test_connection_cap_leaves_the_games_their_file_descriptors():
+    lim = Limits()
+    # 1024 descriptors, 50 open, 16 slots: (1024 - 50 - 16 * 16 - 128 - 128) // 2 = 231
+    assert connection_cap(lim, slots=16, backlog=128, fds_open=50, nofile=1024) == 231
+    assert connection_cap(lim, slots=16, backlog=128, fds_open=50, nofile=1 << 20) == lim.max_connections
+    assert connection_cap(lim, slots=64, backlog=128, fds_open=50, nofile=1024) == 8  # at least 8
+
+
+async def test_request_rate_is_limited_per_client(tmp_path):
+    """A client asking faster than ip_rate waits its turn; beyond max_wait_s it gets
+    429 (after reject_delay_s); every request is answered, and the server goes on."""
+    write_logs(tmp_path / "run")
+    lim = Limits(ip_rate=5, ip_burst=5, max_wait_s=0.5, reject_delay_s=0.1)
+    server = StatusServer(FakeSource(tmp_path / "run"), limits=lim)
+    await server.start()
+    try:
+        async with aiohttp.ClientSession(base_url=server.url) as s:
+            async def get():
+                async with s.get("/status") as r:
+                    await r.read()
+                    return r.status, r.headers.get("Retry-After")
+            got = await asyncio.gather(*[get() for _ in range(40)])
+            codes = collections.Counter(c for c, _ in got)
+            assert set(codes) == {200, 429} and 5 <= codes[200] < 40, codes
+            assert all(ra == "1" for c, ra in got if c == 429)
+            assert server.counters["limited"] == codes[429]
+            for _ in range(100):
+                status, _ = await get()
+                if status == 200:
+                    break
+                await asyncio.sleep(0.1)
+            assert status == 200
+    finally:
+        await server.stop()
+
+
+CLIENTS = """
+import asyncio, sys, aiohttp
+url, n, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+counts = {}
+async def client(s):
+    while True:
+        try:
+            async with s.get(url + path) as r:
+                await r.read()
+                counts[r.status] = counts.get(r.status, 0) + 1
+        except aiohttp.ClientError:
+            counts["error"] = counts.get("error", 0) + 1
+async def main():
+    conn = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=conn) as s:
+        tasks = [asyncio.create_task(client(s)) for _ in range(n)]
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    print(counts, flush=True)
+asyncio.run(main())
+"""
+
+
+async def test_a_real_run_keeps_stepping_under_100_clients(tmp_path, null_native):
+    """100 clients polling /status as fast as they can (another process): the null games
+    keep stepping, /status follows them, and the server answers the clients (held to
+    their address's rate) and us, from another address (127.0.0.2), at once."""
+    data = {"name": "statusload", "game": "null", "games": [{"binary": str(null_native), "count": 2, "lanes": 2}],
+            "supervisor": {"progress_s": 0}, "status": {"enabled": False}, "stop": {"seconds": 60}}
+    sup = Supervisor(recipe_from_dict(data), tmp_path / "run")
+    server = StatusServer(SupervisorSource(sup), sample_s=0.25)
+    port = await server.start()
+    task = asyncio.create_task(sup.run())
+    clients = await asyncio.create_subprocess_exec(sys.executable, "-c", CLIENTS, server.url, "100", "status",
+                                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    seen, codes = [], collections.Counter()
+    try:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(local_addr=("127.0.0.2", 0))) as s:
+            while len([x for x in seen if x]) < 3 and not task.done():
+                async with s.get(f"http://127.0.0.1:{port}/status") as r:
+                    codes[r.status] += 1
+                    if r.status == 200:
+                        seen.append((await r.json())["steps"]["agent_steps"])
+                        await asyncio.sleep(0.5)
+            assert not task.done()
+            before = sup.agent_steps
+            await asyncio.sleep(1.0)
+            assert sup.agent_steps > before  # the rounds go on with the clients still polling
+    finally:
+        out, _ = await clients.communicate(b"")
+        sup.request_stop()
+        await task
+        await server.stop()
+    assert seen[-1] > seen[-2] > seen[-3] > 0, seen  # /status follows the run
+    assert set(codes) == {200}, codes  # our address has its own share
+    counts = eval(out.decode())  # noqa: S307 (our own child's dict of ints)
+    assert counts.get(200, 0) >= 20 and set(counts) <= {200, 429}, counts  # the clients are answered
+    assert server.counters["served"] >= counts[200]

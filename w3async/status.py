@@ -382,7 +382,7 @@ class StatusServer:
     @property
     def counters(self) -> dict:
         """Requests served, limited (429), refused (503), wrong_host (421), timed_out, builds."""
-        return dict(self._http.counters) if self._http else {}
+        return dict(self._built_by.counters) if self._built_by else {}
 
     async def start(self) -> int:
         """Bind host:port (0: a free port), serve from the server thread, start sampling;
@@ -419,11 +419,12 @@ class StatusServer:
         if events is not None:
             events.warning("status_exposed", host=self.host, address=addr, port=self.port)
 
-    async def refresh_now(self) -> None:
-        """A snapshot now, built and serving when this returns (tests, the last word)."""
+    async def refresh_now(self, now: float | None = None) -> None:
+        """On the source's loop: a snapshot now (its time `now`), built and serving when
+        this returns (tests; a last word before stop())."""
         if self._http is None:
             return
-        snap = take_snapshot(self.source) if self.source is not None else None
+        snap = take_snapshot(self.source, now) if self.source is not None else None
         await self._http.apply(snap)
 
     async def stop(self) -> None:

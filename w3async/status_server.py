@@ -96,15 +96,15 @@ def connection_cap(limits: Limits, slots: int, backlog: int, fds_open: int | Non
                    nofile: int | None = None) -> int:
     """The rule: half of what RLIMIT_NOFILE leaves after the descriptors open now, the
     games' reserve (fd_per_slot each), the listen backlog (a burst of accepts is
-    accepted before it is refused) and fd_margin; at most limits.max_connections and
-    at least 8."""
+    accepted before it is refused) and fd_margin, at least 8; at most
+    limits.max_connections."""
     if nofile is None:
         nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         if nofile == resource.RLIM_INFINITY:
             nofile = 1 << 20
     fds_open = open_fds() if fds_open is None else fds_open
     free = nofile - fds_open - limits.fd_per_slot * slots - backlog - limits.fd_margin
-    return max(8, min(limits.max_connections, free // 2))
+    return min(limits.max_connections, max(8, free // 2))
 
 
 def allowed_hosts(host: str, port: int, extra: tuple[str, ...] = ()) -> set[str]:
@@ -203,6 +203,7 @@ class HttpThread:
         self.url_file: Path | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self.native_id: int | None = None
         self._bodies: dict[str, bytes] = {}
         self._lazy: dict[str, tuple[int, bytes]] = {}
         self._gen = 0
@@ -230,6 +231,7 @@ class HttpThread:
             raise failed[0]
 
     def _main(self, sock, ready: threading.Event, failed: list) -> None:
+        self.native_id = threading.get_native_id()  # /proc/self/task/<id>: the thread's CPU time (bench)
         try:
             import uvloop  # noqa: PLC0415
             loop = uvloop.new_event_loop()
@@ -298,6 +300,11 @@ class HttpThread:
                 self._ticker.cancel()
             self._server.close()
             await self._runner.cleanup()
+            # requests still waiting their turn (or their 429) end here, with the loop
+            rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in rest:
+                t.cancel()
+            await asyncio.gather(*rest, return_exceptions=True)
         try:
             await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(down(), self.loop))
         finally:
