@@ -268,7 +268,7 @@ def ckpt_time(ckpt: dict) -> str:
 
 
 FULL_DISK_DRIVER = textwrap.dedent("""
-    import asyncio, hashlib, json, resource, signal, sys, threading, time
+    import asyncio, hashlib, json, resource, signal, sys
     from pathlib import Path
     from w3async.recipes import recipe_from_dict
     from w3async.supervisor import RunError, Supervisor
@@ -277,31 +277,38 @@ FULL_DISK_DRIVER = textwrap.dedent("""
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write over the limit fails with EFBIG instead
     out = {}
 
-    def digest():
+    def digest():  # every checkpoint file and `latest` (not a temporary file being written)
         ck = run_dir / "checkpoints"
-        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(ck.iterdir())}
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(ck.iterdir())
+                if not p.name.startswith(".")}
 
-    def arm():  # the disk fills up once the first checkpoint is written
+    async def arm():  # the disk fills up once the first checkpoint is written (on the loop: never starved)
         latest = run_dir / "checkpoints" / "latest"
         while not latest.exists():
-            time.sleep(0.02)
+            await asyncio.sleep(0.01)
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
-        time.sleep(0.2)  # a write that began before the limit has ended; any later one fails
+        await asyncio.sleep(0.2)  # a write that began before the limit has ended; any later one fails
         out["good"] = digest()
 
-    armer = threading.Thread(target=arm)
-    armer.start()
-    sup = Supervisor(recipe_from_dict(data), run_dir)
-    try:
-        asyncio.run(sup.run())
-        out["raised"] = None
-    except Exception as e:
-        out["raised"], out["error"] = type(e).__name__, str(e)
-    armer.join()
-    out["failure"] = sup.training.failure if sup.training is not None else None
+    async def main():
+        sup = Supervisor(recipe_from_dict(data), run_dir)
+        armer = asyncio.create_task(arm())
+        try:
+            await sup.run()
+            out["raised"] = None
+        except Exception as e:
+            out["raised"], out["error"] = type(e).__name__, str(e)
+        try:
+            await asyncio.wait_for(armer, 5)
+        except asyncio.TimeoutError:
+            out["armed"] = False
+        out["failure"] = sup.training.failure if sup.training is not None else None
+
+    asyncio.run(main())
     out["after"] = digest()
     print(json.dumps(out))
 """)
+
 
 
 def test_a_full_checkpoint_disk_ends_the_run_cleanly_with_the_last_checkpoint_intact(tmp_path, null_native):
@@ -319,7 +326,7 @@ def test_a_full_checkpoint_disk_ends_the_run_cleanly_with_the_last_checkpoint_in
     from .test_training import learn_recipe
 
     run_dir = tmp_path / "run"
-    data = learn_recipe(count=2, stop={"seconds": 60}, status={"enabled": False})
+    data = learn_recipe(count=2, stop={"seconds": 120}, status={"enabled": False})
     r = subprocess.run([sys.executable, "-c", FULL_DISK_DRIVER, json.dumps(data), str(run_dir), str(128 * 1024)],
                        cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stderr[-3000:]
