@@ -178,7 +178,7 @@ def record_replay(path: Path) -> None:
                     "2000", "--map", "choke"], check=True, capture_output=True)
 
 
-async def load(games: int, window: float, pairs: int, n_clients: int) -> dict:
+async def load(games: int, window: float, pairs: int, n_clients: int, limits: Limits | None) -> dict:
     from w3async.recipes import recipe_from_dict  # noqa: PLC0415
     from w3async.supervisor import Supervisor  # noqa: PLC0415
 
@@ -190,7 +190,7 @@ async def load(games: int, window: float, pairs: int, n_clients: int) -> dict:
             "games": [{"binary": str(REPO / "build" / "native" / "null_game"), "count": games, "lanes": 2, "nice": 10}],
             "supervisor": {"progress_s": 0}, "status": {"enabled": False}, "stop": {"seconds": 0}}
     sup = Supervisor(recipe_from_dict(data), run)
-    server = StatusServer(SupervisorSource(sup), sample_s=1.0)
+    server = StatusServer(SupervisorSource(sup), sample_s=1.0, limits=limits)
     await server.start()
     task = asyncio.create_task(sup.run())
     kinds = [("no clients", None, 0), (f"{n_clients} x /status", "status", n_clients),
@@ -238,6 +238,7 @@ def main() -> int:
     p.add_argument("--window", type=float, default=5.0)
     p.add_argument("--pairs", type=int, default=3)
     p.add_argument("--clients", type=int, default=100)
+    p.add_argument("--unlimited", action="store_true", help="no request-rate limit (what the limit buys)")
     args = p.parse_args()
     cols = ("rebuild", "/status", "/", "/series", "/metrics")
     print(f"{'episodes':>9} | {'first read':>10} | " + " | ".join(f"{x:>16}" for x in cols)
@@ -250,8 +251,9 @@ def main() -> int:
         return 0
     print()
     print(f"null run, {args.games} games x 2 lanes, {os.cpu_count()} CPUs; windows of {args.window:g} s, "
-          f"{args.pairs} of each kind, interleaved; clients in {CLIENT_PROCS} processes")
-    res = asyncio.run(load(args.games, args.window, args.pairs, args.clients))
+          f"{args.pairs} of each kind, interleaved; clients in {CLIENT_PROCS} processes"
+          + ("; NO request-rate limit" if args.unlimited else ""))
+    res = asyncio.run(load(args.games, args.window, args.pairs, args.clients, UNLIMITED if args.unlimited else None))
     base = statistics.mean(res["no clients"]["rates"])
     print(f"{'clients':>20} | {'agent steps/s':>13} | {'windows':>26} | {'ratio':>5} | {'answers/s 200 / 429':>19} | "
           f"{'server thread CPU':>17} | {'client CPU':>10}")
