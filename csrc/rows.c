@@ -24,6 +24,18 @@
 
 #include "w3s_table.h"
 
+/* The first cache line of a row: what a waiting row's scalars are read from, once. */
+typedef struct {
+    uint64_t obs_seq, act_seq;
+    uint32_t row_magic, lane, side, flags;
+    uint64_t episode;
+    uint32_t step, n_ent;
+    float reward;
+    uint32_t discarded;
+    uint64_t state_hash;
+} g_head;
+typedef char g_check_head[(sizeof(g_head) == offsetof(w3s_row, action)) ? 1 : -1];
+
 typedef struct {
     PyObject_HEAD
     Py_buffer table;  /* the rows (no header) */
@@ -40,6 +52,8 @@ typedef struct {
     int held; /* buffers acquired */
     int32_t *ring_seen; /* per game: the answer() call that last rang it */
     uint8_t *ring_seen_row; /* per answered row of the current call: written (1) or stale (0) */
+    g_head *heads;          /* gather's first pass: each waiting row's scalars, read once */
+    int32_t *cand;          /* the rows whose scalars passed */
     int32_t ring_epoch;
 } Gatherer;
 
@@ -60,6 +74,8 @@ static void Gatherer_dealloc(Gatherer *g)
     }
     PyMem_Free(g->ring_seen);
     PyMem_Free(g->ring_seen_row);
+    PyMem_Free(g->heads);
+    PyMem_Free(g->cand);
     Py_TYPE(g)->tp_free((PyObject *)g);
 }
 
@@ -129,7 +145,9 @@ static int Gatherer_init(Gatherer *g, PyObject *args, PyObject *kw)
     }
     g->ring_seen = PyMem_Calloc(g->n_games ? g->n_games : 1, sizeof(int32_t));
     g->ring_seen_row = PyMem_Calloc((size_t)n_rows, 1);
-    if (!g->ring_seen || !g->ring_seen_row) {
+    g->heads = PyMem_Calloc((size_t)n_rows, sizeof(g_head));
+    g->cand = PyMem_Calloc((size_t)n_rows, sizeof(int32_t));
+    if (!g->ring_seen || !g->ring_seen_row || !g->heads || !g->cand) {
         PyErr_NoMemory();
         goto err;
     }
@@ -156,51 +174,46 @@ static int g_bad(PyObject *list, int row, const char *field, long index, PyObjec
     return rc;
 }
 
-/* The first cache line of a row: what a waiting row's scalars are read from, once. */
-typedef struct {
-    uint64_t obs_seq, act_seq;
-    uint32_t row_magic, lane, side, flags;
-    uint64_t episode;
-    uint32_t step, n_ent;
-    float reward;
-    uint32_t discarded;
-    uint64_t state_hash;
-} g_head;
-typedef char g_check_head[(sizeof(g_head) == offsetof(w3s_row, action)) ? 1 : -1];
-
-/* Copies waiting row r (its sequence obs, our act) into batch slot k (entities at
- * stride E_MAX for now), then checks the copy. 0 valid, 1 bad (appended to bad), -1 on
- * a Python error. The order of the checks is the contract shared with the numpy path. */
-static int g_take(Gatherer *g, const w3s_row *r, int row, uint64_t obs, uint64_t act, int k, g_head *hd,
-                  PyObject *bad)
+/* First pass over a waiting row: its scalars read once into hd, then checked. 0 valid,
+ * 1 bad (appended to bad), -1 on a Python error. The order of all the checks (here, then
+ * g_body) is the contract shared with the numpy path. */
+static int g_head_take(const w3s_row *r, int row, uint64_t obs, uint64_t act, g_head *hd, PyObject *bad)
 {
     if (obs != act + 1)
         return g_bad(bad, row, "obs_seq", -1, PyLong_FromUnsignedLongLong(obs)) < 0 ? -1 : 1;
     memcpy(hd, (const void *)r, sizeof(*hd));
     if (hd->row_magic != W3S_ROW_MAGIC)
         return g_bad(bad, row, "row_magic", -1, PyLong_FromUnsignedLong(hd->row_magic)) < 0 ? -1 : 1;
-    uint32_t n_ent = hd->n_ent;
-    if (n_ent > W3S_E_MAX)
-        return g_bad(bad, row, "n_ent", -1, PyLong_FromUnsignedLong(n_ent)) < 0 ? -1 : 1;
+    if (hd->n_ent > W3S_E_MAX)
+        return g_bad(bad, row, "n_ent", -1, PyLong_FromUnsignedLong(hd->n_ent)) < 0 ? -1 : 1;
     if (hd->flags & ~(uint32_t)(W3S_FLAG_FIRST | W3S_FLAG_DONE | W3S_FLAG_TRUNCATED))
         return g_bad(bad, row, "flags", -1, PyLong_FromUnsignedLong(hd->flags)) < 0 ? -1 : 1;
     if (!isfinite(hd->reward))
         return g_bad(bad, row, "reward", -1, PyFloat_FromDouble(hd->reward)) < 0 ? -1 : 1;
+    return 0;
+}
+
+/* Second pass: row r's observation copied into batch slot k (entities at stride
+ * `bucket`, n_ent from the first pass, never read again), then the copy checked. */
+static int g_body(Gatherer *g, const w3s_row *r, int row, uint32_t n_ent, int k, int bucket, PyObject *bad)
+{
     float *glob = (float *)g->b_glob.buf + (size_t)k * W3S_G_GLOB;
     memcpy(glob, (const void *)r->glob, sizeof(r->glob));
     for (int i = 0; i < W3S_G_GLOB; i++)
         if (!isfinite(glob[i]))
             return g_bad(bad, row, "glob", i, PyFloat_FromDouble(glob[i])) < 0 ? -1 : 1;
-    float *ent = (float *)g->b_ent.buf + (size_t)k * W3S_E_MAX * W3S_F_ENT;
+    float *ent = (float *)g->b_ent.buf + (size_t)k * bucket * W3S_F_ENT;
     memcpy(ent, (const void *)r->ent, (size_t)n_ent * W3S_F_ENT * sizeof(float));
     for (uint32_t i = 0; i < n_ent * W3S_F_ENT; i++)
         if (!isfinite(ent[i]))
             return g_bad(bad, row, "ent", (long)i, PyFloat_FromDouble(ent[i])) < 0 ? -1 : 1;
-    int16_t *type = (int16_t *)g->b_ent_type.buf + (size_t)k * W3S_E_MAX;
+    memset(ent + (size_t)n_ent * W3S_F_ENT, 0, (size_t)(bucket - n_ent) * W3S_F_ENT * sizeof(float));
+    int16_t *type = (int16_t *)g->b_ent_type.buf + (size_t)k * bucket;
     memcpy(type, (const void *)r->ent_type, (size_t)n_ent * sizeof(int16_t));
     for (uint32_t e = 0; e < n_ent; e++)
         if (type[e] < 0 || type[e] >= g->n_types)
             return g_bad(bad, row, "ent_type", (long)e, PyLong_FromLong(type[e])) < 0 ? -1 : 1;
+    memset(type + n_ent, 0, (size_t)(bucket - n_ent) * sizeof(int16_t));
     uint8_t *mask = (uint8_t *)g->b_mask.buf + (size_t)k * W3S_N_HEADS * W3S_HEAD_MAX;
     memcpy(mask, (const void *)r->mask, sizeof(r->mask));
     for (int h = 0; h < W3S_N_HEADS; h++) {
@@ -219,7 +232,9 @@ static int g_take(Gatherer *g, const w3s_row *r, int row, uint64_t obs, uint64_t
 
 /* gather() -> (n, bucket, bad): n valid waiting rows copied into the batch buffers,
  * their entities padded to `bucket` (entity blocks are n x bucket, contiguous), and
- * the bad rows as a list of (row, field, index, value). */
+ * the bad rows as a list of (row, field, index, value). The bucket fits the largest
+ * n_ent of the rows whose scalars passed (a row found bad in the second pass may have
+ * been that largest: the bucket stays, padding is zero either way). */
 static PyObject *Gatherer_gather(Gatherer *g, PyObject *noargs)
 {
     (void)noargs;
@@ -231,14 +246,12 @@ static PyObject *Gatherer_gather(Gatherer *g, PyObject *noargs)
     uint32_t *lane = g->b_lane.buf, *side = g->b_side.buf, *step = g->b_step.buf, *flags = g->b_flags.buf,
              *n_ent = g->b_n_ent.buf, *disc = g->b_discarded.buf;
     uint64_t *episode = g->b_episode.buf, *hash = g->b_state_hash.buf;
-    float *reward = g->b_reward.buf, *ent = g->b_ent.buf;
-    int16_t *type = g->b_ent_type.buf;
+    float *reward = g->b_reward.buf;
     PyObject *bad = PyList_New(0);
     if (!bad)
         return NULL;
-    int n = 0;
+    int nc = 0;
     uint32_t max_ent = 0;
-    g_head hd;
     for (int i = 0; i < g->n_rows; i++) {
         if (row_game[i] < 0)
             continue;
@@ -247,44 +260,47 @@ static PyObject *Gatherer_gather(Gatherer *g, PyObject *noargs)
         uint64_t act = acked[i];
         if (obs == act)
             continue;
-        int rc = g_take(g, &rows[i], i, obs, act, n, &hd, bad);
-        if (rc < 0) {
-            Py_DECREF(bad);
-            return NULL;
-        }
+        int rc = g_head_take(&rows[i], i, obs, act, &g->heads[nc], bad);
+        if (rc < 0)
+            goto err;
         if (rc)
-            continue; /* slot n is reused by the next waiting row */
-        out_rows[n] = i;
-        out_seq[n] = obs;
-        lane[n] = hd.lane;
-        side[n] = hd.side;
-        episode[n] = hd.episode;
-        step[n] = hd.step;
-        flags[n] = hd.flags;
-        reward[n] = hd.reward;
-        n_ent[n] = hd.n_ent;
-        hash[n] = hd.state_hash;
-        disc[n] = hd.discarded;
-        if (hd.n_ent > max_ent)
-            max_ent = hd.n_ent;
-        n++;
+            continue;
+        g->heads[nc].obs_seq = obs;
+        g->cand[nc++] = i;
+        if (g->heads[nc - 1].n_ent > max_ent)
+            max_ent = g->heads[nc - 1].n_ent;
     }
     const int32_t *bk = g->buckets.buf;
     int bucket = bk[0];
     for (Py_ssize_t b = 0; bucket < (int)max_ent; b++)
         bucket = bk[b + 1];
-    /* Entities were copied at stride E_MAX; pack them to stride `bucket` in place (slot
-     * k's new block ends where slot k + 1's old one starts, so nothing unread is hit). */
-    for (int k = 0; k < n; k++) {
-        uint32_t ne = n_ent[k];
-        float *e = ent + (size_t)k * bucket * W3S_F_ENT;
-        memmove(e, ent + (size_t)k * W3S_E_MAX * W3S_F_ENT, (size_t)ne * W3S_F_ENT * sizeof(float));
-        memset(e + (size_t)ne * W3S_F_ENT, 0, (size_t)(bucket - ne) * W3S_F_ENT * sizeof(float));
-        int16_t *t = type + (size_t)k * bucket;
-        memmove(t, type + (size_t)k * W3S_E_MAX, (size_t)ne * sizeof(int16_t));
-        memset(t + ne, 0, (size_t)(bucket - ne) * sizeof(int16_t));
+    int n = 0;
+    for (int c = 0; c < nc; c++) {
+        const g_head *hd = &g->heads[c];
+        int rc = g_body(g, &rows[g->cand[c]], g->cand[c], hd->n_ent, n, bucket, bad);
+        if (rc < 0)
+            goto err;
+        if (rc)
+            continue; /* slot n is reused by the next row */
+        out_rows[n] = g->cand[c];
+        out_seq[n] = hd->obs_seq;
+        lane[n] = hd->lane;
+        side[n] = hd->side;
+        episode[n] = hd->episode;
+        step[n] = hd->step;
+        flags[n] = hd->flags;
+        reward[n] = hd->reward;
+        n_ent[n] = hd->n_ent;
+        hash[n] = hd->state_hash;
+        disc[n] = hd->discarded;
+        n++;
     }
+    if (PyList_GET_SIZE(bad) > 1 && PyList_Sort(bad) < 0) /* in row order, as one pass would give */
+        goto err;
     return Py_BuildValue("(iiN)", n, bucket, bad);
+err:
+    Py_DECREF(bad);
+    return NULL;
 }
 
 /* answer(rows, obs_seq, actions, versions) -> rung: for k < len(rows), writes

@@ -180,8 +180,11 @@ class NumpyGatherer(_GathererBase):
         obs = obs_all[waiting]
         sub = t[waiting]  # one copy of each waiting row: checks and gathers read this
         sub["act_seq"] = self.acked[waiting]  # decide by what we published, not by the game's copy
-        ok = self._valid(sub, obs)
+        scalars_ok = self._scalars_valid(sub, obs)
+        ok = scalars_ok & self._body_valid(sub)
         b.bad = [self._why(int(waiting[i]), sub[i], int(obs[i])) for i in np.flatnonzero(~ok)]
+        # The bucket fits the rows whose scalars passed (the C path's first pass).
+        max_ent = int(sub["n_ent"][scalars_ok].max()) if scalars_ok.any() else 0
         good = np.flatnonzero(ok)
         sub = sub[good]
         n = b.n = len(good)
@@ -190,7 +193,6 @@ class NumpyGatherer(_GathererBase):
         for name in ("lane", "side", "episode", "step", "flags", "reward", "n_ent", "state_hash", "discarded"):
             getattr(b, name)[:n] = sub[name]
         b.glob[:n] = sub["glob"]
-        max_ent = int(sub["n_ent"].max()) if n else 0
         bucket = b.bucket = int(self.buckets[np.searchsorted(self.buckets, max_ent)])
         live = np.arange(bucket)[None, :] < sub["n_ent"][:, None].astype(np.int64)
         b.ent[:] = np.where(live[:, :, None], sub["ent"][:, :bucket], 0)
@@ -198,12 +200,16 @@ class NumpyGatherer(_GathererBase):
         b.mask[:n] = sub["mask"]
         return b
 
-    def _valid(self, sub: np.ndarray, obs: np.ndarray) -> np.ndarray:
-        n_ent = sub["n_ent"].astype(np.int64)
+    def _scalars_valid(self, sub: np.ndarray, obs: np.ndarray) -> np.ndarray:
         ok = (obs == sub["act_seq"] + 1) & (sub["row_magic"] == layout.ROW_MAGIC)
-        ok &= n_ent <= layout.E_MAX
+        ok &= sub["n_ent"] <= layout.E_MAX
         ok &= (sub["flags"] & ~np.uint32(7)) == 0
-        ok &= np.isfinite(sub["reward"]) & np.isfinite(sub["glob"]).all(axis=1)
+        ok &= np.isfinite(sub["reward"])
+        return ok
+
+    def _body_valid(self, sub: np.ndarray) -> np.ndarray:
+        n_ent = np.minimum(sub["n_ent"], layout.E_MAX).astype(np.int64)
+        ok = np.isfinite(sub["glob"]).all(axis=1)
         live = np.arange(layout.E_MAX)[None, :] < n_ent[:, None]
         ok &= (np.isfinite(sub["ent"]).all(axis=2) | ~live).all(axis=1)
         types = sub["ent_type"]
