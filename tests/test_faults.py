@@ -76,6 +76,11 @@ def _cli(args: list[str], limit_fsize: int | None = None) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=pre)
 
 
+def _named(run: Path, event: str) -> list[dict]:
+    """The run's events of one name so far ([] before the log exists)."""
+    return [e for e in events(run) if e["event"] == event] if (run / "events.jsonl").exists() else []
+
+
 def _mine() -> list[str]:
     return [s for s in list_segments(SHM_PREFIX)]
 
@@ -148,3 +153,31 @@ def test_a_signal_during_the_spawns_of_many_games_stops_them(tmp_path, null_nati
     assert len(shutdown) == 1 and shutdown[0]["leftovers"]["processes"] == []
     assert not [e["pid"] for e in started if alive(e["pid"])]
     assert set(_mine()) <= before
+
+
+async def test_a_restart_without_file_descriptors_is_retried_not_failed(tmp_path, null_native):
+    """Out of file descriptors (a client storm, a leak) a restart cannot make its segment,
+    doorbells or pidfd: it is retried after the backoff, and the slot runs again once
+    descriptors are free; never marked failed for good."""
+    data = null_recipe([{"binary": str(null_native), "count": 1, "env": {"W3N_ROGUE": "crash", "W3N_ROGUE_STEP": "300"}},
+                        {"binary": str(null_native), "count": 1}],
+                       supervisor={"restart_budget": 1000, "min_uptime_s": 0.0}, stop={"seconds": 60})
+    sup = Supervisor(recipe_from_dict(data), tmp_path / "run")
+    run = asyncio.create_task(sup.run())
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        while not _named(tmp_path / "run", "game_restart"):
+            await asyncio.sleep(0.05)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")), hard))
+        while not _named(tmp_path / "run", "game_start_failed"):
+            await asyncio.sleep(0.05)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    failed_at = len(events(tmp_path / "run"))
+    while not [e for e in events(tmp_path / "run")[failed_at:] if e["event"] == "game_start" and e["slot"] == 0]:
+        await asyncio.sleep(0.05)
+    sup.request_stop()
+    stats = await asyncio.wait_for(run, 60)
+    assert stats["games"][0]["state"] != "failed" and stats["games"][0]["causes"].get("start_error", 0) >= 1
+    assert not [e for e in events(tmp_path / "run") if e["event"] in ("slot_failed", "fault")]
+    assert_nothing_left(sup, tmp_path / "run")

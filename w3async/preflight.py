@@ -240,10 +240,10 @@ def check_status(recipe: Recipe) -> list[str]:
     st = recipe.status
     if not st.enabled:
         return []
-    from .status import StatusError, _bind  # noqa: PLC0415
+    from .status import StatusError, bind_status  # noqa: PLC0415
 
     try:
-        _bind(st.host, st.port).close()
+        bind_status(st.host, st.port).close()
     except StatusError as e:
         return [f"status.host = {st.host!r}, status.port = {st.port}: {str(e).removeprefix('status server: ')}"]
     return []

@@ -389,7 +389,7 @@ class StatusServer:
         returns the port."""
         if self._http is not None:
             raise StatusError("StatusServer.start() called twice: call stop() first")
-        sock = _bind(self.host, self.port)
+        sock = bind_status(self.host, self.port)
         addr = sock.getsockname()
         self.port = addr[1]
         slots = len(self.source.games()) if self.source is not None else 0
@@ -450,7 +450,7 @@ class StatusServer:
                 self.sample_error = repr(e)
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def bind_status(host: str, port: int) -> socket.socket:
     """A listening socket on host:port, or StatusError naming both and the fix."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
