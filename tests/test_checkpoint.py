@@ -286,7 +286,9 @@ FULL_DISK_DRIVER = textwrap.dedent("""
         latest = run_dir / "checkpoints" / "latest"
         while not latest.exists():
             await asyncio.sleep(0.01)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+        size = (run_dir / "checkpoints" / latest.read_text().strip()).stat().st_size
+        out["limit"] = cap = min(limit, size // 2)  # below a checkpoint's size, whatever the network's
+        resource.setrlimit(resource.RLIMIT_FSIZE, (cap, resource.RLIM_INFINITY))
         await asyncio.sleep(0.2)  # a write that began before the limit has ended; any later one fails
         out["good"] = digest()
 
