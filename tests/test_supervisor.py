@@ -27,7 +27,10 @@ def events(run_dir: Path) -> list[dict]:
 
 def null_recipe(groups: list[dict], **sections) -> dict:
     d = {"name": "test", "game": "null", "games": groups}
-    d["supervisor"] = {"progress_s": 0, "backoff_s": 0.05, "backoff_max_s": 0.2, **sections.pop("supervisor", {})}
+    # Fast restarts, and a budget that lets a test's deliberately short-lived games restart
+    # as often as they fail (the budget itself: tests/test_hostile_games.py).
+    d["supervisor"] = {"progress_s": 0, "backoff_s": 0.05, "backoff_max_s": 0.2, "restart_budget": 1000,
+                       **sections.pop("supervisor", {})}
     d.update(sections)
     return d
 
@@ -105,9 +108,6 @@ async def test_crash_exit_and_recycle_restart_with_causes(tmp_path, null_native)
          {"binary": str(null_native), "count": 1, "env": {"W3N_EPISODES": "2", "W3N_EPISODE_STEPS": "20"}},
          {"binary": str(null_native), "count": 1}],
         stop={"seconds": 4},
-        # every start here is short-lived: a budget that lets them all restart (the budget
-        # itself: tests/test_hostile_games.py)
-        supervisor={"restart_budget": 1000},
     )
     sup, stats = await run_recipe(data, tmp_path / "run")
     causes = {i: g["causes"] for i, g in stats["games"].items()}

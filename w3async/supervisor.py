@@ -39,6 +39,7 @@ from .logs import JsonLog, console
 from .policies import CheckPolicy, RandomPolicy
 from .recipes import GameGroup, Recipe, recipe_to_dict
 from .rows import Table, segment_name
+from .checkpoint import CheckpointError
 from .runfolder import RunError, RunLock, cleanup_previous_run
 from .runtime_native import NativeRuntime
 from .runtime_wine import WineConfig, WineError, WineRuntime, windows_path
@@ -380,6 +381,9 @@ class Supervisor:
         try:
             fn(*args)
         except Exception as e:  # noqa: BLE001 (the barrier: every fault is recorded and handled)
+            if self.training is not None and self.training.failure is not None:
+                self._finish(self.training.failure)  # the learning side failed with its cause, already said
+                return
             slot = next((a for a in args if isinstance(a, Slot)), None)
             self._fault(where, e, slot)
 
@@ -606,7 +610,8 @@ class Supervisor:
                     await asyncio.wait_for(self._stop.wait(), timeout)
                 except asyncio.TimeoutError:
                     pass
-            except (WineError, RunError) as e:
+            except (WineError, RunError, CheckpointError) as e:  # a cause, said as it is
+                self.setup_failed = isinstance(e, CheckpointError) or self.setup_failed
                 self._finish(str(e))
             except Exception as e:  # noqa: BLE001 (the barrier around set-up and the wait)
                 # Before any game started, a failure is the set-up's: bad input (exit 2).
@@ -696,8 +701,14 @@ class Supervisor:
                 if s.state not in (FAILED,):
                     s.state = STOPPED
         if self.training is not None:
-            # The learner's update finishes, then a last checkpoint (resumable).
-            await step("final checkpoint", self.training.stop, off_loop=True)
+            # The learner's update finishes, then a last checkpoint (resumable). A write
+            # that fails is the run's cause (the previous checkpoint is intact).
+            try:
+                await self._loop.run_in_executor(None, self.training.stop)
+            except CheckpointError as e:
+                self.error = self.error or self.training.failure or str(e)
+            except Exception as e:  # noqa: BLE001 (collected: the clean-up goes on)
+                errors.append(f"final checkpoint: {type(e).__name__}: {e}")
         killed_wine = []
         for rt in self.runtimes.values():
             killed_wine += await step(f"{rt.name} clean-up", rt.cleanup, off_loop=True) or []
@@ -719,6 +730,7 @@ class Supervisor:
         if self.events is not None:
             self.events.info("shutdown", error=self.error, agent_steps=self.agent_steps, rounds=self.rounds,
                              seconds=round(st["seconds"], 3), cpu_s=round(st["cpu_s"], 3), faults=self.faults,
+                             learning_failure=self.training.failure if self.training is not None else None,
                              shutdown_errors=errors, leftovers=self.leftovers)
             self.events.close()
         self.lock.release()
