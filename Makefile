@@ -39,4 +39,4 @@ bench: setup
 	done
 
 clean:
-	rm -rf build $(VENV) w3async/_rows*.so
+	rm -rf build $(VENV) w3async/sync/_rows*.so

@@ -8,7 +8,7 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            "w3async._rows",
+            "w3async.sync._rows",
             sources=["csrc/rows.c"],
             include_dirs=["shim"],
             extra_compile_args=["-O2", "-Wall", "-Wno-unused-function"],

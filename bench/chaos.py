@@ -36,7 +36,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from w3async.procs import alive  # noqa: E402
+from w3async.runtime.procs import alive  # noqa: E402
 
 RECIPE = """
 name = "chaos"

@@ -89,7 +89,7 @@ def main() -> int:
     ]
     wine_ok = not a.no_wine and EXE.exists() and (shutil.which("wine") or shutil.which("wine64"))
     if wine_ok:
-        from w3async.runtime_wine import WineConfig, acquire_prefix
+        from w3async.runtime.wine import WineConfig, acquire_prefix
 
         with acquire_prefix(WineConfig()) as prefix:
             wenv = prefix.env({"W3D_CUTS": str(a.cuts)})

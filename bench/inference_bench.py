@@ -22,12 +22,12 @@ import time
 import numpy as np
 import torch
 
-from w3async.inference import InferenceEngine, synthetic_batch
-from w3async.network import NetConfig, Network, obs_from_numpy
-from w3async.spec import NULL_SPEC
+from w3async.learn.inference import InferenceEngine, synthetic_batch
+from w3async.learn.network import NetConfig, Network, obs_from_numpy
+from w3async.games.spec import NULL_SPEC
 
 try:  # the reference game's spec when it exists; the null game's otherwise
-    from w3async.duel_spec import DUEL_SPEC as SPEC
+    from w3async.games.duel.spec import DUEL_SPEC as SPEC
 except ImportError:
     SPEC = NULL_SPEC
 
@@ -114,7 +114,7 @@ def beside_line(spec, cfg: NetConfig, max_ent: int, pause_ms: float, rows: int =
     learner is idle and while it updates, and the update's time."""
     import threading
 
-    from w3async.learner import Learner, LearnerConfig
+    from w3async.learn.learner import Learner, LearnerConfig
 
     tb = synthetic_trajbatch(max_ent)
     learner = Learner(Network(spec, cfg), LearnerConfig(minibatch_seqs=8, update_epochs=2, update_pause_ms=pause_ms,
@@ -151,7 +151,7 @@ def beside_line(spec, cfg: NetConfig, max_ent: int, pause_ms: float, rows: int =
 
 
 def synthetic_trajbatch(max_ent: int, n_seq: int = 32, t: int = 16, bucket: int = 48):
-    from w3async.trajectories import TrajBatch
+    from w3async.learn.trajectories import TrajBatch
 
     rng = np.random.default_rng(0)
     n_ent = rng.integers(1, max_ent + 1, (n_seq, t)).astype(np.int32)
@@ -172,7 +172,7 @@ def learner_line(spec, cfg: NetConfig, max_ent: int) -> None:
     in the environment to compare OpenMP's waiting)."""
     import os
 
-    from w3async.learner import Learner, LearnerConfig
+    from w3async.learn.learner import Learner, LearnerConfig
 
     tb = synthetic_trajbatch(max_ent)
     print(f"learner (OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}): update of {tb.reward.size} steps, "

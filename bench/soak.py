@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from w3async.recipes import recipe_from_dict  # noqa: E402
-from w3async.supervisor import Supervisor  # noqa: E402
+from w3async.runtime.supervisor import Supervisor  # noqa: E402
 
 
 def rss_mib() -> float:

@@ -39,7 +39,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tests.test_status import T0, line  # noqa: E402 (the docs/logs.md line writer)
-from w3async.status import Limits, StatusServer, SupervisorSource  # noqa: E402
+from w3async.observe.status import Limits, StatusServer, SupervisorSource  # noqa: E402
 
 LEVELS = ("ai:easy", "ai:normal", "ai:hard")
 CLIENT_PROCS = 4
@@ -180,7 +180,7 @@ def record_replay(path: Path) -> None:
 
 async def load(games: int, window: float, pairs: int, n_clients: int, limits: Limits | None) -> dict:
     from w3async.recipes import recipe_from_dict  # noqa: PLC0415
-    from w3async.supervisor import Supervisor  # noqa: PLC0415
+    from w3async.runtime.supervisor import Supervisor  # noqa: PLC0415
 
     os.environ.setdefault("W3ASYNC_SHM_PREFIX", f"/w3a-sb{os.getpid()}-")
     d = Path(tempfile.mkdtemp(prefix="status-bench-"))

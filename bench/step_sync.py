@@ -34,10 +34,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from w3async import layout  # noqa: E402
-from w3async.gather import CGatherer, Doorbell, NumpyGatherer  # noqa: E402
+from w3async.sync.gather import CGatherer, Doorbell, NumpyGatherer  # noqa: E402
 from w3async.recipes import recipe_from_dict  # noqa: E402
-from w3async.rows import Table, segment_name  # noqa: E402
-from w3async.supervisor import Supervisor  # noqa: E402
+from w3async.sync.table import Table, segment_name  # noqa: E402
+from w3async.runtime.supervisor import Supervisor  # noqa: E402
 
 NULL = REPO / "build" / "native" / "null_game"
 NULL_EXE = REPO / "build" / "win64" / "null_game.exe"

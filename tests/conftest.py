@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from w3async.rows import list_segments
+from w3async.sync.table import list_segments
 
 # Segments made by this test session (and the runs it starts) carry its pid, so the leak
 # check below never touches what another process on the machine made.

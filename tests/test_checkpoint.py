@@ -13,12 +13,13 @@ import numpy as np
 import pytest
 import torch
 
-from w3async import checkpoint, layout
-from w3async.checkpoint import CheckpointLoadError, CheckpointWriteError, load_latest, save_checkpoint
-from w3async.league import League, LeagueConfig, OpponentSlots
-from w3async.learner import Learner, LearnerConfig
-from w3async.network import NetConfig, Network
-from w3async.spec import GameSpec
+from w3async.learn import checkpoint
+from w3async.sync import layout
+from w3async.learn.checkpoint import CheckpointLoadError, CheckpointWriteError, load_latest, save_checkpoint
+from w3async.learn.league import League, LeagueConfig, OpponentSlots
+from w3async.learn.learner import Learner, LearnerConfig
+from w3async.learn.network import NetConfig, Network
+from w3async.games.spec import GameSpec
 
 from .test_learner import fake_batch
 
@@ -147,7 +148,7 @@ def test_a_full_disk_is_a_write_error_and_the_previous_checkpoint_is_byte_identi
     script = textwrap.dedent(f"""
         import resource, signal, sys, errno
         import torch
-        from w3async.checkpoint import CheckpointWriteError, save_checkpoint
+        from w3async.learn.checkpoint import CheckpointWriteError, save_checkpoint
         torch.set_num_threads(1)
         run = sys.argv[1]
         big = {{"w": torch.zeros(256 * 1024)}}  # 1 MiB of weights
@@ -224,9 +225,9 @@ async def test_a_resume_that_cannot_load_everything_stops_before_writing(tmp_pat
     learning side is written: the checkpoints, the league and the logs stay byte-identical
     (they were overwritten with zeroed counters)."""
     from w3async.recipes import recipe_from_dict
-    from w3async.supervisor import RunError, Supervisor
+    from w3async.runtime.supervisor import RunError, Supervisor
 
-    from w3async.rows import list_segments
+    from w3async.sync.table import list_segments
 
     from .test_supervisor import events
     from .test_training import learn_recipe
@@ -271,7 +272,7 @@ FULL_DISK_DRIVER = textwrap.dedent("""
     import asyncio, hashlib, json, resource, signal, sys
     from pathlib import Path
     from w3async.recipes import recipe_from_dict
-    from w3async.supervisor import RunError, Supervisor
+    from w3async.runtime.supervisor import RunError, Supervisor
 
     data, run_dir, limit = json.loads(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write over the limit fails with EFBIG instead
@@ -322,7 +323,7 @@ def test_a_full_checkpoint_disk_ends_the_run_cleanly_with_the_last_checkpoint_in
     written before the disk filled is byte-identical, `latest` still naming it."""
     import json
 
-    from w3async.rows import list_segments
+    from w3async.sync.table import list_segments
 
     from .test_supervisor import events
     from .test_training import learn_recipe

@@ -24,8 +24,8 @@ import aiohttp
 import pytest
 
 from w3async.recipes import recipe_from_dict
-from w3async.status import StatusServer, SupervisorSource
-from w3async.supervisor import Supervisor
+from w3async.observe.status import StatusServer, SupervisorSource
+from w3async.runtime.supervisor import Supervisor
 
 from .conftest import REPO, need
 from .test_status import duel_replay, line  # noqa: F401 (a fixture)

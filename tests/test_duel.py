@@ -14,12 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from w3async import layout
-from w3async.duel_spec import DUEL_SPEC
-from w3async.gather import NumpyGatherer
-from w3async.replay import read_replay
-from w3async.rows import Table, segment_name
-from w3async.runtime_native import NativeRuntime
+from w3async.sync import layout
+from w3async.games.duel.spec import DUEL_SPEC
+from w3async.sync.gather import NumpyGatherer
+from w3async.games.duel.replay import read_replay
+from w3async.sync.table import Table, segment_name
+from w3async.runtime.native import NativeRuntime
 
 REPO = Path(__file__).resolve().parent.parent
 DUEL = REPO / "build" / "native" / "duel"
@@ -82,7 +82,7 @@ def test_agent_mode_under_the_shim(duel, tmp_path, runtime, request):
     binary = duel
     if runtime == "wine":
         request.getfixturevalue("wine")
-        from w3async.runtime_wine import WineConfig, WineRuntime, windows_path
+        from w3async.runtime.wine import WineConfig, WineRuntime, windows_path
 
         subprocess.run(["make", "-s", "-C", "games/duel", f"BUILD={REPO / 'build'}"], cwd=REPO, check=True)
         binary = REPO / "build" / "win64" / "duel.exe"

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from w3async.procs import alive, mentioning
+from w3async.runtime.procs import alive, mentioning
 from w3async.recipes import recipe_from_dict
-from w3async.rows import list_segments
-from w3async.supervisor import RunError, Supervisor
+from w3async.sync.table import list_segments
+from w3async.runtime.supervisor import RunError, Supervisor
 
 from .conftest import REPO, SHM_PREFIX
 from .test_supervisor import assert_nothing_left, events, null_recipe
@@ -33,7 +33,7 @@ async def test_a_fault_in_a_round_ends_the_run_cleanly(tmp_path, null_native):
         calls.append(batch.n)
         if len(calls) == 50:
             raise ZeroDivisionError("the policy's bug")
-        from w3async.layout import check_answer  # noqa: PLC0415
+        from w3async.sync.layout import check_answer  # noqa: PLC0415
 
         n = batch.n
         return check_answer(batch.obs_seq[:n], batch.lane[:n], batch.side[:n]), [0] * n

@@ -9,9 +9,9 @@ import os
 import numpy as np
 import pytest
 
-from w3async import layout
-from w3async.gather import BUCKETS, CGatherer, Doorbell, NumpyGatherer
-from w3async.rows import Table, segment_name
+from w3async.sync import layout
+from w3async.sync.gather import BUCKETS, CGatherer, Doorbell, NumpyGatherer
+from w3async.sync.table import Table, segment_name
 
 N_TYPES = 8
 

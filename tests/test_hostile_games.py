@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from w3async.procs import alive
+from w3async.runtime.procs import alive
 from w3async.recipes import recipe_from_dict
-from w3async.supervisor import Supervisor
+from w3async.runtime.supervisor import Supervisor
 
 from .conftest import REPO
 from .test_supervisor import assert_nothing_left, check_failures, events

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from w3async import layout
-from w3async.inference import InferenceEngine, synthetic_batch
-from w3async.network import NetConfig, Network, obs_from_numpy
-from w3async.spec import GameSpec
+from w3async.sync import layout
+from w3async.learn.inference import InferenceEngine, synthetic_batch
+from w3async.learn.network import NetConfig, Network, obs_from_numpy
+from w3async.games.spec import GameSpec
 
 torch.set_num_threads(1)  # shared 2-core machine: OpenMP's spinning threads slow small calls
 
@@ -165,7 +165,7 @@ def test_gru_state_is_kept_per_row_and_reset_on_first():
 
 
 def test_round_stats_window_aggregates(engine):
-    from w3async.inference import RoundStatsWindow
+    from w3async.learn.inference import RoundStatsWindow
 
     w = RoundStatsWindow()
     rng = np.random.default_rng(5)

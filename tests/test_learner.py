@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 import torch
 
-from w3async import layout
-from w3async.gather import Batch
-from w3async.inference import InferenceEngine
-from w3async.learner import Learner, LearnerConfig, NonFiniteLossError, minibatch_plan
-from w3async.network import NetConfig, Network
-from w3async.spec import GameSpec
-from w3async.trajectories import TrajBatch, TrajConfig, Trajectories
+from w3async.sync import layout
+from w3async.sync.gather import Batch
+from w3async.learn.inference import InferenceEngine
+from w3async.learn.learner import Learner, LearnerConfig, NonFiniteLossError, minibatch_plan
+from w3async.learn.network import NetConfig, Network
+from w3async.games.spec import GameSpec
+from w3async.learn.trajectories import TrajBatch, TrajConfig, Trajectories
 
 torch.set_num_threads(1)  # shared 2-core machine: OpenMP's spinning threads slow small calls
 
@@ -199,8 +199,8 @@ def test_collected_logp_and_value_equal_the_learners_before_any_step(gru):
     """The whole path (engine rounds -> trajectories -> TrajBatch -> evaluate) keeps each
     step's observation, action, GRU state and episode starts aligned: with the same
     weights, the learner recomputes exactly what the rounds sampled with (ratio 1)."""
-    from w3async.inference import synthetic_batch
-    from w3async.network import Obs
+    from w3async.learn.inference import synthetic_batch
+    from w3async.learn.network import Obs
 
     cfg = NetConfig(d_model=32, n_heads=2, n_layers=1, gru=gru)
     n_rows, ep_len = 6, 5

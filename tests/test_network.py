@@ -4,9 +4,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from w3async import layout
-from w3async.network import NetConfig, Network, Obs
-from w3async.spec import GameSpec
+from w3async.sync import layout
+from w3async.learn.network import NetConfig, Network, Obs
+from w3async.games.spec import GameSpec
 
 # One thread: on a shared 2-core machine, OpenMP's spinning threads make small calls slow.
 torch.set_num_threads(1)

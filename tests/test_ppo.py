@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from w3async import ppo
+from w3async.learn import ppo
 
 
 def t(*x):

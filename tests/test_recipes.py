@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from w3async import layout, preflight
+from w3async.sync import layout
+from w3async.runtime import preflight
 from w3async.recipes import (
     MAX_ROWS,
     YEAR_S,
@@ -24,7 +25,7 @@ from w3async.recipes import (
     _SECTIONS,
     load_recipe,
 )
-from w3async.rows import list_segments
+from w3async.sync.table import list_segments
 
 from .conftest import SHM_PREFIX
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from w3async import replay_parity as rp
-from w3async.replay import ReplayError, read_replay
+from w3async.games.duel.replay import ReplayError, read_replay
 
 from .conftest import need
 
@@ -119,7 +119,7 @@ def test_a_crashing_or_hanging_variant_is_broken(long_replay, tmp_path, monkeypa
 def test_wine_plays_the_replay_like_native(long_replay, tmp_path, wine):
     need("duel.exe", DUEL_EXE.exists() and shutil.which("x86_64-w64-mingw32-gcc") is not None,
          "apt-get install gcc-mingw-w64-x86-64, then make build")
-    from w3async.runtime_wine import WineConfig, acquire_prefix
+    from w3async.runtime.wine import WineConfig, acquire_prefix
 
     with acquire_prefix(WineConfig()) as prefix:
         res = check(long_replay, tmp_path, ["W3D_CUTS=0,7"], runtimes=("native", "wine"), timeout_s=240,

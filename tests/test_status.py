@@ -23,14 +23,14 @@ import aiohttp
 import numpy as np
 import pytest
 
-from w3async import status_cli
-from w3async.progress import progress_line
+from w3async.observe import status_cli
+from w3async.observe.progress import progress_line
 from w3async.recipes import recipe_from_dict
-from w3async.series import Bins, RunFiles, RunSeries, Tail
-from w3async.logs import JsonLog
-from w3async.status import (GAME_KEYS, Limits, ReplayError, RunView, StatusError, StatusServer, SupervisorSource,
+from w3async.observe.series import Bins, RunFiles, RunSeries, Tail
+from w3async.observe.logs import JsonLog
+from w3async.observe.status import (GAME_KEYS, Limits, ReplayError, RunView, StatusError, StatusServer, SupervisorSource,
                             connection_cap, metrics_text, replay_view)
-from w3async.supervisor import Supervisor
+from w3async.runtime.supervisor import Supervisor
 
 from .conftest import BUILD, REPO
 

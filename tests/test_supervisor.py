@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from w3async import layout
+from w3async.sync import layout
 from w3async.recipes import recipe_from_dict
-from w3async.rows import list_segments
-from w3async.procs import alive
-from w3async.supervisor import RunError, Supervisor
+from w3async.sync.table import list_segments
+from w3async.runtime.procs import alive
+from w3async.runtime.supervisor import RunError, Supervisor
 
 from .conftest import REPO
 

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from w3async.checkpoint import load_latest
+from w3async.learn.checkpoint import load_latest
 from w3async.recipes import recipe_from_dict
-from w3async.supervisor import Supervisor
+from w3async.runtime.supervisor import Supervisor
 
 from .conftest import REPO
 from .test_supervisor import assert_nothing_left, events
@@ -136,8 +136,8 @@ async def test_bad_rows_never_reach_the_network_or_learner(tmp_path, null_native
 async def test_learner_failure_stops_the_run_with_a_resumable_checkpoint(tmp_path, null_native, monkeypatch):
     """An exception in the learner's thread (here injected at its third update) stops the
     run with the error, never hangs the loop, and leaves a checkpoint that resumes."""
-    from w3async import learner as learner_mod
-    from w3async.supervisor import RunError
+    from w3async.learn import learner as learner_mod
+    from w3async.runtime.supervisor import RunError
 
     real = learner_mod.Learner.run_update
     calls = []
@@ -168,7 +168,7 @@ def test_sigkilled_supervisor_resumes_with_the_saved_counters(tmp_path, null_nat
     import sys
     import time
 
-    from w3async.rows import list_segments
+    from w3async.sync.table import list_segments
 
     recipe = tmp_path / "learn.toml"
     recipe.write_text(f'''

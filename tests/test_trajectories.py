@@ -7,9 +7,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from w3async import layout
-from w3async.gather import Batch
-from w3async.trajectories import TrajConfig, Trajectories
+from w3async.sync import layout
+from w3async.sync.gather import Batch
+from w3async.learn.trajectories import TrajConfig, Trajectories
 
 F, D, T = layout.FLAG_FIRST, layout.FLAG_DONE, layout.FLAG_TRUNCATED
 

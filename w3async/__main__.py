@@ -16,8 +16,8 @@ import sys
 import time
 from pathlib import Path
 
-from .logs import console
-from .recipes import REPO_ROOT, RecipeError, load_recipe, resolve_recipe_path
+from w3async.observe.logs import console
+from w3async.recipes import REPO_ROOT, RecipeError, load_recipe, resolve_recipe_path
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run":
         return _run(args)
     if args.command == "status":
-        from .status_cli import main as status_main  # noqa: PLC0415
+        from w3async.observe.status_cli import main as status_main  # noqa: PLC0415
 
         return status_main(args.run_dir)
     return 2
@@ -51,8 +51,8 @@ def _error(path: str, problems: list[str]) -> int:
 
 
 def _run(args) -> int:
-    from .preflight import preflight  # noqa: PLC0415 (fast --help)
-    from .supervisor import RunError, Supervisor  # noqa: PLC0415
+    from w3async.runtime.preflight import preflight  # noqa: PLC0415 (fast --help)
+    from w3async.runtime.supervisor import RunError, Supervisor  # noqa: PLC0415
 
     path = resolve_recipe_path(args.recipe)
     try:

@@ -211,10 +211,10 @@ _SECTIONS = {"runtime": RuntimeSection, "supervisor": SupervisorSection, "stop":
 
 def _learning_sections() -> dict:
     """The learning side's typed sections (imported late: they pull in torch)."""
-    from .learner import LearnerConfig  # noqa: PLC0415
-    from .league import LeagueConfig  # noqa: PLC0415
-    from .network import NetConfig  # noqa: PLC0415
-    from .trajectories import TrajConfig  # noqa: PLC0415
+    from w3async.learn.learner import LearnerConfig  # noqa: PLC0415
+    from w3async.learn.league import LeagueConfig  # noqa: PLC0415
+    from w3async.learn.network import NetConfig  # noqa: PLC0415
+    from w3async.learn.trajectories import TrajConfig  # noqa: PLC0415
 
     return {"network": NetConfig, "learner": LearnerConfig, "trajectories": TrajConfig, "league": LeagueConfig}
 _CHOICES = {

@@ -31,7 +31,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .replay import FieldDiff, Replay, ReplayError, diff_step, read_replay
+from w3async.games.duel.replay import FieldDiff, Replay, ReplayError, diff_step, read_replay
 
 REPO = Path(__file__).resolve().parent.parent
 NATIVE_EXE = REPO / "build" / "native" / "duel"
@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     with ExitStack() as stack:
         prefix = None
         if "wine" in runtimes:
-            from .runtime_wine import WineConfig, WineError, acquire_prefix
+            from w3async.runtime.wine import WineConfig, WineError, acquire_prefix
 
             try:
                 prefix = stack.enter_context(acquire_prefix(WineConfig()))

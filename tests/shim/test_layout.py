@@ -8,7 +8,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from w3async import layout
+from w3async.sync import layout
 
 from ..conftest import REPO
 
@@ -69,7 +69,7 @@ def test_windows_layout_matches_python(tmp_path, mingw):
 
 
 def test_extension_built_against_same_layout():
-    from w3async import _rows
+    from w3async.sync import _rows
 
     assert _rows.ROW_SIZE == layout.ROW_SIZE
     assert _rows.layout_hash() == layout.LAYOUT_HASH
@@ -99,7 +99,7 @@ def test_check_answer_matches_c(tmp_path):
 @pytest.mark.parametrize("field", ["obs_seq", "act_seq", "action", "ent", "mask"])
 def test_table_views_write_where_c_reads(field):
     """A value written through the numpy view lands at the C offset in the segment."""
-    from w3async.rows import Table, segment_name
+    from w3async.sync.table import Table, segment_name
 
     t = Table(segment_name("layout"), 5, games=[(0, 2), (2, 3)])
     try:

@@ -22,7 +22,7 @@ from typing import NamedTuple
 import numpy as np
 import posix_ipc
 
-from . import layout
+from w3async.sync import layout
 
 SHM_PREFIX = "/w3a-"
 

@@ -31,11 +31,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from .logs import console
-from .status_metrics import metrics_text  # noqa: F401 (part of this API)
-from .replay_view import ReplayError, replay_view  # noqa: F401 (part of this API)
-from .series import AI_LEVELS, RunFiles, RunSeries  # noqa: F401 (AI_LEVELS: part of this API)
-from .status_server import CSP, SCHEMA, URL_FILE, HttpThread, Limits, allowed_hosts, connection_cap, is_loopback  # noqa: F401
+from w3async.observe.logs import console
+from w3async.observe.status_metrics import metrics_text  # noqa: F401 (part of this API)
+from w3async.observe.replay_view import ReplayError, replay_view  # noqa: F401 (part of this API)
+from w3async.observe.series import AI_LEVELS, RunFiles, RunSeries  # noqa: F401 (AI_LEVELS: part of this API)
+from w3async.observe.status_server import CSP, SCHEMA, URL_FILE, HttpThread, Limits, allowed_hosts, connection_cap, is_loopback  # noqa: F401
 
 REPLAY_DIR = "replays"  # where recipes point the eval games' W3D_RECORD_DIR
 REPLAY_SUFFIXES = (".w3dr", ".json")

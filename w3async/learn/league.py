@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .checkpoint import CheckpointLoadError, atomic_save, describe
+from w3async.learn.checkpoint import CheckpointLoadError, atomic_save, describe
 
 LEAGUE_DIR = "league"
 

@@ -21,8 +21,8 @@ import stat
 import tempfile
 from pathlib import Path
 
-from . import layout
-from .recipes import Recipe
+from w3async.sync import layout
+from w3async.recipes import Recipe
 
 GAMES_PER_CORE = 64
 """Game processes at most per CPU core: beyond it the games starve the supervisor (and a
@@ -98,18 +98,18 @@ def check_binaries(recipe: Recipe) -> list[str]:
 
 
 def check_build(recipe: Recipe) -> list[str]:
-    """supervisor.gather = 'c' needs w3async._rows built against this layout (make setup)."""
+    """supervisor.gather = 'c' needs w3async.sync._rows built against this layout (make setup)."""
     if recipe.supervisor.gather != "c":
         return []
     key = "supervisor.gather = 'c'"
     try:
-        from . import _rows  # noqa: PLC0415
+        from w3async.sync import _rows  # noqa: PLC0415
     except ImportError as e:
-        return [f"{key}: the C extension w3async._rows cannot be imported ({e}): run `make setup`, "
+        return [f"{key}: the C extension w3async.sync._rows cannot be imported ({e}): run `make setup`, "
                 f"or set supervisor.gather = 'numpy'"]
     if _rows.ROW_SIZE != layout.ROW_SIZE or _rows.layout_hash() != layout.LAYOUT_HASH:
-        return [f"{key}: w3async._rows was built for rows of {_rows.ROW_SIZE} bytes (layout hash "
-                f"{_rows.layout_hash():#x}), w3async.layout has {layout.ROW_SIZE} ({layout.LAYOUT_HASH:#x}): "
+        return [f"{key}: w3async.sync._rows was built for rows of {_rows.ROW_SIZE} bytes (layout hash "
+                f"{_rows.layout_hash():#x}), w3async.sync.layout has {layout.ROW_SIZE} ({layout.LAYOUT_HASH:#x}): "
                 f"run `make setup`"]
     return []
 
@@ -219,7 +219,7 @@ def check_folders(recipe: Recipe, run_dir: Path, runs_dir: Path | None = None) -
                 problems.append(f"run folder '{run_dir}': {p} is a {'folder' if os.path.isdir(p) else 'file'}, "
                                 f"where the run keeps a {'folder' if name in RUN_FOLDERS else 'file'}")
     if recipe.runtime.cache_dir or any(g.runtime == "wine" for g in recipe.games):
-        from .runtime_wine import WineConfig, cache_root  # noqa: PLC0415
+        from w3async.runtime.wine import WineConfig, cache_root  # noqa: PLC0415
 
         where = cache_root(WineConfig(cache_dir=recipe.runtime.cache_dir or None))
         why = probe_folder(where)
@@ -240,7 +240,7 @@ def check_status(recipe: Recipe) -> list[str]:
     st = recipe.status
     if not st.enabled:
         return []
-    from .status import StatusError, bind_status  # noqa: PLC0415
+    from w3async.observe.status import StatusError, bind_status  # noqa: PLC0415
 
     try:
         bind_status(st.host, st.port).close()

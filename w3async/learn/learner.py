@@ -37,10 +37,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import ppo
-from .gather import BUCKETS
-from .network import Network, Obs
-from .trajectories import TrajBatch
+from w3async.learn import ppo
+from w3async.sync.gather import BUCKETS
+from w3async.learn.network import Network, Obs
+from w3async.learn.trajectories import TrajBatch
 
 
 @dataclass(frozen=True)

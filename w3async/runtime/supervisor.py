@@ -32,18 +32,19 @@ from pathlib import Path
 from typing import Callable
 
 
-from . import layout, procs
-from .doorbells import Doorbells
-from .gather import make_gatherer
-from .logs import JsonLog, console
-from .policies import CheckPolicy, RandomPolicy
-from .recipes import GameGroup, Recipe, recipe_to_dict
-from .rows import Table, segment_name
-from .checkpoint import CheckpointError
-from .runfolder import RunError, RunLock, cleanup_previous_run
-from .runtime_native import NativeRuntime
-from .runtime_wine import WineConfig, WineError, WineRuntime, windows_path
-from .spec import NULL_SPEC, GameSpec
+from w3async.sync import layout
+from w3async.runtime import procs
+from w3async.sync.doorbells import Doorbells
+from w3async.sync.gather import make_gatherer
+from w3async.observe.logs import JsonLog, console
+from w3async.runtime.policies import CheckPolicy, RandomPolicy
+from w3async.recipes import GameGroup, Recipe, recipe_to_dict
+from w3async.sync.table import Table, segment_name
+from w3async.learn.checkpoint import CheckpointError
+from w3async.runtime.runfolder import RunError, RunLock, cleanup_previous_run
+from w3async.runtime.native import NativeRuntime
+from w3async.runtime.wine import WineConfig, WineError, WineRuntime, windows_path
+from w3async.games.spec import NULL_SPEC, GameSpec
 
 
 # Slot states, as /status and the events name them.
@@ -91,7 +92,7 @@ def spec_for(name: str) -> GameSpec:
     if name == "null":
         return NULL_SPEC
     if name == "duel":
-        from .duel_spec import DUEL_SPEC  # noqa: PLC0415 (the duel lands separately)
+        from w3async.games.duel.spec import DUEL_SPEC  # noqa: PLC0415 (the duel lands separately)
 
         return DUEL_SPEC
     raise ValueError(f"unknown game spec {name!r}")
@@ -175,7 +176,7 @@ class Supervisor:
                                        self.run_dir / "games" / f"slot-{i}.log"))
                 row += nrows
         if r.supervisor.policy == "network" and self._policy is None:
-            from .training import Training  # noqa: PLC0415 (torch only where a network answers)
+            from w3async.learn.training import Training  # noqa: PLC0415 (torch only where a network answers)
 
             self.training = Training(self)
             self.on_rows_reset.append(self.training.on_rows_reset)
@@ -504,7 +505,7 @@ class Supervisor:
                     self._kill(s, "hang", {"phase": "step", "idle_s": round(idle, 1)})
 
     async def _start_status(self) -> None:
-        from .status import StatusError, StatusServer, SupervisorSource  # noqa: PLC0415
+        from w3async.observe.status import StatusError, StatusServer, SupervisorSource  # noqa: PLC0415
 
         st = self.recipe.status
         self.status_server = StatusServer(SupervisorSource(self), host=st.host, port=st.port)
@@ -548,7 +549,7 @@ class Supervisor:
             rate = (self.agent_steps - last_steps) / max(now - last_t, 1e-9)
             last_t, last_steps = now, self.agent_steps
             if self.status_server is not None:
-                from .progress import progress_line  # noqa: PLC0415
+                from w3async.observe.progress import progress_line  # noqa: PLC0415
 
                 self.status_server.view.refresh()
                 console(progress_line(self.status_server.view.status()))

@@ -40,8 +40,8 @@ the rules; masks allow only what the game carries out.
 
 from __future__ import annotations
 
-from . import layout
-from .spec import GameSpec
+from w3async.sync import layout
+from w3async.games.spec import GameSpec
 
 N_TYPES = 6
 TYPE_NAMES = ("base", "melee", "ranged", "heavy", "creep", "boss")

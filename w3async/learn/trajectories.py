@@ -45,8 +45,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import layout
-from .gather import BUCKETS, Batch
+from w3async.sync import layout
+from w3async.sync.gather import BUCKETS, Batch
 
 _IDLE, _STEP, _TERMINAL = 0, 1, 2  # what a row's next answer completes
 

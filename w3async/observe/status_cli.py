@@ -1,6 +1,6 @@
 """`python -m w3async status runs/<run>`: a run's summary from its files, live or finished.
 
-    from w3async.status_cli import main
+    from w3async.observe.status_cli import main
     sys.exit(main("runs/fgself-20261130-0400"))
 
 main(run_dir) -> int prints the progress line and a few lines of detail on stdout
@@ -18,8 +18,8 @@ import sys
 import urllib.request
 from pathlib import Path
 
-from .progress import progress_line
-from .status import URL_FILE, RunView
+from w3async.observe.progress import progress_line
+from w3async.observe.status import URL_FILE, RunView
 
 
 def summary(st: dict, games: list[dict]) -> list[str]:

@@ -6,8 +6,8 @@ import os
 import subprocess
 from pathlib import Path
 
-from .doorbells import Doorbells, SharedObs, eventfd_pair, shared_obs_eventfd
-from .rows import GameSegment
+from w3async.sync.doorbells import Doorbells, SharedObs, eventfd_pair, shared_obs_eventfd
+from w3async.sync.table import GameSegment
 
 
 class NativeRuntime:

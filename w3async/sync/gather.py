@@ -25,8 +25,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import layout
-from .rows import Table
+from w3async.sync import layout
+from w3async.sync.table import Table
 
 # Entity counts are padded up to one of these, so a network sees a few shapes only
 # (CUDA graphs are captured per bucket).
@@ -283,10 +283,10 @@ class CGatherer(_GathererBase):
 
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
-        from . import _rows  # noqa: PLC0415 (the extension is optional at import time)
+        from w3async.sync import _rows  # noqa: PLC0415 (the extension is optional at import time)
 
         if _rows.ROW_SIZE != layout.ROW_SIZE or _rows.layout_hash() != layout.LAYOUT_HASH:
-            raise ImportError("w3async._rows was built against another shim/w3s_table.h: rebuild it (make setup)")
+            raise ImportError("w3async.sync._rows was built against another shim/w3s_table.h: rebuild it (make setup)")
         b = self.batch
         self._g = _rows.Gatherer(
             self.table.rows_buffer, self.table.n_rows, self.row_game, self.acked, self.act_fd, self.act_len,

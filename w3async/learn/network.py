@@ -33,8 +33,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from . import layout
-from .spec import GameSpec
+from w3async.sync import layout
+from w3async.games.spec import GameSpec
 
 
 @dataclass(frozen=True)

@@ -43,10 +43,10 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from . import layout
-from .gather import BUCKETS, Batch
-from .network import NetConfig, Network, Obs
-from .spec import GameSpec
+from w3async.sync import layout
+from w3async.sync.gather import BUCKETS, Batch
+from w3async.learn.network import NetConfig, Network, Obs
+from w3async.games.spec import GameSpec
 
 
 @dataclass

@@ -55,16 +55,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import layout
-from .checkpoint import CKPT_DIR, CheckpointError, CheckpointLoadError, describe, load_latest, save_checkpoint
-from .gather import Batch
-from .inference import InferenceEngine
-from .league import League, OpponentSlots
-from .learner import Learner
-from .logs import JsonLog
-from .network import Network
-from .recipes import recipe_to_dict
-from .trajectories import Trajectories
+from w3async.sync import layout
+from w3async.learn.checkpoint import CKPT_DIR, CheckpointError, CheckpointLoadError, describe, load_latest, save_checkpoint
+from w3async.sync.gather import Batch
+from w3async.learn.inference import InferenceEngine
+from w3async.learn.league import League, OpponentSlots
+from w3async.learn.learner import Learner
+from w3async.observe.logs import JsonLog
+from w3async.learn.network import Network
+from w3async.recipes import recipe_to_dict
+from w3async.learn.trajectories import Trajectories
 
 TRAIN, EVAL = 0, 1
 LOGS = ("learner.jsonl", "episodes.jsonl", "inference.jsonl")  # the logs a checkpoint's counters cover

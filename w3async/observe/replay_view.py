@@ -1,5 +1,5 @@
 """Replays as the dashboard's viewer draws them: one JSON shape for any game, converted
-here from the duel's replay files (w3async.replay). Served by status.py at /replay/latest.
+here from the duel's replay files (w3async.games.duel.replay). Served by status.py at /replay/latest.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def replay_view(path: Path) -> dict:
     optional: without it the viewer derives sight from `types`.
 
     A `.json` file is taken as that format already; any other file is a duel replay,
-    read with w3async.replay and converted by _duel_replay_view: the one place to adapt."""
+    read with w3async.games.duel.replay and converted by _duel_replay_view: the one place to adapt."""
     path = Path(path)
     try:
         if path.suffix == ".json":
@@ -34,7 +34,7 @@ def replay_view(path: Path) -> dict:
             view = _duel_replay_view(path)
     except ReplayError:
         raise
-    except (OSError, ValueError) as e:  # w3async.replay.ReplayError is a ValueError naming the file
+    except (OSError, ValueError) as e:  # w3async.games.duel.replay.ReplayError is a ValueError naming the file
         raise ReplayError(str(e) if str(path) in str(e) else f"replay {path}: {e}") from None
     for k in ("map", "steps"):
         if k not in view:
@@ -70,8 +70,8 @@ def _duel_cells(map_id: int) -> tuple[int, int, list[int]]:
 
 
 def _duel_replay_view(path: Path) -> dict:
-    """A duel replay (w3async.replay) with states, in the viewer's format."""
-    from .replay import UNIT_FIELDS, read_replay  # noqa: PLC0415 (not needed for JSON replays)
+    """A duel replay (w3async.games.duel.replay) with states, in the viewer's format."""
+    from w3async.games.duel.replay import UNIT_FIELDS, read_replay  # noqa: PLC0415 (not needed for JSON replays)
 
     rep = read_replay(path, require_end=False)
     hd = rep.header

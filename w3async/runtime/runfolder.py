@@ -15,8 +15,8 @@ import os
 import signal
 from pathlib import Path
 
-from . import procs
-from .rows import list_segments, unlink_segment
+from w3async.runtime import procs
+from w3async.sync.table import list_segments, unlink_segment
 
 
 class RunError(RuntimeError):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import layout
+from w3async.sync import layout
 
 
 @dataclass(frozen=True)

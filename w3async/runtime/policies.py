@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import layout
-from .gather import Batch
+from w3async.sync import layout
+from w3async.sync.gather import Batch
 
 
 class CheckPolicy:

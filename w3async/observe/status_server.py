@@ -35,9 +35,9 @@ from pathlib import Path
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
-from .replay_view import ReplayError, replay_view
-from .series import AI_LEVELS
-from .status_metrics import metrics_text
+from w3async.observe.replay_view import ReplayError, replay_view
+from w3async.observe.series import AI_LEVELS
+from w3async.observe.status_metrics import metrics_text
 
 SCHEMA = 1
 URL_FILE = "status.url"  # in the run folder while a live server serves it
@@ -50,7 +50,7 @@ SECURITY_HEADERS = {"Content-Security-Policy": CSP, "Cache-Control": "no-store",
 # aiohttp logs a malformed request (a port scanner, a huge header) with a traceback on
 # its server logger, which Python prints on stderr: the run's console. The client gets
 # its 400 anyway; the console stays for the progress line.
-HTTP_LOG = logging.getLogger("w3async.status.http")
+HTTP_LOG = logging.getLogger("w3async.observe.status.http")
 HTTP_LOG.propagate = False
 HTTP_LOG.addHandler(logging.NullHandler())
 

@@ -26,7 +26,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import procs
+from w3async.runtime import procs
+from w3async.runtime.native import nice_prefix
+from w3async.sync.doorbells import Doorbells, fifo_pair, shared_obs_fifo
+from w3async.sync.table import GameSegment
 
 READY_MARK = ".w3async-ready"
 BOOT_TIMEOUT_S = 180.0
@@ -258,8 +261,6 @@ class WineRuntime:
 
     def open_obs(self, run_dir: Path):
         """The obs FIFO all this runtime's games ring (made once)."""
-        from .doorbells import shared_obs_fifo  # noqa: PLC0415 (doorbells imports this module)
-
         if self.obs is None:
             self.obs = shared_obs_fifo(run_dir / "bells")
         return self.obs
@@ -269,14 +270,15 @@ class WineRuntime:
             self.prefix = acquire_prefix(self.cfg)
         return self.prefix
 
-    def doorbells(self, run_dir: Path, slot: int):
-        from .doorbells import fifo_pair  # noqa: PLC0415
+    def doorbells(self, run_dir: Path, slot: int) -> Doorbells:
+        obs = self.open_obs(run_dir)
+        bells = fifo_pair(run_dir / "bells", slot, obs)
+        # The game opens its FIFOs through Wine's Z: drive.
+        bells.child_env.update(W3S_OBS_FIFO=windows_path(obs.path), W3S_ACT_FIFO=windows_path(bells.paths[0]))
+        return bells
 
-        return fifo_pair(run_dir / "bells", slot, self.open_obs(run_dir))
-
-    def spawn(self, binary: Path, env: dict, bells, segment, nice: int, log) -> subprocess.Popen:
-        from .runtime_native import nice_prefix  # noqa: PLC0415
-
+    def spawn(self, binary: Path, env: dict, bells: Doorbells, segment: GameSegment, nice: int,
+              log) -> subprocess.Popen:
         prefix = self.ensure_prefix()
         extra = dict(env)
         extra.update(bells.child_env)

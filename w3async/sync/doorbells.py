@@ -21,8 +21,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .gather import Doorbell
-from .runtime_wine import windows_path
+from w3async.sync.gather import Doorbell
 
 _EVENTFD_ONE = (1).to_bytes(8, "little")
 
@@ -117,7 +116,7 @@ def eventfd_pair(obs: SharedObs) -> Doorbells:
 
 
 def fifo_pair(folder: Path, slot: int, obs: SharedObs) -> Doorbells:
-    """The shared obs FIFO and a new act FIFO for a Windows game, named to it by Z: path."""
+    """The shared obs FIFO and a new act FIFO for a Windows game; the runtime names them
+    to the game (W3S_OBS_FIFO, W3S_ACT_FIFO, as its own paths) in child_env."""
     act_fd, act_path = _open_fifo(folder / f"act-{slot}.fifo")
-    env = {"W3S_OBS_FIFO": windows_path(obs.path), "W3S_ACT_FIFO": windows_path(act_path)}
-    return Doorbells("fifo", obs.fd, act_fd, env, (), (act_path,))
+    return Doorbells("fifo", obs.fd, act_fd, {}, (), (act_path,))
