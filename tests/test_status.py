@@ -230,7 +230,14 @@ async def test_games_route(served):
     assert body["games"][1]["causes"] == {"crash": 1}
 
 
-PROM_LINE = re.compile(r'^w3async_[a-z0-9_]+(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? -?[0-9.e+-]+$')
+def prom_families(text: str) -> dict:
+    """{family name: (type, {(sample name, sorted labels): value})}, read by prometheus_client's own parser."""
+    from prometheus_client.parser import text_string_to_metric_families
+    fams = {}
+    for fam in text_string_to_metric_families(text):
+        assert fam.name not in fams, fam.name
+        fams[fam.name] = (fam.type, {(s.name, tuple(sorted(s.labels.items()))): s.value for s in fam.samples})
+    return fams
 
 
 async def test_metrics_prometheus_text(served):
@@ -239,20 +246,48 @@ async def test_metrics_prometheus_text(served):
     await server.refresh_now()
     r = await client.get("/metrics")
     text = await r.text()
-    assert r.status == 200 and r.content_type == "text/plain"
-    names = set()
-    for ln in text.splitlines():
-        if ln.startswith("# TYPE"):
-            _, _, name, kind = ln.split()
-            assert kind in ("gauge", "counter") and name not in names
-            names.add(name)
-        elif not ln.startswith("# HELP"):
-            assert PROM_LINE.match(ln), ln
-    for want in ("w3async_agent_steps_total 1234", 'w3async_games{state="running"} 2',
-                 'w3async_game_restarts_total{cause="crash"} 1', 'w3async_eval_games_total{level="ai:easy"} 4',
-                 'w3async_inference_latency_ms{stat="p95"} 4', "w3async_learner_updates_total 5",
-                 "w3async_league_snapshots 2", "w3async_up 1"):
-        assert want in text.splitlines(), want
+    assert r.status == 200 and r.content_type == "text/plain" and "version=0.0.4" in r.headers["Content-Type"]
+    fams = prom_families(text)
+    assert {t for t, _ in fams.values()} <= {"gauge", "counter"}
+    samples = {k: v for _, ss in fams.values() for k, v in ss.items()}
+    for name, labels, value in (("w3async_agent_steps_total", (), 1234), ("w3async_games", (("state", "running"),), 2),
+                                ("w3async_game_restarts_total", (("cause", "crash"),), 1),
+                                ("w3async_eval_games_total", (("level", "ai:easy"),), 4),
+                                ("w3async_inference_latency_ms", (("stat", "p95"),), 4),
+                                ("w3async_learner_updates_total", (), 5), ("w3async_league_snapshots", (), 2),
+                                ("w3async_up", (), 1)):
+        assert samples[(name, labels)] == value, name
+    assert fams["w3async_agent_steps"][0] == "counter" and fams["w3async_uptime_seconds"][0] == "gauge"
+    # the same figures as /status
+    st = await (await client.get("/status")).json()
+    assert samples[("w3async_inference_rounds_total", ())] == st["inference"]["rounds"]
+    for level, tally in st["evaluation"].items():
+        assert samples[("w3async_eval_win_rate", (("level", level), ("window", "all")))] == tally["win_rate"]
+    # docs/status.md's /metrics table names every family (a counter's with its `_total`) and no other
+    doc = (REPO / "docs" / "status.md").read_text().split("## `GET /metrics`")[1].split("\n## ")[0]
+    documented = set(re.findall(r"`(w3async_[a-z0-9_]+)`", doc))
+    assert {name + ("_total" if t == "counter" else "") for name, (t, _) in fams.items()} == documented
+    assert {name for name, _ in samples} <= documented
+
+
+def test_metrics_text_escapes_labels_and_leaves_out_nulls():
+    """A label value with a quote, a backslash or a newline reads back as it was; a null figure has no sample."""
+    run = {"live": True, "uptime_s": None}
+    odd = 'ai:"hard"\\x\nnext'
+    st = dict(run=run, steps=dict(agent_steps=7, per_s=None),
+              games=dict(running=1, starting=0, restarting=0, failed=0, stopped=0, restarts_by_cause={}, bad_rows=0),
+              inference={k: None for k in ("rounds", "rows_per_round", "latency_ms_mean", "latency_ms_p95",
+                                           "latency_ms_max", "compute_ms_mean", "compute_share")},
+              learner={k: None for k in ("updates", "update_s", "wait_s", "staleness", "policy_loss", "value_loss",
+                                         "entropy", "approx_kl")},
+              league=dict(snapshots=0), episodes=dict(total=3), checkpoint=None,
+              evaluation={odd: dict(games=2, wins=1, win_rate=0.5, recent_win_rate=None)})
+    fams = prom_families(metrics_text(st))
+    assert fams["w3async_eval_games"][1] == {("w3async_eval_games_total", (("level", odd),)): 2.0}
+    assert fams["w3async_eval_win_rate"][1] == {("w3async_eval_win_rate", (("level", odd), ("window", "all"))): 0.5}
+    assert fams["w3async_uptime_seconds"][1] == {} and fams["w3async_checkpoint_age_seconds"][1] == {}
+    assert fams["w3async_agent_steps"][1] == {("w3async_agent_steps_total", ()): 7.0}
+    assert fams["w3async_up"][1] == {("w3async_up", ()): 1.0}
 
 
 async def test_page_static_and_series(served):

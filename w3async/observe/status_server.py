@@ -36,8 +36,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
 from w3async.observe.replay_view import ReplayError, replay_view
-from w3async.observe.series import AI_LEVELS
-from w3async.observe.status_metrics import metrics_text
+from w3async.observe.status_metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE, metrics_text
 
 SCHEMA = 1
 URL_FILE = "status.url"  # in the run folder while a live server serves it
@@ -403,10 +402,10 @@ class HttpThread:
 
     async def _metrics(self, request: web.Request) -> web.Response:
         body = self._lazy_body("/metrics", lambda: metrics_text(self.published).encode())
-        return web.Response(body=body, content_type="text/plain", headers={"X-Prometheus-Format": "0.0.4"})
+        return web.Response(body=body, headers={"Content-Type": METRICS_CONTENT_TYPE})
 
     async def _series(self, request: web.Request) -> web.Response:
-        body = self._lazy_body("/series", lambda: _dumps(dict(schema=SCHEMA, levels=list(AI_LEVELS),
+        body = self._lazy_body("/series", lambda: _dumps(dict(schema=SCHEMA, levels=list(self.view.series.eval_levels),
                                                               plots=self.view.series.plots())))
         return web.Response(body=body, content_type="application/json")
 
