@@ -24,7 +24,7 @@ import torch
 
 from w3async.learn.inference import InferenceEngine, synthetic_batch
 from w3async.learn.network import NetConfig, Network, obs_from_numpy
-from w3async.games.spec import NULL_SPEC
+from w3async.games.null import NULL_SPEC
 
 try:  # the reference game's spec when it exists; the null game's otherwise
     from w3async.games.duel.spec import DUEL_SPEC as SPEC

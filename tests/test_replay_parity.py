@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from w3async import replay_parity as rp
+from w3async.games.duel import parity as rp
 from w3async.games.duel.replay import ReplayError, read_replay
 
 from .conftest import need

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from w3async import games
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -222,7 +224,7 @@ _CHOICES = {
     ("games", "role"): ("train", "eval"),
     ("supervisor", "policy"): ("check", "random", "network"),
     ("supervisor", "gather"): ("c", "numpy"),
-    ("", "game"): ("null", "duel"),
+    ("", "game"): games.NAMES,  # the games registry, read at each check (a game registered later counts)
 }
 
 

@@ -35,5 +35,3 @@ class GameSpec:
         if self.pointer_head is not None and self.head_sizes[self.pointer_head] < layout.E_MAX:
             raise ValueError(f"{self.name}: pointer head {self.pointer_head} needs {layout.E_MAX} choices")
 
-
-NULL_SPEC = GameSpec("null", n_types=8, head_sizes=(16, 16, 16, layout.E_MAX), pointer_head=3)

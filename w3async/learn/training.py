@@ -55,6 +55,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from w3async import games
 from w3async.sync import layout
 from w3async.learn.checkpoint import CKPT_DIR, CheckpointError, CheckpointLoadError, describe, load_latest, save_checkpoint
 from w3async.sync.gather import Batch
@@ -74,13 +75,6 @@ class RoundError(RuntimeError):
     """A round that could not be submitted (or rows submitted again before their answer).
     Raised to the caller of Training.round() with nothing recorded for the round's rows;
     the run is asked to stop with it as the cause (Training.failure)."""
-
-
-def opponent_of(env: dict) -> str:
-    """The label of a group's second side from the duel's W3D_SIDES ("agent,ai:easy" ->
-    "ai:easy"); "self" for two agent sides or a game without sides."""
-    sides = [x.strip() for x in env.get("W3D_SIDES", "agent,agent").split(",")]
-    return sides[1] if len(sides) > 1 and sides[1] != "agent" else "self"
 
 
 def _subset(res, keep: np.ndarray):
@@ -134,7 +128,7 @@ class Training:
             rows = np.arange(s.row0, s.row0 + s.nrows)
             self.row_role[rows] = EVAL if s.group.role == "eval" else TRAIN
             self.row_game[rows] = s.index
-            label = opponent_of(s.group.env)
+            label = games.get(r.game).opponent_of(s.group.env)  # the game labels its opponents
             for i in rows:
                 self.row_label[i] = label
             if s.group.role == "train" and s.group.sides == 2:

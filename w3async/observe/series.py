@@ -10,7 +10,7 @@ The original system's run page re-read and re-binned every episode on each refre
   when time runs past the last bin, neighbours merge and the width doubles. A plot
   reads at most `max_bins` points, whatever the run's length.
 - `RunSeries`: the dashboard's series (steps/s, round latency, update time and wait,
-  restarts, win rate against each built-in AI level) and the running totals that
+  restarts, win rate against each evaluation level) and the running totals that
   /status reports, fed live (the status server's sampler) or from the run's files.
 - `RunFiles`: tails the run folder's JSON-lines files (docs/logs.md) from where it
   last stopped, whole lines only, and feeds a RunSeries; the same code serves a live
@@ -29,11 +29,10 @@ from pathlib import Path
 
 import numpy as np
 
-# Evaluation opponents (the built-in AI's levels), in the order the plots use.
-AI_LEVELS = ("ai:easy", "ai:normal", "ai:hard")
+from w3async import games
+
 RESULTS = {"win": 1, "draw": 0, "loss": -1}
 NO_RESULT = -2  # "truncated" (or anything else): counted as an episode, not in win rates
-_LEVEL = {lvl: i for i, lvl in enumerate(AI_LEVELS)}
 RECENT = 100  # episodes in a "recent" win rate, per level
 
 
@@ -197,15 +196,20 @@ class LevelTally:
 
 
 SAMPLE_FIELDS = ("steps_per_s", "latency_ms", "latency_p95_ms", "latency_max_ms", "compute_ms", "update_s", "wait_s", "restarts")
-EPISODE_FIELDS = tuple(f"{p}:{lvl}" for lvl in AI_LEVELS for p in ("score", "n")) + ("score:train", "n:train")
+
+
+def episode_fields(levels: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(f"{p}:{lvl}" for lvl in levels for p in ("score", "n")) + ("score:train", "n:train")
+
 
 # The dashboard's plots: name -> list of (label, bins, field, aggregation). "trailing":
 # the mean over the latest bins that hold at least TRAILING_N records (a bin of a few
 # evaluation games is a coin toss; the line shows the rate over the last >= 20 games).
 TRAILING_N = 20
+WIN_RATE = "win_rate"  # one line per evaluation level, in the levels' order
 PLOTS = {
     "steps_per_s": [("agent steps/s", "samples", "steps_per_s", "mean")],
-    "win_rate": [(lvl, "episodes", f"score:{lvl}", "trailing") for lvl in AI_LEVELS],
+    WIN_RATE: [],
     "latency_ms": [("round latency mean", "samples", "latency_ms", "mean"),
                    ("round latency p95", "samples", "latency_p95_ms", "mean"),
                    ("round latency max", "samples", "latency_max_ms", "max"),
@@ -217,12 +221,16 @@ PLOTS = {
 
 class RunSeries:
     """The run's series and running totals. Times are unix seconds; `t0` is the run's
-    start (the first time seen, or run_start's when known)."""
+    start (the first time seen, or run_start's when known). `levels`: the evaluation
+    opponents' labels, in the plots' order (default: every registered game's, from
+    the games registry)."""
 
-    def __init__(self, max_bins: int = 240):
+    def __init__(self, max_bins: int = 240, levels: tuple[str, ...] | None = None):
+        self.eval_levels: tuple[str, ...] = games.eval_levels() if levels is None else tuple(levels)
+        self._level = {lvl: i for i, lvl in enumerate(self.eval_levels)}
         self.t0: float | None = None
         self.samples = Bins(SAMPLE_FIELDS, max_bins)
-        self.episode_bins = Bins(EPISODE_FIELDS, max_bins)
+        self.episode_bins = Bins(episode_fields(self.eval_levels), max_bins)
         self.episodes = Columns(dict(t="f8", level="i1", result="i1", steps="i4", ret="f4", version="i4"))
         self.levels: dict[str, LevelTally] = {}
         self.train = LevelTally()
@@ -283,13 +291,13 @@ class RunSeries:
         t = np.asarray(t, dtype=np.float64)
         self._t(float(t.min()))
         r = np.array([RESULTS.get(x, NO_RESULT) for x in results], dtype=np.int8)
-        level = np.array([_LEVEL.get(o, -1) for o in opponents], dtype=np.int8)
+        level = np.array([self._level.get(o, -1) for o in opponents], dtype=np.int8)
         ev = np.array(evals, dtype=bool)
         self.episodes.extend(t=t, level=level, result=r, steps=steps, ret=rets, version=versions)
         self.opponents.update(opponents)
         score = np.where(r == 1, 1.0, np.where(r == 0, 0.5, 0.0))
         decided = r != NO_RESULT  # a "truncated" episode has no result: not in the win rates
-        for k, lvl in enumerate(AI_LEVELS):
+        for k, lvl in enumerate(self.eval_levels):
             m = ev & (level == k) & decided
             if m.any():
                 self.levels.setdefault(lvl, LevelTally()).add_many(r[m])
@@ -309,6 +317,8 @@ class RunSeries:
         t0 = self.t0 or 0.0
         out = {}
         for name, lines in PLOTS.items():
+            if name == WIN_RATE:
+                lines = [(lvl, "episodes", f"score:{lvl}", "trailing") for lvl in self.eval_levels]
             out[name] = []
             for label, which, fld, agg in lines:
                 bins = self.samples if which == "samples" else self.episode_bins
@@ -317,7 +327,7 @@ class RunSeries:
         return out
 
     def evaluation(self) -> dict:
-        return {lvl: self.levels[lvl].as_dict() for lvl in AI_LEVELS if lvl in self.levels}
+        return {lvl: self.levels[lvl].as_dict() for lvl in self.eval_levels if lvl in self.levels}
 
 
 # inference.RoundStatsWindow.flush() names its means "<x>_mean_ms"; docs/logs.md names

@@ -31,14 +31,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from w3async import games
 from w3async.observe.logs import console
 from w3async.observe.status_metrics import metrics_text  # noqa: F401 (part of this API)
 from w3async.observe.replay_view import ReplayError, replay_view  # noqa: F401 (part of this API)
-from w3async.observe.series import AI_LEVELS, RunFiles, RunSeries  # noqa: F401 (AI_LEVELS: part of this API)
+from w3async.observe.series import RunFiles, RunSeries
 from w3async.observe.status_server import CSP, SCHEMA, URL_FILE, HttpThread, Limits, allowed_hosts, connection_cap, is_loopback  # noqa: F401
 
-REPLAY_DIR = "replays"  # where recipes point the eval games' W3D_RECORD_DIR
-REPLAY_SUFFIXES = (".w3dr", ".json")
 
 
 class StatusError(RuntimeError):
@@ -125,7 +124,8 @@ class RunView:
         self._rounds_per_s: float | None = None
         self._scan_at = -1e9
         self._folder: dict = dict(checkpoint=None, snapshots=0, latest_snapshot=None)
-        self._replays: tuple[float, str | None] = (-1.0, None)  # replays/'s mtime, its newest file
+        self._replays: tuple[tuple, str | None] = ((), None)  # the replay folders' mtimes, their newest file
+        self._replay_dirs: dict[str, tuple[str, ...]] | None = None  # the run's game's, once recipe.json names it
         self._recipe_games: list[dict] | None = None
 
     # ---- feeding --------------------------------------------------------------------
@@ -180,26 +180,51 @@ class RunView:
         self._scan_replays()
         return out
 
-    def _scan_replays(self) -> None:
-        """The newest finished replay in replays/ (where the eval games record), listed
-        again only when the folder changed: a long run's thousands of replays are not
-        listed every second."""
-        d = self.run_dir / REPLAY_DIR
+    def _replay_folders(self) -> dict[str, tuple[str, ...]]:
+        """{folder in the run: replay file suffixes} of the run's game (recipe.json's
+        `game`, from the games registry), or of every registered game when the run's
+        game is not known (yet)."""
+        if self._replay_dirs is not None:
+            return self._replay_dirs
         try:
-            mtime = os.stat(d).st_mtime
-        except OSError:
-            return
-        if mtime == self._replays[0]:
+            found, known = [games.get(json.loads((self.run_dir / "recipe.json").read_text()).get("game"))], True
+        except (OSError, ValueError, AttributeError, games.UnknownGame):
+            found, known = games.all_games(), False
+        out: dict[str, tuple[str, ...]] = {}
+        for g in found:
+            if g.replay_dir:
+                out[g.replay_dir] = tuple(dict.fromkeys(out.get(g.replay_dir, ()) + tuple(g.replay_suffixes)))
+        if known:
+            self._replay_dirs = out
+        return out
+
+    def _scan_replays(self) -> None:
+        """The newest finished replay in the game's replay folder (where the eval games
+        record), listed again only when the folder changed: a long run's thousands of
+        replays are not listed every second."""
+        folders = self._replay_folders()
+        mtimes = []
+        for d in folders:
+            try:
+                mtimes.append((d, os.stat(self.run_dir / d).st_mtime))
+            except OSError:
+                pass
+        if not mtimes or tuple(mtimes) == self._replays[0]:
             return
         best, best_t = None, -1.0
-        with os.scandir(d) as it:
-            for e in it:
-                # not the .part being written, nor a symbolic link (it could lead out of the run folder)
-                if e.name.endswith(REPLAY_SUFFIXES) and e.is_file(follow_symlinks=False):
-                    t = e.stat().st_mtime
-                    if t > best_t:
-                        best, best_t = e.path, t
-        self._replays = (mtime, best)
+        for d, _ in mtimes:
+            suffixes = folders[d]
+            try:
+                with os.scandir(self.run_dir / d) as it:
+                    for e in it:
+                        # not the .part being written, nor a symbolic link (it could lead out of the run folder)
+                        if e.name.endswith(suffixes) and e.is_file(follow_symlinks=False):
+                            t = e.stat().st_mtime
+                            if t > best_t:
+                                best, best_t = e.path, t
+            except OSError:
+                continue
+        self._replays = (tuple(mtimes), best)
 
     # ---- reading --------------------------------------------------------------------
 
@@ -312,7 +337,7 @@ class RunView:
     def latest_replay(self) -> str | None:
         """The replay to show: the source's `latest_replay_path()` when it has one (in
         the last snapshot), else the latest evaluation episode's `replay`
-        (episodes.jsonl), else the newest finished file in replays/. The server serves it
+        (episodes.jsonl), else the newest finished file in the game's replay folder. The server serves it
         only where it resolves inside the run folder."""
         p = (self._snap or {}).get("replay") or self.series.last_eval_replay or self._replays[1]
         if not p:

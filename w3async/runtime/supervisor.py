@@ -44,7 +44,7 @@ from w3async.learn.checkpoint import CheckpointError
 from w3async.runtime.runfolder import RunError, RunLock, cleanup_previous_run
 from w3async.runtime.native import NativeRuntime
 from w3async.runtime.wine import WineConfig, WineError, WineRuntime, windows_path
-from w3async.games.spec import NULL_SPEC, GameSpec
+from w3async import games
 
 
 # Slot states, as /status and the events name them.
@@ -88,23 +88,13 @@ class Slot:
         return self.proc.pid if self.proc else None
 
 
-def spec_for(name: str) -> GameSpec:
-    if name == "null":
-        return NULL_SPEC
-    if name == "duel":
-        from w3async.games.duel.spec import DUEL_SPEC  # noqa: PLC0415 (the duel lands separately)
-
-        return DUEL_SPEC
-    raise ValueError(f"unknown game spec {name!r}")
-
-
 class Supervisor:
     """Runs one recipe in one run folder. `await run()` returns when the run ends."""
 
     def __init__(self, recipe: Recipe, run_dir: Path, policy: Callable | None = None):
         self.recipe = recipe
         self.run_dir = Path(run_dir)
-        self.spec = spec_for(recipe.game)
+        self.spec = games.get(recipe.game).spec
         self._policy = policy
         self.slots: list[Slot] = []
         self.table: Table | None = None

@@ -1,1 +1,34 @@
-"""w3async.games.duel."""
+"""The duel (games/duel/, docs/duel.md): the reference game's registry entry.
+
+Opponents are labelled from the process's `W3D_SIDES` ("agent,ai:easy" -> "ai:easy");
+evaluation plays the built-in AI's three levels; eval groups record replays into the
+run's `replays/` (`W3D_RECORD_DIR = "{run_dir}/replays"`), which viewer.py draws and
+parity.py plays back.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from w3async.games import Game
+from w3async.games.duel.spec import DUEL_SPEC
+
+AI_LEVELS = ("ai:easy", "ai:normal", "ai:hard")
+REPLAY_DIR = "replays"  # where recipes point the eval games' W3D_RECORD_DIR
+
+
+def opponent_of(env: dict) -> str:
+    """The label of a group's second side from W3D_SIDES ("agent,ai:easy" -> "ai:easy");
+    "self" for two agent sides or no W3D_SIDES."""
+    sides = [x.strip() for x in env.get("W3D_SIDES", "agent,agent").split(",")]
+    return sides[1] if len(sides) > 1 and sides[1] != "agent" else "self"
+
+
+def replay_view(path: Path) -> dict | None:
+    from w3async.games.duel.viewer import replay_view as view  # noqa: PLC0415 (only when a replay is shown)
+
+    return view(path)
+
+
+GAME = Game(name="duel", spec=DUEL_SPEC, opponent_of=opponent_of, eval_levels=AI_LEVELS, replay_dir=REPLAY_DIR,
+            replay_suffixes=(".w3dr", ".json"), replay_view=replay_view, parity="w3async.games.duel.parity")

@@ -1,4 +1,5 @@
-"""Replay parity: does a change leave the duel simulation identical?
+"""Replay parity: does a change leave the duel simulation identical? The duel's parity
+tool (its games registry entry names this module); run it as
 
     python -m w3async.replay_parity REPLAY... [--env KEY=a,b ...] [--runtime native,wine] [--native-exe P]
                                     [--steps N] [--timeout S]
@@ -30,10 +31,11 @@ import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, ContextManager
 
 from w3async.games.duel.replay import FieldDiff, Replay, ReplayError, diff_step, read_replay
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[3]
 NATIVE_EXE = REPO / "build" / "native" / "duel"
 WIN_EXE = REPO / "build" / "win64" / "duel.exe"
 
@@ -223,7 +225,10 @@ def report(results: list[Result], out=None) -> None:
                 print(f"    {f.what} {f.field}: {f.a} vs {f.b}", file=out)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, acquire_wine_prefix: Callable[[], ContextManager] | None = None) -> int:
+    """The command line. acquire_wine_prefix: a context manager factory giving a Wine
+    prefix (.command, .env) for --runtime wine; w3async.replay_parity passes the
+    runtime's (this package does not import the runtime)."""
     ap = argparse.ArgumentParser(prog="python -m w3async.replay_parity", description=__doc__.split("\n\n")[0])
     ap.add_argument("replays", nargs="+", type=Path)
     ap.add_argument("--env", action="append", default=[], help="KEY=a,b: one variant per value (repeatable)")
@@ -250,11 +255,13 @@ def main(argv: list[str] | None = None) -> int:
     with ExitStack() as stack:
         prefix = None
         if "wine" in runtimes:
-            from w3async.runtime.wine import WineConfig, WineError, acquire_prefix
-
+            if acquire_wine_prefix is None:
+                print("replay_parity: --runtime wine needs a Wine prefix: run `python -m w3async.replay_parity`",
+                      file=sys.stderr)
+                return EXIT_BROKEN
             try:
-                prefix = stack.enter_context(acquire_prefix(WineConfig()))
-            except (WineError, OSError) as e:
+                prefix = stack.enter_context(acquire_wine_prefix())
+            except (RuntimeError, OSError) as e:
                 print(f"replay_parity: no Wine prefix for --runtime wine: {e}", file=sys.stderr)
                 return EXIT_BROKEN
         workdir = a.keep or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="w3a-parity-")))
