@@ -254,7 +254,7 @@ async def test_a_resume_that_cannot_load_everything_stops_before_writing(tmp_pat
         await sup.run()
     assert {d: _tree_bytes(run_dir / d) for d in ("checkpoints", "league")} == before
     assert {n: (run_dir / n).read_bytes() for n in logs} == logs
-    assert sup.training is None  # refused as it was made: no engine, no learner thread, no last checkpoint
+    assert sup.answerer is None  # refused as it was made: no engine, no learner thread, no last checkpoint
     assert not [e for e in events(run_dir) if e["event"] == "game_start" and e["ts"] > ckpt_time(ckpt)]
     shutdown = [e for e in events(run_dir) if e["event"] == "shutdown"]
     assert len(shutdown) == 2 and bad.name in shutdown[-1]["error"]
@@ -305,7 +305,7 @@ FULL_DISK_DRIVER = textwrap.dedent("""
             await asyncio.wait_for(armer, 5)
         except asyncio.TimeoutError:
             out["armed"] = False
-        out["failure"] = sup.training.failure if sup.training is not None else None
+        out["failure"] = sup.answerer.failure if sup.answerer is not None else None
 
     asyncio.run(main())
     out["after"] = digest()

@@ -87,13 +87,9 @@ async def test_resume_is_exact(tmp_path, null_native):
     assert ckpt is not None and ckpt["learner"]["version"] >= 4
     # A supervisor set up on the same folder resumes exactly what was saved.
     sup = Supervisor(recipe_from_dict(data), run_dir)
-    import asyncio
-
-    sup._loop = asyncio.get_running_loop()
-    sup._t0_wall = 0.0
-    sup._setup()  # the checkpoint is loaded (or the run refused) as the training side is made
+    await sup.setup()  # the checkpoint is loaded (or the run refused) as the training side is made
     try:
-        tr = sup.training
+        tr = sup.answerer
         saved = ckpt["learner"]
         assert tr.learner.version == saved["version"] and tr.learner.steps_trained == saved["steps_trained"]
         for k, v in saved["net"].items():
@@ -105,10 +101,7 @@ async def test_resume_is_exact(tmp_path, null_native):
         assert tr.league.state_dict()["snapshots"] == ckpt["league"]["snapshots"]
         assert sup.agent_steps == ckpt["counters"]["agent_steps"] and tr.episodes == ckpt["counters"]["episodes"]
     finally:
-        sup.table.unlink()
-        sup.table.close()
-        sup.events.close()
-        sup.lock.release()
+        await sup.close()
     # and a real second run goes on from there
     data["stop"] = {"updates": ckpt["learner"]["version"] + 2, "seconds": 120}
     await run(data, run_dir)
@@ -258,7 +251,7 @@ async def test_league_and_game_churn_never_breaks_a_round(tmp_path, null_native,
     async def killer():
         rng = random.Random(0)
         next_kill = KILL_EVERY
-        while not sup._stopping:
+        while not sup.stopping:
             await asyncio.sleep(0.02)
             if sup.rounds >= ROUNDS:
                 sup.request_stop()
@@ -280,7 +273,7 @@ async def test_league_and_game_churn_never_breaks_a_round(tmp_path, null_native,
         await sup.run()
     finally:
         task.cancel()
-    tr = sup.training
+    tr = sup.answerer
     ev = events(run_dir)
     errors = [e for e in ev if e.get("level") == "error"]
     assert not errors, errors[:5]

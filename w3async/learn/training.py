@@ -66,14 +66,15 @@ from w3async.observe.logs import JsonLog
 from w3async.learn.network import Network
 from w3async.recipes import recipe_to_dict
 from w3async.learn.trajectories import Trajectories
+from w3async.runtime.answerer import RunControl, RunFailure
 
 TRAIN, EVAL = 0, 1
 LOGS = ("learner.jsonl", "episodes.jsonl", "inference.jsonl")  # the logs a checkpoint's counters cover
 
 
-class RoundError(RuntimeError):
+class RoundError(RunFailure):
     """A round that could not be submitted (or rows submitted again before their answer).
-    Raised to the caller of Training.round() with nothing recorded for the round's rows;
+    Raised to the caller of Training.submit() with nothing recorded for the round's rows;
     the run is asked to stop with it as the cause (Training.failure)."""
 
 
@@ -101,19 +102,22 @@ def _offset_after_updates(data: bytes, version: int) -> int:
 
 
 class Training:
-    """Owns the engine, the trajectories, the learner and its thread, the league, the
-    evaluation tallies and the checkpoints of one run. start()/stop() by the supervisor."""
+    """The learning side as the supervisor's Answerer (runtime/answerer.py): owns the
+    engine, the trajectories, the learner and its thread, the league, the evaluation
+    tallies and the checkpoints of one run, and reaches the run only through its
+    RunControl."""
 
-    def __init__(self, sup):
-        r = sup.recipe
-        self.sup, self.recipe, self.run_dir = sup, r, Path(sup.run_dir)
-        n_rows = sup.table.n_rows
-        self.engine = InferenceEngine(sup.spec, r.network, device=r.inference.device, n_slots=r.inference.n_slots,
+    def __init__(self, control: RunControl):
+        r = control.recipe
+        self.control, self.recipe, self.run_dir = control, r, Path(control.run_dir)
+        self.counts = control.counters  # agent steps and rounds: the run's, one place
+        n_rows = control.n_rows
+        self.engine = InferenceEngine(control.spec, r.network, device=r.inference.device, n_slots=r.inference.n_slots,
                                       max_rows=n_rows, n_table_rows=n_rows, num_threads=r.inference.num_threads,
                                       seed=r.inference.seed)
         self.traj = Trajectories(n_rows, r.trajectories, state_dim=r.network.d_model if r.network.gru else None)
         torch.manual_seed(r.inference.seed)
-        self.learner = Learner(Network(sup.spec, r.network), r.learner, device=r.inference.device, pause=self._pause)
+        self.learner = Learner(Network(control.spec, r.network), r.learner, device=r.inference.device, pause=self._pause)
         self.learner.net.load_state_dict(self.engine.nets[0].state_dict())
         self.league = League(self.run_dir, r.league)
         self.opponents = OpponentSlots(r.inference.n_slots - 1, self.engine.load_slot)
@@ -124,7 +128,7 @@ class Training:
         self.row_return = np.zeros(n_rows, np.float64)
         self.row_label: list[str] = ["self"] * n_rows
         self.row_game = np.full(n_rows, -1, np.int32)
-        for s in sup.slots:
+        for s in control.games:
             rows = np.arange(s.row0, s.row0 + s.nrows)
             self.row_role[rows] = EVAL if s.group.role == "eval" else TRAIN
             self.row_game[rows] = s.index
@@ -149,7 +153,6 @@ class Training:
         self._inflight = 0
         self._round_stats: list = []
         self._waiting: list[tuple[int, int]] = []  # per round: (rows gathered, rows waiting in all)
-        self._obs_col, self._act_col = sup.table.column("obs_seq"), sup.table.column("act_seq")
         # Rounds in flight, per table row: `_live` (a round for it is computing; it must
         # not be submitted again before the answer) and `_epoch` (its resets so far: an
         # answer for an earlier epoch is stale and touches neither holds nor trajectories).
@@ -199,7 +202,7 @@ class Training:
             raise CheckpointLoadError(e.path, f"{e.cause} (named by the checkpoint {path})", e.errno) from e
         c = ckpt["counters"]
         try:
-            self.sup.agent_steps = int(c.get("agent_steps", 0))
+            self.counts.agent_steps = int(c.get("agent_steps", 0))
             self.episodes = int(c.get("episodes", 0))
             for level, counts in c.get("eval_totals", {}).items():
                 self.eval_totals[level].update(counts)
@@ -207,7 +210,7 @@ class Training:
             raise CheckpointLoadError(path, f"its counters are malformed ({describe(e)})") from e
         self.updates_done = self.learner.version
         self.last_checkpoint = path
-        self._saved = (self.learner.version, self.sup.agent_steps, self.episodes)
+        self._saved = (self.learner.version, self.counts.agent_steps, self.episodes)
         return ckpt
 
     def _cut_logs(self, ckpt: dict | None) -> dict[str, int]:
@@ -245,14 +248,14 @@ class Training:
         """A `resume` record in each log (and events.jsonl): the checkpoint's counters,
         which every line after it continues from, and the lines cut."""
         rec = dict(checkpoint=ckpt["path"] if ckpt else None, updates=self.learner.version,
-                   agent_steps=self.sup.agent_steps, episodes=self.episodes)
+                   agent_steps=self.counts.agent_steps, episodes=self.episodes)
         for name, log in (("learner.jsonl", self.learner_log), ("episodes.jsonl", self.episodes_log),
                           ("inference.jsonl", self.inference_log)):
             log.info("resume", **rec, cut_lines=cut.get(name, 0))
         if ckpt is not None:
-            self.sup.events.info("resume", **rec, snapshots=len(self.league.snapshots), cut_lines=cut)
+            self.control.events.info("resume", **rec, snapshots=len(self.league.snapshots), cut_lines=cut)
         else:
-            self.sup.events.warning("logs_cut", reason="no checkpoint: the run starts from zero", cut_lines=cut)
+            self.control.events.warning("logs_cut", reason="no checkpoint: the run starts from zero", cut_lines=cut)
 
     def stop(self) -> None:
         """Stop the learner thread (its update finishes), end the worker, write a last
@@ -264,7 +267,7 @@ class Training:
             self._thread.join()
         try:
             self.engine.stop()
-            if self._saved != (self.learner.version, self.sup.agent_steps, self.episodes):
+            if self._saved != (self.learner.version, self.counts.agent_steps, self.episodes):
                 self.checkpoint()
         except CheckpointError as e:
             self._fail(f"last checkpoint failed: {e}")
@@ -280,7 +283,7 @@ class Training:
             self.failure = reason
 
     def _event(self, level: str, event: str, **kw) -> None:
-        ev = self.sup.events
+        ev = self.control.events
         if ev is not None:
             try:
                 getattr(ev, level)(event, **kw)
@@ -288,7 +291,7 @@ class Training:
                 pass
 
     def counters(self) -> dict:
-        return dict(agent_steps=self.sup.agent_steps, episodes=self.episodes, updates=self.learner.version,
+        return dict(agent_steps=self.counts.agent_steps, episodes=self.episodes, updates=self.learner.version,
                     eval_totals={k: dict(v) for k, v in self.eval_totals.items()})
 
     def checkpoint(self) -> Path:
@@ -356,7 +359,7 @@ class Training:
 
     # ---- rounds (the loop thread) -----------------------------------------------------
 
-    def round(self, b: Batch) -> None:
+    def submit(self, b: Batch) -> None:
         """Answer a gathered batch through the networks (asynchronously). Raises
         RoundError when the engine does not take the round: nothing of it is recorded
         (no trajectory step, no episode, no hold), and the run is asked to stop."""
@@ -364,13 +367,13 @@ class Training:
         rows = b.rows[:n].astype(np.int64)
         # Rows waiting anywhere (gathered now, held in flight or by back-pressure): the
         # share a round answers of them says how well rounds batch (inference.jsonl).
-        self._waiting.append((n, int(np.count_nonzero(self._obs_col != self._act_col))))
+        self._waiting.append((n, self.control.waiting_rows()))
         if self.traj.full:
             # Back-pressure: the train groups' rows wait, unanswered and unseen, until the
             # learner takes a batch (unblock); evaluation rows go on.
             waiting = self.row_role[rows] == TRAIN
             if waiting.any():
-                self.sup.gatherer.hold(rows[waiting])
+                self.control.hold(rows[waiting])
                 self._held.append(rows[waiting])
                 b.select(~waiting)
                 n = b.n
@@ -391,7 +394,7 @@ class Training:
         self._live[rows] = True
         epochs = self._epoch[rows].copy()
         self.rows_submitted += n
-        self.sup.gatherer.hold(rows)
+        self.control.hold(rows)
         self._inflight += 1
         loop = self._loop
         fut.add_done_callback(lambda f: loop.call_soon_threadsafe(self._answered, f, rows, epochs))
@@ -402,7 +405,7 @@ class Training:
     def _round_failed(self, reason: str) -> RoundError:
         self._fail(reason)
         self._event("error", "round_failed", error=reason)
-        self.sup._finish(reason)
+        self.control.fail(reason)
         return RoundError(reason)
 
     def _answered(self, fut, rows: np.ndarray, epochs: np.ndarray) -> None:
@@ -413,11 +416,11 @@ class Training:
             reason = f"inference round failed: {e!r}"
             self._fail(reason)
             self._event("error", "round_failed", error=reason)
-            self.sup._finish(reason)
+            self.control.fail(reason)
             return
         if not (np.isfinite(res.value).all() and np.isfinite(res.logp).all()):
             self.nonfinite_outputs += 1  # the checks keep NaN out of the inputs; count, never answer it
-            self.sup.events.error("nonfinite_output", rows=res.rows[:8].tolist())
+            self.control.events.error("nonfinite_output", rows=res.rows[:8].tolist())
         # Rows whose game restarted while the round computed: their answer is stale. It
         # must not release the rows (a round of the new game may hold them) nor complete
         # a trajectory step of the new game.
@@ -431,23 +434,18 @@ class Training:
         self.answer_errors += int(np.count_nonzero(~self._live[rows]))
         self._live[rows] = False
         self.rows_answered += len(rows)
-        g = self.sup.gatherer
-        g.release(res.rows)
-        if not self.sup._stopping:
-            g.answer(res.rows, res.obs_seq, res.actions, res.versions)
+        self.control.release(res.rows)
         self.traj.record_answer(res)
-        self.sup.agent_steps += len(res.rows)
-        self.sup.rounds += 1
         self._round_stats.append((res.stats, self.learner_phase != "idle"))
-        self.sup.check_stop_steps()
+        self.control.answer(res.rows, res.obs_seq, res.actions, res.versions)
 
     def unblock(self) -> None:
         """The learner took a batch: the held train rows may go on."""
         if self._held and not self.traj.full:
             for rows in self._held:
-                self.sup.gatherer.release(rows)
+                self.control.release(rows)
             self._held.clear()
-            self.sup.schedule_round()
+            self.control.schedule_round()
 
     def _ended_episodes(self, b: Batch, rows: np.ndarray) -> list[tuple[int, int, str]]:
         """(row, batch index, opponent label) of the episodes this batch ends, labelled
@@ -506,7 +504,7 @@ class Training:
         if self.row_slot[row] != 0:
             self.traj.cut(np.array([row]))  # its sequence so far was the current policy's
 
-    def on_rows_reset(self, rows: slice) -> None:
+    def rows_reset(self, rows: slice) -> None:
         """A game (re)started on these rows: cut their sequences, free their opponents."""
         idx = np.arange(rows.start, rows.stop)
         self.traj.cut(idx)
@@ -521,6 +519,12 @@ class Training:
         self.row_return[idx] = 0.0
         if self.engine.running:  # a GRU's state per row; queued on the worker
             self.engine.reset_rows(idx)
+
+    def progress(self) -> str:
+        """The console's words on learning: updates, the last update's time, win rates."""
+        wins = " ".join(f"{k} {v['rate']:.0%}/{v['n']}" for k, v in self.win_rates().items() if v["rate"] is not None)
+        upd = self.last_update.get("update_s")
+        return f"updates {self.learner.version}" + (f" ({upd:.1f} s)" if upd else "") + (f" | {wins}" if wins else "")
 
     def win_rates(self) -> dict:
         return {k: dict(rate=round(float(np.mean(v)), 4) if v else None, n=len(v),
@@ -572,7 +576,7 @@ class Training:
                 loop.call_soon_threadsafe(self.unblock)
                 if not all(np.isfinite(a).all() for a in (tb.glob, tb.ent, tb.reward, tb.value, tb.logp)):
                     self.nonfinite_batches += 1  # never trained on: the checks should make this impossible
-                    self.sup.events.error("nonfinite_batch", batch=self.traj.stats.batches)
+                    self.control.events.error("nonfinite_batch", batch=self.traj.stats.batches)
                     continue
                 self.learner_phase = "update"
                 wait0 = self.traj.stats.wait_s
@@ -598,7 +602,7 @@ class Training:
                 if version % self.recipe.checkpoint.every_updates == 0:
                     self.checkpoint()
                 if self.recipe.stop.updates and version >= self.recipe.stop.updates:
-                    loop.call_soon_threadsafe(self.sup.request_stop)
+                    loop.call_soon_threadsafe(self.control.request_stop)
                     return
         except CheckpointError as e:  # a disk that is full or read-only: a cause, not a traceback
             self.learner_phase = "failed"
@@ -615,6 +619,6 @@ class Training:
     def _tell_supervisor(self, loop) -> None:
         """Hand `failure` to the supervisor's loop as the reason to end the run."""
         try:
-            loop.call_soon_threadsafe(self.sup._finish, self.failure)
+            loop.call_soon_threadsafe(self.control.fail, self.failure)
         except RuntimeError:  # the loop is gone: the run is over anyway
             pass

@@ -1,12 +1,17 @@
-"""Policies the supervisor can answer with before a network is involved.
+"""Policies the supervisor can answer with before a network is involved, and the
+answerer that wraps them.
 
 A policy maps a gathered Batch to (actions (n, N_HEADS) int32, versions (n,) uint32).
 """
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
+from w3async.observe.logs import JsonLog
+from w3async.runtime.answerer import RunControl
 from w3async.sync import layout
 from w3async.sync.gather import Batch
 
@@ -35,3 +40,54 @@ class RandomPolicy:
         scores = self.rng.random((n, layout.N_HEADS, layout.HEAD_MAX), dtype=np.float32)
         scores[b.mask[:n] == 0] = -1.0
         return scores.argmax(axis=2).astype(np.int32), self.versions[:n]
+
+
+class PolicyAnswerer:
+    """An Answerer (runtime/answerer.py) that answers each batch at once with a policy
+    (check, random, or one a test or benchmark passes), and logs the rounds' counts to
+    inference.jsonl."""
+
+    failure: str | None = None
+
+    def __init__(self, control: RunControl, policy: Callable[[Batch], tuple[np.ndarray, np.ndarray]]):
+        self.control = control
+        self.policy = policy
+        self.log: JsonLog | None = None
+        self._last = (0, 0)
+
+    def start(self, loop) -> None:
+        self.log = JsonLog(self.control.run_dir / "inference.jsonl")
+
+    def submit(self, b: Batch) -> None:
+        n = b.n
+        actions, versions = self.policy(b)
+        self.control.answer(b.rows[:n], b.obs_seq[:n], actions, versions)
+
+    def rows_reset(self, rows: slice) -> None:
+        pass  # nothing pending: every batch was answered as it came
+
+    def flush_round_stats(self) -> dict | None:
+        c = self.control.counters
+        rounds, rows = c.rounds - self._last[0], c.agent_steps - self._last[1]
+        self._last = (c.rounds, c.agent_steps)
+        if not rounds or self.log is None:
+            return None
+        line = dict(rounds=rounds, rows=rows, rows_per_round=round(rows / rounds, 2), learner_phase="none")
+        self.log.info("rounds", **line)
+        return line
+
+    def progress(self) -> str:
+        return ""
+
+    def stop(self) -> None:
+        if self.log is not None:
+            self.log.close()
+
+
+def policy_answerer(control: RunControl, name: str) -> PolicyAnswerer:
+    """The recipe's fixed policy ("check" or "random") as an answerer."""
+    if name == "check":
+        return PolicyAnswerer(control, CheckPolicy(control.n_rows))
+    if name == "random":
+        return PolicyAnswerer(control, RandomPolicy(control.n_rows))
+    raise ValueError(f"supervisor.policy {name!r} is not a fixed policy ('check', 'random')")

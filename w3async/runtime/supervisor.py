@@ -37,10 +37,10 @@ from w3async.runtime import procs
 from w3async.sync.doorbells import Doorbells
 from w3async.sync.gather import make_gatherer
 from w3async.observe.logs import JsonLog, console
-from w3async.runtime.policies import CheckPolicy, RandomPolicy
+from w3async.runtime.answerer import Answerer, Counters, RunControl, RunFailure
+from w3async.runtime.policies import PolicyAnswerer, policy_answerer
 from w3async.recipes import GameGroup, Recipe, recipe_to_dict
 from w3async.sync.table import Table, segment_name
-from w3async.learn.checkpoint import CheckpointError
 from w3async.runtime.runfolder import RunError, RunLock, cleanup_previous_run
 from w3async.runtime.native import NativeRuntime
 from w3async.runtime.wine import WineConfig, WineError, WineRuntime, windows_path
@@ -89,7 +89,13 @@ class Slot:
 
 
 class Supervisor:
-    """Runs one recipe in one run folder. `await run()` returns when the run ends."""
+    """Runs one recipe in one run folder.
+
+    Lifecycle, as aiohttp's runner has it: `await setup()` owns the run folder, makes the
+    table and the answerer (a checkpoint is loaded there, or the run refused) and installs
+    the signal handlers; `await run()` sets up if that was not done, starts the games and
+    returns when the run ends, after `close()`; `await close()` is the shutdown (idempotent).
+    `policy`, when given, answers every batch instead of the recipe's policy."""
 
     def __init__(self, recipe: Recipe, run_dir: Path, policy: Callable | None = None):
         self.recipe = recipe
@@ -102,14 +108,15 @@ class Supervisor:
         self.events: JsonLog | None = None
         self.lock: RunLock | None = None
         self.runtimes: dict[str, object] = {}
-        self.training = None  # training.Training where a network answers
+        self.answerer: Answerer | None = None  # a fixed policy, or learn.training.Training
+        self.control: RunControl | None = None  # the answerer's handle on the run
+        self.counters = Counters()
         self.status_server = None  # status.StatusServer while it serves
-        self.agent_steps = 0
-        self.rounds = 0
-        self.bad_rows = 0
         self.error: str | None = None
         self.leftovers: dict = {}
-        self.on_rows_reset: list[Callable[[slice], None]] = []  # e.g. the learner's trajectory cut
+        self._set_up = self._closed = False
+        self._signals_installed = False
+        self._old_handler = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop = asyncio.Event()
         self._stopping = False
@@ -148,11 +155,6 @@ class Supervisor:
         self.lock.write(pid=os.getpid(), started=time.time(), shm=name, pgids=[])
         self.table = Table(name, n_rows, games=ranges, run_id=os.getpid())
         self.gatherer = make_gatherer(self.table, n_games, self.spec.n_types, r.supervisor.gather)
-        if self._policy is None:
-            if r.supervisor.policy == "check":
-                self._policy = CheckPolicy(n_rows)
-            elif r.supervisor.policy == "random":
-                self._policy = RandomPolicy(n_rows)
         row = 0
         for g in r.games:
             if g.runtime not in self.runtimes:
@@ -165,11 +167,15 @@ class Supervisor:
                 self.slots.append(Slot(i, g, self.runtimes[g.runtime], r.binary_path(g), row, nrows,
                                        self.run_dir / "games" / f"slot-{i}.log"))
                 row += nrows
-        if r.supervisor.policy == "network" and self._policy is None:
+        self.control = RunControl(self)
+        if self._policy is not None:
+            self.answerer = PolicyAnswerer(self.control, self._policy)
+        elif r.supervisor.policy == "network":
             from w3async.learn.training import Training  # noqa: PLC0415 (torch only where a network answers)
 
-            self.training = Training(self)
-            self.on_rows_reset.append(self.training.on_rows_reset)
+            self.answerer = Training(self.control)  # loads the latest checkpoint, or refuses the run
+        else:
+            self.answerer = policy_answerer(self.control, r.supervisor.policy)
         self.events.info("run_start", run=self.run_dir.name, recipe=r.name, pid=os.getpid(), shm=self.table.name,
                          rows=n_rows, games=n_games, gather=r.supervisor.gather, policy=r.supervisor.policy)
 
@@ -236,8 +242,8 @@ class Supervisor:
             s.bells.close()
             s.bells = None
         self.table.reset_rows(s.row0, s.row0 + s.nrows)
-        for cut in self.on_rows_reset:
-            cut(s.rows)
+        if self.answerer is not None:
+            self.answerer.rows_reset(s.rows)
 
     def _note_posted(self, s: Slot) -> None:
         """Did this start post any row? Read before its rows are reset: a game that
@@ -372,8 +378,8 @@ class Supervisor:
         try:
             fn(*args)
         except Exception as e:  # noqa: BLE001 (the barrier: every fault is recorded and handled)
-            if self.training is not None and self.training.failure is not None:
-                self._finish(self.training.failure)  # the learning side failed with its cause, already said
+            if self.answerer is not None and self.answerer.failure is not None:
+                self._finish(self.answerer.failure)  # the answerer failed with its cause, already said
                 return
             slot = next((a for a in args if isinstance(a, Slot)), None)
             self._fault(where, e, slot)
@@ -433,20 +439,11 @@ class Supervisor:
         b = self.gatherer.gather()
         if b.bad:
             self._on_bad_rows(b.bad)
-        n = b.n
-        if not n:
-            return
-        if self.training is not None:
-            self.training.round(b)  # answered when its round comes back from the worker
-            return
-        actions, versions = self._policy(b)
-        self.gatherer.answer(b.rows[:n], b.obs_seq[:n], actions, versions)
-        self.agent_steps += n
-        self.rounds += 1
-        self.check_stop_steps()
+        if b.n:
+            self.answerer.submit(b)  # answered through RunControl.answer, now or when its round is back
 
     def check_stop_steps(self) -> None:
-        if self.recipe.stop.steps and self.agent_steps >= self.recipe.stop.steps:
+        if self.recipe.stop.steps and self.counters.agent_steps >= self.recipe.stop.steps:
             self._finish(None)
 
     def schedule_round(self) -> None:
@@ -460,7 +457,7 @@ class Supervisor:
         seen = set()
         games = [int(self.gatherer.row_game[r.row]) for r in bad]  # before a kill detaches a game's rows
         for r, gi in zip(bad, games):
-            self.bad_rows += 1
+            self.counters.bad_rows += 1
             s = self.slots[gi] if gi >= 0 else None
             row = self.table.rows[r.row]
             self.events.error("bad_row", slot=gi, row=r.row, lane=int(row["lane"]), side=int(row["side"]),
@@ -509,24 +506,10 @@ class Supervisor:
             console(f"w3async: {self.recipe.name} status on {self.status_server.url}")
 
     async def _log_rounds(self) -> None:
-        """Once a second: the rounds' statistics into inference.jsonl (with a network, the
-        training side's per-round figures; otherwise the round and row counts)."""
-        log = None if self.training is not None else JsonLog(self.run_dir / "inference.jsonl")
-        last_rounds, last_steps = self.rounds, self.agent_steps
-        try:
-            while not self._stop.is_set():
-                await asyncio.sleep(1.0)
-                if log is None:
-                    self.training.flush_round_stats()
-                    continue
-                rounds, rows = self.rounds - last_rounds, self.agent_steps - last_steps
-                last_rounds, last_steps = self.rounds, self.agent_steps
-                if rounds:
-                    log.info("rounds", rounds=rounds, rows=rows, rows_per_round=round(rows / rounds, 2),
-                             learner_phase="none")
-        finally:
-            if log is not None:
-                log.close()
+        """Once a second: the answerer's round statistics into inference.jsonl."""
+        while not self._stop.is_set():
+            await asyncio.sleep(1.0)
+            self.answerer.flush_round_stats()
 
     async def _progress(self) -> None:
         every = self.recipe.supervisor.progress_s
@@ -546,12 +529,8 @@ class Supervisor:
                 continue
             line = (f"w3async {self.recipe.name} | {now - self._t0:7.1f} s | {self.agent_steps:,} steps | "
                     f"{rate:,.0f} steps/s | {self.summary_games()}")
-            if self.training is not None:
-                t = self.training
-                wins = " ".join(f"{k} {v['rate']:.0%}/{v['n']}" for k, v in t.win_rates().items() if v["rate"] is not None)
-                upd = t.last_update.get("update_s")
-                line += f" | updates {t.learner.version}" + (f" ({upd:.1f} s)" if upd else "") + (f" | {wins}" if wins else "")
-            console(line)
+            more = self.answerer.progress()
+            console(line + (f" | {more}" if more else ""))
 
     def summary_games(self) -> str:
         states = collections.Counter(s.state for s in self.slots)
@@ -573,61 +552,110 @@ class Supervisor:
 
     # ---- lifecycle ----------------------------------------------------------------
 
+    @property
+    def agent_steps(self) -> int:
+        return self.counters.agent_steps
+
+    @property
+    def rounds(self) -> int:
+        return self.counters.rounds
+
+    @property
+    def bad_rows(self) -> int:
+        return self.counters.bad_rows
+
+    @property
+    def stopping(self) -> bool:
+        """The shutdown has begun: no new rounds, answers no longer written."""
+        return self._stopping
+
     def request_stop(self) -> None:
         """Stop the run (SIGINT, SIGTERM, a stop condition)."""
         self._finish(None)
+
+    def fail(self, reason: str) -> None:
+        """End the run with this cause (a clean shutdown follows)."""
+        self._finish(reason)
 
     def _finish(self, error: str | None) -> None:
         if error and not self.error:
             self.error = error
         self._stop.set()
 
-    async def run(self) -> dict:
-        """Run until a stop condition, a signal or a fatal error; then shut down. Returns
-        stats(); raises RunError when the run failed."""
+    async def setup(self) -> None:
+        """Own the run folder, make the table, the slots and the answerer (a checkpoint is
+        loaded, or the run refused, here), install the signal handlers and the loop's
+        fault barrier. Raises RunError (set-up failed: nothing of the run is left running)."""
+        if self._set_up:
+            return
+        self._set_up = True
         self._loop = asyncio.get_running_loop()
         self._t0, self._t0_wall, self._cpu0 = time.monotonic(), time.time(), _cpu_s()
-        signals = (signal.SIGINT, signal.SIGTERM)
-        for sig in signals:  # installed until the shutdown is complete: a second signal hurries it
+        for sig in _SIGNALS:  # installed until the shutdown is complete: a second signal hurries it
             self._loop.add_signal_handler(sig, self._on_signal, sig)
-        old_handler = self._loop.get_exception_handler()
+        self._signals_installed = True
+        self._old_handler = self._loop.get_exception_handler()
         self._loop.set_exception_handler(self._loop_exception)
-        tasks = []
         try:
+            self._setup()
+        except (WineError, RunError, RunFailure) as e:  # a cause, said as it is
+            self.setup_failed = True
+            self._finish(str(e))
+        except Exception as e:  # noqa: BLE001 (the barrier around set-up)
+            self.setup_failed = True
+            self._fault("set-up", e)
+        if self.error:
+            await self.close()
+            raise RunError(self.error)
+
+    async def run(self) -> dict:
+        """Run until a stop condition, a signal or a fatal error; then close(). Returns
+        stats(); raises RunError when the run failed."""
+        await self.setup()
+        tasks: list[asyncio.Task] = []
+        try:
+            await self._start(tasks)
+            timeout = self.recipe.stop_after_s or None
             try:
-                await self._start(tasks)
-                timeout = self.recipe.stop_after_s or None
-                try:
-                    await asyncio.wait_for(self._stop.wait(), timeout)
-                except asyncio.TimeoutError:
-                    pass
-            except (WineError, RunError, CheckpointError) as e:  # a cause, said as it is
-                self.setup_failed = isinstance(e, CheckpointError) or self.setup_failed
-                self._finish(str(e))
-            except Exception as e:  # noqa: BLE001 (the barrier around set-up and the wait)
-                # Before any game started, a failure is the set-up's: bad input (exit 2).
-                self.setup_failed = not any(s.proc is not None for s in self.slots)
-                self._fault("set-up" if self.setup_failed else "run", e)
-            finally:
-                for t in tasks:
-                    t.cancel()
-                if self.lock is not None:  # set-up got as far as owning the run folder
-                    await self._shutdown()
+                await asyncio.wait_for(self._stop.wait(), timeout)
+            except asyncio.TimeoutError:
+                pass
+        except (WineError, RunError, RunFailure) as e:  # a cause, said as it is
+            self._finish(str(e))
+        except Exception as e:  # noqa: BLE001 (the barrier around the start and the wait)
+            # Before any game started, a failure is the set-up's: bad input (exit 2).
+            self.setup_failed = not any(s.proc is not None for s in self.slots)
+            self._fault("set-up" if self.setup_failed else "run", e)
         finally:
-            for sig in signals:
-                self._loop.remove_signal_handler(sig)
-            self._loop.set_exception_handler(old_handler)
+            for t in tasks:
+                t.cancel()
+            await self.close()
         st = self.stats()
         if self.error:
             raise RunError(self.error)
         return st
 
+    async def close(self) -> None:
+        """The shutdown (idempotent): games asked, then ended; the answerer stopped (its
+        last checkpoint); Wine ended; shared memory unlinked; the leftover check and the
+        shutdown record; then the signal handlers removed."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self.lock is not None:  # set-up got as far as owning the run folder
+                await self._shutdown()
+        finally:
+            if self._signals_installed:
+                for sig in _SIGNALS:
+                    self._loop.remove_signal_handler(sig)
+                self._loop.set_exception_handler(self._old_handler)
+                self._signals_installed = False
+
     async def _start(self, tasks: list) -> None:
-        self._setup()
         if self.recipe.status.enabled:
             await self._start_status()
-        if self.training is not None:
-            await self._loop.run_in_executor(None, self.training.start, self._loop)
+        await self._loop.run_in_executor(None, self.answerer.start, self._loop)
         tasks.append(self._task(self._log_rounds(), "round statistics"))
         for s in self.slots:
             if self._stop.is_set():
@@ -691,13 +719,13 @@ class Supervisor:
                     await step(f"slot {s.index}", self._unwire, s)
                 if s.state not in (FAILED,):
                     s.state = STOPPED
-        if self.training is not None:
-            # The learner's update finishes, then a last checkpoint (resumable). A write
-            # that fails is the run's cause (the previous checkpoint is intact).
+        if self.answerer is not None:
+            # With a learner: its update finishes, then a last checkpoint (resumable). A
+            # write that fails is the run's cause (the previous checkpoint is intact).
             try:
-                await self._loop.run_in_executor(None, self.training.stop)
-            except CheckpointError as e:
-                self.error = self.error or self.training.failure or str(e)
+                await self._loop.run_in_executor(None, self.answerer.stop)
+            except RunFailure as e:
+                self.error = self.error or self.answerer.failure or str(e)
             except Exception as e:  # noqa: BLE001 (collected: the clean-up goes on)
                 errors.append(f"final checkpoint: {type(e).__name__}: {e}")
         killed_wine = []
@@ -721,7 +749,7 @@ class Supervisor:
         if self.events is not None:
             self.events.info("shutdown", error=self.error, agent_steps=self.agent_steps, rounds=self.rounds,
                              seconds=round(st["seconds"], 3), cpu_s=round(st["cpu_s"], 3), faults=self.faults,
-                             learning_failure=self.training.failure if self.training is not None else None,
+                             answerer_failure=self.answerer.failure if self.answerer is not None else None,
                              shutdown_errors=errors, leftovers=self.leftovers)
             self.events.close()
         self.lock.release()
@@ -752,6 +780,8 @@ class Supervisor:
         while any(s.proc.poll() is None for s in slots) and time.monotonic() < deadline and not (hurry and self._hurry):
             await asyncio.sleep(0.02)
 
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 # A start that failed for lack of a resource is retried; anything else would fail again.
 _TRANSIENT_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM, errno.ENOSPC, errno.EINTR, errno.EBUSY}
