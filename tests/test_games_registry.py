@@ -97,6 +97,10 @@ def test_the_parity_entry_dispatches_by_game(tmp_path, capsys):
     assert replay_parity.main(["--game", "null", "r.w3dr"]) == replay_parity.EXIT_BROKEN
     assert "no parity tool" in capsys.readouterr().err
     assert replay_parity.tool_for(None).__name__ == games.get("duel").parity  # the one game that has one
+    bad = tmp_path / "bad.w3dr"
+    bad.write_bytes(b"not a replay")
+    assert replay_parity.main(["--game", "duel", str(bad), "--native-exe", "/bin/true"]) == replay_parity.EXIT_BROKEN
+    assert "cannot load" in capsys.readouterr().out
 
 
 def third_recipe(binary: Path, types: int, seconds: float) -> dict:

@@ -57,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
             name = a.partition("=")[2]
             del argv[i]
             break
+    if "-h" in argv or "--help" in argv:
+        print(__doc__.split("\n\n")[1] + "\n")
     try:
         tool = tool_for(name)
     except SystemExit as e:
