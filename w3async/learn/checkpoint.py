@@ -5,10 +5,10 @@
     ckpt = load_latest(run_dir)          # None for a fresh run
     learner.load_state_dict(ckpt["learner"]); league.load_state_dict(ckpt["league"]); ...
 
-Every file is written the same way (atomic_save): a temporary file in the same folder,
-flushed and fsync'ed, renamed over its name, then the folder fsync'ed so that the
-rename itself survives a crash. The `latest` pointer (a one-line text file naming the
-checkpoint) is written the same way after the checkpoint, so a crash or an error at any
+Every file is written the same way (atomic_save, over w3async.files.atomic_write): a
+temporary file in the same folder, flushed and fsync'ed, renamed over its name, then the
+folder fsync'ed so that the rename itself survives a crash. The `latest` pointer (a
+one-line text file naming the checkpoint) is written the same way after the checkpoint, so a crash or an error at any
 point leaves `latest` naming a complete checkpoint: the previous one or the new one.
 Without a pointer (a crash between the first checkpoint's rename and the pointer's),
 load_latest() takes the newest ckpt-*.pt.
@@ -32,14 +32,15 @@ Errors are typed, with the file and the cause (issue 9, items 7 and 9):
 
 from __future__ import annotations
 
-import errno as _errno
 import io
-import os
 import time
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import torch
+
+from w3async import files
+from w3async.files import describe  # noqa: F401 (part of this module's API: league, training)
 
 FORMAT = 1
 CKPT_DIR = "checkpoints"
@@ -65,13 +66,6 @@ class CheckpointLoadError(CheckpointError):
     doing = "cannot resume from"
 
 
-def describe(e: BaseException) -> str:
-    """An error as a cause: "File too large [EFBIG]" for an OSError, else its repr."""
-    if isinstance(e, OSError) and e.errno:
-        return f"{os.strerror(e.errno)} [{_errno.errorcode.get(e.errno, e.errno)}]"
-    return repr(e)
-
-
 def _dump(obj: Any, f: BinaryIO) -> None:
     """The serialiser (a seam: the tests make it fail halfway). Serialised in memory,
     then written: torch.save's zip writer turns a failed write (ENOSPC, EFBIG) into a
@@ -81,39 +75,14 @@ def _dump(obj: Any, f: BinaryIO) -> None:
     f.write(buf.getbuffer())
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def atomic_write(path: Path, write) -> None:
-    """Call write(f) on a temporary file next to `path`, fsync it, rename it to `path`,
-    fsync the folder. On any error the temporary file is removed and `path` is untouched
-    (the old file, or none); an OSError (ENOSPC, EFBIG, EROFS, EACCES, ENOTDIR, ...)
-    becomes a CheckpointWriteError naming `path`, anything else propagates as it is.
-    (SIGXFSZ: a process over RLIMIT_FSIZE is killed by it unless it ignores it; then
-    the write fails with EFBIG, like a full disk.)"""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    """w3async.files.atomic_write (temporary file, fsync, rename, folder fsync; on any
+    error the temporary file is removed and `path` is untouched), its OSError as a
+    CheckpointWriteError naming `path`; anything else propagates as it is."""
     try:
-        try:
-            with open(tmp, "wb") as f:
-                write(f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                tmp.unlink(missing_ok=True)
-            except OSError:  # the folder itself is gone or unwritable: nothing was made there
-                pass
-            raise
-        _fsync_dir(path.parent)
-    except OSError as e:
-        raise CheckpointWriteError(path, describe(e), e.errno) from e
+        files.atomic_write(path, write)
+    except files.AtomicWriteError as e:
+        raise CheckpointWriteError(e.path, e.cause, e.errno) from e.__cause__
 
 
 def atomic_save(obj: Any, path: Path) -> None:
@@ -138,10 +107,8 @@ def save_checkpoint(
     atomic_write(ckdir / POINTER, lambda f: f.write(name.encode() + b"\n"))
     for old in sorted(ckdir.glob("ckpt-*.pt"))[:-keep]:
         if old.name != name:
-            try:
-                old.unlink(missing_ok=True)
-            except OSError:  # the new checkpoint is complete and pointed at: an old file left is harmless
-                pass
+            # the new checkpoint is complete and pointed at: an old file left is harmless
+            files.discard(old, best_effort=True)
     return ckdir / name
 
 

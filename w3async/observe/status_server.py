@@ -35,6 +35,7 @@ from pathlib import Path
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
+from w3async.files import atomic_write_text, discard
 from w3async.observe.replay_view import ReplayError, replay_view
 from w3async.observe.status_metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE, metrics_text
 
@@ -310,10 +311,7 @@ class HttpThread:
             self.loop.call_soon_threadsafe(self.loop.stop)
             await asyncio.get_running_loop().run_in_executor(None, thread.join, 5.0)
         if self.url_file is not None:
-            try:
-                self.url_file.unlink()
-            except FileNotFoundError:
-                pass
+            discard(self.url_file)
             self.url_file = None
 
     # ---- building (in the thread) -------------------------------------------------
@@ -341,9 +339,7 @@ class HttpThread:
             self._ip.prune(now)
             if self.write_url_file and self.url_file is None and v.run_dir.is_dir():
                 path = v.run_dir / URL_FILE
-                tmp = path.with_suffix(".tmp")
-                tmp.write_text(self.url + "\n")
-                os.replace(tmp, path)
+                atomic_write_text(path, self.url + "\n")
                 self.url_file = path
         except Exception as e:  # noqa: BLE001 (the server outlives a bad build; the last one serves)
             self.error = repr(e)

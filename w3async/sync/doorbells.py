@@ -25,6 +25,9 @@ from w3async.sync.gather import Doorbell
 
 _EVENTFD_ONE = (1).to_bytes(8, "little")
 
+# Removing a FIFO that may already be gone: the stdlib's unlink(missing_ok=True), not
+# w3async.files.discard, since sync/ imports nothing else of the package.
+
 
 @dataclass
 class SharedObs:
@@ -47,10 +50,7 @@ class SharedObs:
         except OSError:
             pass
         if self.path:
-            try:
-                os.unlink(self.path)
-            except FileNotFoundError:
-                pass
+            Path(self.path).unlink(missing_ok=True)
 
 
 def shared_obs_eventfd() -> SharedObs:
@@ -66,10 +66,7 @@ def shared_obs_fifo(folder: Path) -> SharedObs:
 def _open_fifo(p: Path) -> tuple[int, str]:
     """A fresh FIFO, opened read-write and non-blocking before any game opens it."""
     p.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        p.unlink()
-    except FileNotFoundError:
-        pass
+    p.unlink(missing_ok=True)
     os.mkfifo(p, 0o600)
     return os.open(p, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC), str(p)
 
@@ -102,10 +99,7 @@ class Doorbells:
         except OSError:
             pass
         for p in self.paths:
-            try:
-                os.unlink(p)
-            except FileNotFoundError:
-                pass
+            Path(p).unlink(missing_ok=True)
 
 
 def eventfd_pair(obs: SharedObs) -> Doorbells:
