@@ -27,65 +27,27 @@ import resource
 import signal
 import time
 import traceback
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 
 from w3async.sync import layout
 from w3async.runtime import procs
-from w3async.sync.doorbells import Doorbells
 from w3async.sync.gather import make_gatherer
 from w3async.observe.logs import JsonLog, console
 from w3async.runtime.answerer import Answerer, Counters, RunControl, RunFailure
 from w3async.runtime.policies import PolicyAnswerer, policy_answerer
-from w3async.recipes import GameGroup, Recipe, recipe_to_dict
+from w3async.recipes import Recipe, recipe_to_dict
 from w3async.sync.table import Table, segment_name
 from w3async.runtime.runfolder import RunError, RunLock, cleanup_previous_run
+from w3async.runtime.slots import Slot, SlotState, decide_restart
 from w3async.runtime.native import NativeRuntime
 from w3async.runtime.wine import WineConfig, WineError, WineRuntime, windows_path
 from w3async import games
 
 
-# Slot states, as /status and the events name them.
-STARTING, RUNNING, RESTARTING, FAILED, STOPPED = "starting", "running", "restarting", "failed", "stopped"
-
-
-@dataclass
-class Slot:
-    """One game process's place in the run: its rows, its process, its history."""
-
-    index: int
-    group: GameGroup
-    runtime: object
-    binary: Path
-    row0: int
-    nrows: int
-    log_path: Path
-    state: str = STARTING
-    proc: object = None
-    pidfd: int = -1
-    bells: Doorbells | None = None
-    starts: int = 0
-    restarts: int = 0
-    causes: collections.Counter = field(default_factory=collections.Counter)
-    fail_streak: int = 0  # starts in a row that never posted a row
-    started_at: float = 0.0
-    progress_at: float = 0.0  # when its rows' sequence numbers last moved
-    seq_sum: int = 0
-    posted: bool = False  # has this start posted a row yet
-    restart_handle: object = None
-    segment: str = ""  # this start's segment: every process the game starts carries its name
-    short_streak: int = 0  # starts in a row that lived less than min_uptime_s (the backoff's exponent)
-    restart_times: collections.deque = field(default_factory=collections.deque)  # counted in the budget
-
-    @property
-    def rows(self) -> slice:
-        return slice(self.row0, self.row0 + self.nrows)
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc else None
+STARTING, RUNNING, RESTARTING, FAILED, STOPPED = (SlotState.STARTING, SlotState.RUNNING, SlotState.RESTARTING,
+                                                 SlotState.FAILED, SlotState.STOPPED)
 
 
 class Supervisor:
@@ -321,24 +283,11 @@ class Supervisor:
         not counted. Every other restart (exit 0 included) is counted in the budget
         (restart_budget in restart_window_s) and backs off, doubling per short-lived
         start in a row; a slot over its budget is marked failed."""
-        sv = self.recipe.supervisor
-        now = time.monotonic()
-        s.restarts += 1
-        s.causes[cause] += 1
-        healthy = s.posted and now - s.started_at >= sv.min_uptime_s
-        s.short_streak = 0 if healthy else s.short_streak + 1
-        if cause == "recycle" and healthy:
-            delay = 0.0
-        else:
-            s.restart_times.append(now)
-            while now - s.restart_times[0] > sv.restart_window_s:
-                s.restart_times.popleft()
-            if len(s.restart_times) > sv.restart_budget:
-                top = ", ".join(f"{k} {v}" for k, v in s.causes.most_common(3))
-                self._fail_slot(s, f"{s.binary} needed {len(s.restart_times)} restarts in {sv.restart_window_s:g} s, "
-                                   f"over its budget of {sv.restart_budget} (causes so far: {top})")
-                return
-            delay = min(sv.backoff_max_s, sv.backoff_s * 2 ** max(0, s.short_streak - 1))
+        d = decide_restart(s, cause, time.monotonic(), self.recipe.supervisor)
+        if d.fail:
+            self._fail_slot(s, d.fail)
+            return
+        delay = d.delay_s
         s.state = RESTARTING
         self.events.info("game_restart", slot=s.index, cause=cause, delay_s=round(delay, 3), restarts=s.restarts)
         s.restart_handle = self._loop.call_later(delay, self._barrier, "spawn", self._spawn, s)

@@ -1,0 +1,95 @@
+"""A game slot: one game process's place in the run (its rows, its process, its
+history), its states, and the restart policy (the budget and the backoff).
+
+The policy is a pure decision over a slot's history, so the supervisor only acts on it
+and the tests can check it without a process (tests/test_supervisor.py runs it for real).
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from w3async.sync.doorbells import Doorbells
+
+
+class SlotState(str, enum.Enum):
+    """A slot's state, as /status, /games and the events name it."""
+
+    STARTING = "starting"
+    RUNNING = "running"
+    RESTARTING = "restarting"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+    def __str__(self) -> str:  # the plain name in JSON and on the console
+        return self.value
+
+
+@dataclass
+class Slot:
+    """One game process's place in the run: its rows, its process, its history."""
+
+    index: int
+    group: object  # recipes.GameGroup
+    runtime: object  # runtime.native.NativeRuntime or runtime.wine.WineRuntime
+    binary: Path
+    row0: int
+    nrows: int
+    log_path: Path
+    state: SlotState = SlotState.STARTING
+    proc: object = None
+    pidfd: int = -1
+    bells: Doorbells | None = None
+    starts: int = 0
+    restarts: int = 0
+    causes: collections.Counter = field(default_factory=collections.Counter)
+    fail_streak: int = 0  # starts in a row that exited before their first post
+    started_at: float = 0.0
+    progress_at: float = 0.0  # when its rows' sequence numbers last moved
+    seq_sum: int = 0
+    posted: bool = False  # has this start posted a row yet
+    restart_handle: object = None
+    segment: str = ""  # this start's segment: every process the game starts carries its name
+    short_streak: int = 0  # starts in a row that lived less than min_uptime_s (the backoff's exponent)
+    restart_times: collections.deque = field(default_factory=collections.deque)  # counted in the budget
+
+    @property
+    def rows(self) -> slice:
+        return slice(self.row0, self.row0 + self.nrows)
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+
+@dataclass(frozen=True)
+class RestartDecision:
+    """Restart after delay_s, or (fail set) mark the slot failed with that reason."""
+
+    delay_s: float = 0.0
+    fail: str | None = None
+
+
+def decide_restart(s: Slot, cause: str, now: float, sv) -> RestartDecision:
+    """Count a restart of slot s (cause) in its history and decide. `sv` is the recipe's
+    [supervisor] section. A start that posted and lived min_uptime_s is healthy: its
+    recycle (exit 0, an episode quota) restarts at once and is not counted. Every other
+    restart (exit 0 included) is counted in the budget (restart_budget in
+    restart_window_s) and backs off, doubling per short-lived start in a row."""
+    s.restarts += 1
+    s.causes[cause] += 1
+    healthy = s.posted and now - s.started_at >= sv.min_uptime_s
+    s.short_streak = 0 if healthy else s.short_streak + 1
+    if cause == "recycle" and healthy:
+        return RestartDecision(0.0)
+    s.restart_times.append(now)
+    while now - s.restart_times[0] > sv.restart_window_s:
+        s.restart_times.popleft()
+    if len(s.restart_times) > sv.restart_budget:
+        top = ", ".join(f"{k} {v}" for k, v in s.causes.most_common(3))
+        return RestartDecision(fail=f"{s.binary} needed {len(s.restart_times)} restarts in {sv.restart_window_s:g} s, "
+                                    f"over its budget of {sv.restart_budget} (causes so far: {top})")
+    return RestartDecision(min(sv.backoff_max_s, sv.backoff_s * 2 ** max(0, s.short_streak - 1)))
