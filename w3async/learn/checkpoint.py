@@ -41,13 +41,14 @@ import torch
 
 from w3async import files
 from w3async.files import describe  # noqa: F401 (part of this module's API: league, training)
+from w3async.runtime.answerer import RunFailure
 
 FORMAT = 1
 CKPT_DIR = "checkpoints"
 POINTER = "latest"
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(RunFailure):
     """A checkpoint file that cannot be written or read: `path` (the file) and `cause`
     (what went wrong, e.g. "No space left on device [ENOSPC]")."""
 
