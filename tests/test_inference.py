@@ -164,17 +164,15 @@ def test_gru_state_is_kept_per_row_and_reset_on_first():
         assert (r4.state_in == 0).all()
 
 
-def test_round_stats_window_aggregates(engine):
-    from w3async.learn.inference import RoundStatsWindow
-
-    w = RoundStatsWindow()
+def test_round_stats(engine):
+    """Each round's RoundStats (Training aggregates them into inference.jsonl): its rows,
+    bucket and networks, and times that nest (latency covers compute, compute the networks)."""
     rng = np.random.default_rng(5)
     for n in (4, 8, 12):
-        w.add(engine.submit(synthetic_batch(SPEC, n, rng)).result().stats)
-    out = w.flush()
-    assert out["rounds"] == 3 and out["rows"] == 24 and out["rows_per_round"] == 8
-    assert out["latency_max_ms"] >= out["latency_mean_ms"] >= out["net_mean_ms"] > 0
-    assert w.flush()["rounds"] == 0
+        b = synthetic_batch(SPEC, n, rng)
+        st = engine.submit(b).result().stats
+        assert st.rows == n and st.bucket == b.bucket and st.slots == 1
+        assert st.latency_ms >= st.compute_ms >= st.net_ms > 0 and st.copy_ms >= 0
 
 
 def test_padding_is_zero_in_every_round(engine):

@@ -566,13 +566,15 @@ def test_tail_reads_only_new_whole_lines(tmp_path):
     assert tail.lines() == [b'{"c": 3}']
 
 
-def test_round_lines_in_either_naming(tmp_path):
-    """RoundStatsWindow.flush()'s "latency_mean_ms" reads as docs/logs.md's "latency_ms_mean"."""
+def test_round_lines_under_one_naming(tmp_path):
+    """docs/logs.md's "latency_ms_mean" (what Training writes) is read; "latency_mean_ms" is not."""
     s = RunSeries()
-    s.add_round_line(T0, {"rounds": 10, "rows": 80, "latency_mean_ms": 1.5, "latency_max_ms": 3.0,
-                          "compute_mean_ms": 0.5, "buckets": {"32": 10}})
-    assert s.last_round["latency_ms_mean"] == 1.5 and s.last_round["latency_ms_max"] == 3.0
-    assert s.plots()["latency_ms"][2]["y"] == [3.0]
+    s.add_round_line(T0, {"rounds": 10, "rows": 80, "latency_ms_mean": 1.5, "latency_ms_max": 3.0,
+                          "compute_ms_mean": 0.5, "buckets": {"32": 10}})
+    assert s.plots()["latency_ms"][2]["y"] == [3.0] and s.plots()["latency_ms"][0]["y"] == [1.5]
+    other = RunSeries()
+    other.add_round_line(T0, {"rounds": 10, "rows": 80, "latency_mean_ms": 1.5, "latency_max_ms": 3.0})
+    assert all(not any(np.isfinite(ln["y"])) for ln in other.plots()["latency_ms"])
 
 
 def test_run_files_incremental(tmp_path):
@@ -895,3 +897,20 @@ async def test_a_real_run_keeps_stepping_under_100_clients(tmp_path, null_native
     counts = eval(out.decode())  # noqa: S307 (our own child's dict of ints)
     assert counts.get(200, 0) >= 20 and set(counts) <= {200, 429}, counts  # the clients are answered
     assert server.counters["served"] >= counts[200]
+
+
+def test_a_zombie_supervisor_is_not_live(tmp_path):
+    """run.lock naming a zombie (exited, never reaped) reads as a finished run, as
+    w3async.runtime.procs counts it; a live pid reads as live."""
+    run = tmp_path / "run"
+    write_logs(run, finished=False)
+    child = subprocess.Popen(["true"])
+    try:
+        while (Path(f"/proc/{child.pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]) != b"Z":
+            time.sleep(0.01)  # until it has exited (not reaped: a zombie)
+        (run / "run.lock").write_text(json.dumps({"pid": child.pid}))
+        assert os.path.exists(f"/proc/{child.pid}") and not RunView(run).live()
+        (run / "run.lock").write_text(json.dumps({"pid": os.getpid()}))
+        assert RunView(run).live()
+    finally:
+        child.wait()

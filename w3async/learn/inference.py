@@ -63,43 +63,6 @@ class RoundStats:
     latency_ms: float  # from submit() to the result
 
 
-class RoundStatsWindow:
-    """Rounds aggregated over a window (the supervisor flushes it once a second into
-    inference.jsonl): counts, rows per round, and mean / max of each time."""
-
-    _TIMES = ("copy_ms", "queue_ms", "compute_ms", "net_ms", "latency_ms")
-
-    def __init__(self) -> None:
-        self.reset()
-
-    def reset(self) -> None:
-        self.rounds = 0
-        self.rows = 0
-        self.buckets: dict[int, int] = {}
-        self.sum = dict.fromkeys(self._TIMES, 0.0)
-        self.max = dict.fromkeys(self._TIMES, 0.0)
-
-    def add(self, st: RoundStats) -> None:
-        self.rounds += 1
-        self.rows += st.rows
-        self.buckets[st.bucket] = self.buckets.get(st.bucket, 0) + 1
-        for k in self._TIMES:
-            v = getattr(st, k)
-            self.sum[k] += v
-            self.max[k] = max(self.max[k], v)
-
-    def flush(self) -> dict:
-        """The window as a flat dict (means and maxima in ms), then start a new window."""
-        n = max(self.rounds, 1)
-        out = {"rounds": self.rounds, "rows": self.rows, "rows_per_round": self.rows / n,
-               "buckets": dict(sorted(self.buckets.items()))}
-        for k in self._TIMES:
-            out[k.replace("_ms", "_mean_ms")] = self.sum[k] / n
-            out[k.replace("_ms", "_max_ms")] = self.max[k]
-        self.reset()
-        return out
-
-
 class RoundResult(NamedTuple):
     """The answers of one round, rows in the order they were submitted. The arrays are
     the result's own (nothing is reused by later rounds)."""
@@ -178,7 +141,6 @@ class InferenceEngine:
         self._free: queue.SimpleQueue[_Inputs] = queue.SimpleQueue()
         for _ in range(n_buffers):
             self._free.put(_Inputs(max_rows, self._pin))
-        self.buffers_made = n_buffers
         self._state = (
             torch.zeros(self.n_table_rows, net_cfg.d_model, device=self.device) if net_cfg.gru else None
         )
@@ -296,7 +258,6 @@ class InferenceEngine:
             buf = self._free.get_nowait()
         except queue.Empty:  # more rounds in flight than buffers: make another set
             buf = _Inputs(self.max_rows, self._pin)
-            self.buffers_made += 1
         a = buf.np
         a["rows"][:n] = batch.rows[:n]
         buf.obs_seq[:n] = batch.obs_seq[:n]

@@ -542,6 +542,7 @@ class Training:
         rows = sum(x.rows for x in st)
         line = dict(rounds=len(st), rows=rows, rows_per_round=round(rows / len(st), 2),
                     latency_ms_mean=round(float(lat.mean()), 3), latency_ms_p95=round(float(np.percentile(lat, 95)), 3),
+                    latency_ms_max=round(float(lat.max()), 3),
                     compute_ms_mean=round(float(np.mean([x.compute_ms for x in st])), 3),
                     net_ms_mean=round(float(np.mean([x.net_ms for x in st])), 3),
                     buckets=dict(buckets), learner_phase=self.learner_phase,

@@ -257,10 +257,10 @@ class RunSeries:
 
     def add_round_line(self, t: float, rec: dict) -> None:
         """One inference.jsonl line (one second of rounds)."""
-        self.add_round_lines(np.array([t]), [round_line(rec)])
+        self.add_round_lines(np.array([t]), [rec])
 
     def add_round_lines(self, t: np.ndarray, recs: list[dict]) -> None:
-        """inference.jsonl lines (round_line()'d), one a second."""
+        """inference.jsonl lines (docs/logs.md's names, the only ones read), one a second."""
         self._t(float(np.min(t)))
         self.last_round = recs[-1]
         self.samples.add_many(t, latency_ms=_col(recs, "latency_ms_mean"), latency_p95_ms=_col(recs, "latency_ms_p95"),
@@ -328,21 +328,6 @@ class RunSeries:
 
     def evaluation(self) -> dict:
         return {lvl: self.levels[lvl].as_dict() for lvl in self.eval_levels if lvl in self.levels}
-
-
-# inference.RoundStatsWindow.flush() names its means "<x>_mean_ms"; docs/logs.md names
-# them "<x>_ms_mean". Both are read, the documented name first.
-_ROUND_ALIASES = {"latency_ms_mean": "latency_mean_ms", "latency_ms_max": "latency_max_ms",
-                  "compute_ms_mean": "compute_mean_ms", "compute_ms_max": "compute_max_ms"}
-
-
-def round_line(rec: dict) -> dict:
-    """An inference.jsonl line with the documented key names filled in from aliases."""
-    out = dict(rec)
-    for doc, alias in _ROUND_ALIASES.items():
-        if out.get(doc) is None and alias in rec:
-            out[doc] = rec[alias]
-    return out
 
 
 def _num(v) -> float:
@@ -506,7 +491,7 @@ class RunFiles:
         keep = [i for i, r in enumerate(recs) if r.get("event") == "rounds"]
         if not keep:
             return
-        recs, t = [round_line(recs[i]) for i in keep], t[keep]
+        recs, t = [recs[i] for i in keep], t[keep]
         self.rounds += sum(int(r.get("rounds") or 0) for r in recs)
         self.rows += sum(int(r.get("rows") or 0) for r in recs)
         self.series.add_round_lines(t, recs)

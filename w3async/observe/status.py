@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from w3async import games
+from w3async.procstat import alive
 from w3async.observe.logs import console
 from w3async.observe.status_metrics import metrics_text  # noqa: F401 (part of this API)
 from w3async.observe.replay_view import ReplayError, replay_view  # noqa: F401 (part of this API)
@@ -237,7 +238,7 @@ class RunView:
             pid = int(json.loads((self.run_dir / "run.lock").read_text() or "{}").get("pid", 0))
         except (OSError, ValueError, TypeError):
             return False
-        return pid > 0 and os.path.exists(f"/proc/{pid}")
+        return pid > 0 and alive(pid)  # a zombie is not a live supervisor
 
     def games(self) -> list[dict]:
         if self.live_source:

@@ -1,7 +1,7 @@
 """Processes as /proc shows them: what the supervisor and the clean-ups look for.
 
-Zombies count as gone everywhere here: a zombie runs nothing and holds no resource but
-its pid, and in a container whose init does not reap, orphans stay zombies for good.
+Zombies count as gone everywhere here (w3async.procstat: the rule, and `alive`, shared
+with the status reader).
 """
 
 from __future__ import annotations
@@ -9,28 +9,15 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-
-def _stat(pid: int | str) -> list[bytes] | None:
-    """/proc/<pid>/stat's fields after the command name (state first), or None."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-
-
-def alive(pid: int) -> bool:
-    """The process exists and is not a zombie."""
-    fields = _stat(pid)
-    return bool(fields) and fields[0] not in (b"Z", b"X")
+from w3async.procstat import GONE_STATES, alive, stat_fields  # noqa: F401 (alive: part of this API)
 
 
 def live_processes() -> Iterator[tuple[int, list[bytes]]]:
     """(pid, stat fields) of every live (non-zombie) process."""
     for d in os.listdir("/proc"):
         if d.isdigit():
-            fields = _stat(d)
-            if fields and fields[0] not in (b"Z", b"X"):
+            fields = stat_fields(d)
+            if fields and fields[0] not in GONE_STATES:
                 yield int(d), fields
 
 
