@@ -1,0 +1,282 @@
+"""The recipe's checks that are not a field's type or bound, and pydantic's errors as the
+recipe's messages. Used by recipes.py (the one way in); nothing else imports this.
+
+- value checks that a field's annotation runs after its type: no NUL in a string, a
+  plain run name, the device's syntax, a choice from recipes._CHOICES, an environment;
+- `problems_of(error, ...)`: one pydantic ValidationError entry -> today's messages,
+  "KEY = VALUE: why", the key dotted from the entry's loc (`games[1].lanes`,
+  `supervisor.hang_timeout_s`);
+- `mirror(cls)`: a learning section (a frozen stdlib dataclass of w3async.learn, which
+  holds its own __post_init__ checks) as a strict pydantic dataclass, with the bounds
+  its keys' names imply (durations at most a year, seeds >= 0);
+- `check_ranges`: what spans fields (the table's rows over every group).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import re
+import types
+import typing
+from typing import Annotated, Any, Callable
+
+import annotated_types
+from pydantic import AfterValidator, ConfigDict, Strict
+from pydantic.dataclasses import dataclass as pydantic_dataclass
+from pydantic_core import PydanticCustomError
+
+YEAR_S = 365 * 86400
+"""The longest duration a recipe may name (any key in _s, _ms, seconds or minutes)."""
+
+MAX_ROWS = 2**31 - 1
+"""Rows in the table at most (the header and the games count them in 32 bits); the
+machine's /dev/shm and memory usually bound them far lower (preflight.py)."""
+
+CONFIG = ConfigDict(extra="forbid", allow_inf_nan=False, use_attribute_docstrings=True)
+"""Every section: unknown keys refused, floats finite. Scalars are strict by their
+annotation (Strict()): no "3" -> 3, no true -> 1, ints accepted for floats."""
+
+
+def _base_type(tp: Any) -> Any:
+    """float for `float | None` (TOML has no None: only the other type can be written)."""
+    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return tp
+
+
+def _duration_unit(key: str) -> float | None:
+    """Seconds per unit of a key that names a duration by its suffix, else None."""
+    if key.endswith("_ms"):
+        return 1e-3
+    if key.endswith("_s") or key == "seconds":
+        return 1.0
+    if key == "minutes" or key.endswith("_min"):
+        return 60.0
+    return None
+
+
+def year_in(key: str) -> float:
+    """A year in the unit of the duration key."""
+    return YEAR_S / _duration_unit(key)
+
+
+def _problem(why: str) -> PydanticCustomError:
+    return PydanticCustomError("recipe", "{why}", {"why": why})
+
+
+def _no_nul(value: str) -> str:
+    if "\0" in value:
+        raise _problem("contains a NUL character")
+    return value
+
+
+def _plain_name(value: str) -> str:
+    if not value or value in (".", "..") or "/" in value:
+        raise _problem("must be a plain name (it starts the run folder's name): not empty, no '/'")
+    return value
+
+
+def _device(value: str) -> str:
+    if not re.fullmatch(r"cpu|cuda(:[0-9]+)?", value):
+        raise _problem("must be 'cpu', 'cuda' or 'cuda:N'")
+    return value
+
+
+def choice(choices: Callable[[], Any]) -> AfterValidator:
+    """A value from choices() (read at each check: a game registered later counts)."""
+    def check(value: Any) -> Any:
+        allowed = choices()
+        if value not in allowed:
+            raise _problem(f"must be one of {', '.join(map(repr, allowed))}")
+        return value
+    return AfterValidator(check)
+
+
+def game_groups(value: Any) -> Any:
+    """One [games] table is one group; anything but one or more tables is refused."""
+    if isinstance(value, dict):
+        value = [value]
+    if not isinstance(value, list) or not value or not all(isinstance(g, dict) for g in value):
+        raise _problem("expected one [games] table or [[games]] tables")
+    return value
+
+
+def _env(value: dict) -> dict[str, str]:
+    """Names an environment can hold, values strings or numbers (made strings: true -> "1")."""
+    out = []
+    for k, v in value.items():
+        if not k or "=" in k or "\0" in k:
+            out.append(f" key {k!r} (= {v!r}): an environment name must be non-empty, without '=' or NUL")
+        elif not isinstance(v, (str, int, float, bool)):
+            out.append(f".{k} = {v!r}: must be a string or a number, not {type(v).__name__}")
+        elif isinstance(v, float) and not math.isfinite(v):
+            out.append(f".{k} = {v!r}: must be a finite number (or a string)")
+        elif isinstance(v, str) and "\0" in v:
+            out.append(f".{k} = {v!r}: contains a NUL character")
+    if out:
+        raise PydanticCustomError("recipe_env", "{problems}", {"problems": out})
+    return {k: (str(int(v)) if isinstance(v, bool) else str(v)) for k, v in value.items()}
+
+
+Int = Annotated[int, Strict()]
+Float = Annotated[float, Strict()]
+Bool = Annotated[bool, Strict()]
+Str = Annotated[str, Strict(), AfterValidator(_no_nul)]
+Name = Annotated[str, Strict(), AfterValidator(_no_nul), AfterValidator(_plain_name)]
+Device = Annotated[str, Strict(), AfterValidator(_no_nul), AfterValidator(_device)]
+Env = Annotated[dict, Strict(), AfterValidator(_env)]
+"""The annotations of the sections' fields (typing.get_type_hints still reads int, float, ...)."""
+
+
+# ---- pydantic's errors as the recipe's messages ---------------------------------------------
+
+_TYPE_NAMES = {"int_type": "int", "float_type": "float", "string_type": "str", "bool_type": "bool",
+               "dict_type": "dict", "list_type": "list"}
+
+
+def _dotted(where: str, loc: tuple) -> str:
+    name = where
+    for part in loc:
+        name += f"[{part}]" if isinstance(part, int) else (f".{part}" if name else str(part))
+    return name
+
+
+def _class_at(cls: type, loc: tuple) -> tuple[type | None, Any]:
+    """The dataclass that holds the key at loc, and that key's pydantic FieldInfo (or None)."""
+    info = None
+    for part in loc:
+        if isinstance(part, int):
+            continue  # an element of games: list[GameGroup]; its class is read below
+        if cls is None or not hasattr(cls, "__pydantic_fields__"):
+            return None, None
+        holder, info = cls, cls.__pydantic_fields__.get(part)
+        if info is None:
+            return holder, None
+        tp = info.annotation
+        args = typing.get_args(tp)
+        cls = args[0] if typing.get_origin(tp) is list and args else tp
+        cls = cls if dataclasses.is_dataclass(cls) else None
+    return holder if loc else cls, info
+
+
+def _num(x: float) -> str:
+    return str(x) if isinstance(x, int) else f"{x:.12g}"
+
+
+def _bounds(info: Any) -> dict[str, float]:
+    out = {}
+    for m in getattr(info, "metadata", ()):
+        for k in ("ge", "gt", "le", "lt"):
+            if isinstance(m, getattr(annotated_types, k.capitalize())):
+                out[k] = getattr(m, k)
+    return out
+
+
+def _range_text(kind: str, key: str, b: dict) -> str:
+    """"must be in 0..19" for a bounded range, else the bound broken: ">= 1", "> 0",
+    "at most 31536000 (a year)"."""
+    lo, hi = b.get("ge"), b.get("le")
+    unit = _duration_unit(key)
+    year = unit is not None and hi is not None and math.isclose(hi * unit, YEAR_S)
+    if lo is not None and hi is not None and not year:
+        return f"must be in {_num(lo)}..{_num(hi)}"
+    if kind in ("ge", "gt"):
+        return f"must be {'>=' if kind == 'ge' else '>'} {_num(b[kind])}"
+    return f"must be {'at most' if kind == 'le' else 'below'} {_num(b[kind])}{' (a year)' if year else ''}"
+
+
+_RANGE = {"greater_than_equal": "ge", "greater_than": "gt", "less_than_equal": "le", "less_than": "lt"}
+
+
+def problems_of(err: dict, model: type, where: str) -> list[str]:
+    """One entry of ValidationError.errors() for model (read under `where`, '' for the
+    top) -> the recipe's messages, each naming the key and the value."""
+    loc, kind, value = tuple(err["loc"]), err["type"], err.get("input")
+    name = _dotted(where, loc)
+    if kind == "unexpected_keyword_argument":
+        holder, _ = _class_at(model, loc)
+        known = sorted(f.name for f in dataclasses.fields(holder) if f.init) if holder else []
+        return [f"unknown key {name!r} (known: {', '.join(known)})"]
+    if kind == "recipe_env":
+        return [name + p for p in err["ctx"]["problems"]]
+    if kind == "recipe":
+        return [f"{name} = {value!r}: {err['ctx']['why']}"]
+    if kind in _TYPE_NAMES:
+        return [f"{name} = {value!r}: expected {_TYPE_NAMES[kind]}, got {type(value).__name__}"]
+    if kind == "finite_number":
+        return [f"{name} = {value!r}: must be a finite number"]
+    if kind in ("dataclass_type", "dataclass_args_type"):
+        return [f"{name} = {value!r}: expected a table [{name}]"]
+    if kind in _RANGE:
+        _, info = _class_at(model, loc)
+        if getattr(info, "annotation", None) is float and type(value) is int:
+            value = float(value)  # as the recipe holds it
+        b = _bounds(info) or {_RANGE[kind]: err["ctx"][_RANGE[kind]]}
+        return [f"{name} = {value!r}: {_range_text(_RANGE[kind], str(loc[-1]), b)}"]
+    return [f"{name} = {value!r}: {err['msg']}"]
+
+
+def drop(data: dict, loc: tuple) -> bool:
+    """Removes the value at loc from the raw dict (so that a second pass takes its
+    default). False when loc names nothing removable."""
+    d: Any = data
+    for part in loc[:-1]:
+        try:
+            d = d[part]
+        except (KeyError, IndexError, TypeError):
+            return False
+    if not loc or not isinstance(d, dict) or loc[-1] not in d:
+        return False
+    del d[loc[-1]]
+    return True
+
+
+# ---- the learning side's sections ------------------------------------------------------------
+
+
+def _implied(key: str, tp: Any) -> list:
+    """Bounds a key's name implies, whatever its section."""
+    if tp in (int, float) and _duration_unit(key) is not None:
+        return [annotated_types.Le(year_in(key))]
+    if key == "seed":
+        return [annotated_types.Ge(0)]
+    return []
+
+
+_STRICT = {int: Int, float: Float, bool: Bool, str: Str}
+
+
+@functools.cache
+def mirror(cls: type) -> type:
+    """A learning section's dataclass as a pydantic dataclass: the same fields and
+    defaults, strict, finite, unknown keys refused, with the bounds of _implied. The
+    section's own __post_init__ checks run when the real class is built from it."""
+    hints = typing.get_type_hints(cls)
+    fields = []
+    for f in dataclasses.fields(cls):
+        tp = _base_type(hints[f.name])
+        ann = Annotated[(_STRICT.get(tp, tp), *_implied(f.name, tp))] if _implied(f.name, tp) else _STRICT.get(tp, tp)
+        default = (dataclasses.field(default_factory=f.default_factory) if f.default is dataclasses.MISSING
+                   else dataclasses.field(default=f.default))
+        fields.append((f.name, ann, default))
+    return pydantic_dataclass(dataclasses.make_dataclass(cls.__name__, fields), config=CONFIG)
+
+
+# ---- across fields -------------------------------------------------------------------------
+
+
+def _groups_text(r: Any) -> str:
+    return "; ".join(f"games[{i}]: count = {g.count}, lanes = {g.lanes}, sides = {g.sides}"
+                     for i, g in enumerate(r.games))
+
+
+def check_ranges(r: Any, problems: list[str]) -> None:
+    """What no single field says: the table's rows, over every group, fit its 32-bit count."""
+    n_rows = sum(g.count * g.lanes * g.sides for g in r.games)
+    if n_rows > MAX_ROWS:
+        problems.append(f"games: {n_rows} rows ({_groups_text(r)}): the table holds at most {MAX_ROWS} "
+                        f"(lower games.count or games.lanes)")
