@@ -57,7 +57,7 @@ def write_run(run: Path, n: int) -> None:
             ev = i % 5 == 0
             f.write(line(T0 + span * i / n, "episode", slot=i % 16, lane=i % 2, side=0,
                          opponent=LEVELS[i % 3] if ev else "self", eval=ev, result=("win", "loss", "draw")[i % 3],
-                         steps=400, policy_version=i // 50, replay=None, **{"return": 1.0}))
+                         steps=400, policy_version=i // 50, **{"return": 1.0}))
     with open(run / "inference.jsonl", "w") as f:
         for i in range(max(n // 10, 1)):
             f.write(line(T0 + span * i / max(n // 10, 1), "rounds", rounds=900, rows=7000, rows_per_round=7.8,
@@ -88,7 +88,7 @@ async def bench(n: int, requests: int) -> dict:
                 for i in range(requests):
                     with open(run / "episodes.jsonl", "a") as f:
                         f.write(line(T0 + 2.0 * n + i, "episode", slot=0, lane=0, side=0, opponent="ai:easy",
-                                     eval=True, result="win", steps=400, policy_version=1, replay=None))
+                                     eval=True, result="win", steps=400, policy_version=1))
                     t = time.perf_counter()
                     await server.refresh_now()
                     times.append(time.perf_counter() - t)

@@ -144,7 +144,7 @@ class Chromium:
         return out
 
 
-async def feed_learner_logs(run: Path, replay: Path) -> None:
+async def feed_learner_logs(run: Path) -> None:
     """What the learner integration writes (docs/logs.md), a few lines a second."""
     levels = ("ai:easy", "ai:normal", "ai:hard")
     i = 0
@@ -160,9 +160,9 @@ async def feed_learner_logs(run: Path, replay: Path) -> None:
             for k in range(3):
                 f.write(line(now, "episode", slot=k, lane=0, side=0, opponent=levels[(i + k) % 3], eval=True,
                              result=("win", "loss", "draw")[(i + 2 * k) % 3], steps=200, **{"return": 0.5},
-                             policy_version=i, replay=str(replay)))
+                             policy_version=i))
             f.write(line(now, "episode", slot=0, lane=1, side=1, opponent="self", eval=False, result="win", steps=200,
-                         **{"return": 1.0}, policy_version=i, replay=None))
+                         **{"return": 1.0}, policy_version=i))
         i += 1
         await asyncio.sleep(0.4)
 
@@ -176,13 +176,15 @@ async def test_dashboard_in_headless_chromium(tmp_path, null_native, duel_replay
                       {"binary": str(null_native), "count": 1, "env": {"W3N_ROGUE": "crash", "W3N_ROGUE_STEP": "3000"}}],
             "supervisor": {"progress_s": 0, "backoff_s": 0.05, "backoff_max_s": 0.2}, "stop": {"seconds": 120}}
     sup = Supervisor(recipe_from_dict(data), run)
-    server = StatusServer(SupervisorSource(sup), sample_s=0.5)
+    replay = run / "replays" / "eval-0001.w3dr"  # served only from inside the run folder
+    source = SupervisorSource(sup)
+    source.latest_replay_path = lambda: str(replay)  # the null game records none: the source names the duel's
+    server = StatusServer(source, sample_s=0.5)
     port = await server.start()
     run_task = asyncio.create_task(sup.run())
-    replay = run / "replays" / "eval-0001.w3dr"  # served only from inside the run folder
     replay.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(duel_replay, replay)
-    feeder = asyncio.create_task(feed_learner_logs(run, replay))
+    feeder = asyncio.create_task(feed_learner_logs(run))
     profile = tmp_path / "profile"
     profile.mkdir()
     try:

@@ -64,8 +64,8 @@ def line(t: float, event: str, level: str = "info", **kw) -> str:
     return json.dumps(dict(kw, event=event, level=level, ts=ts(t))) + "\n"
 
 
-def write_logs(run: Path, episodes: int = 40, seconds: int = 30, updates: int = 5, replay: str | None = None,
-               finished: bool = True, slots: int = 2) -> None:
+def write_logs(run: Path, episodes: int = 40, seconds: int = 30, updates: int = 5, finished: bool = True,
+               slots: int = 2) -> None:
     """A run folder's four logs (the docs/logs.md schemas) over `seconds` from T0."""
     run.mkdir(parents=True, exist_ok=True)
     ev = [line(T0, "run_start", run=run.name, recipe="fake", pid=1, shm="/w3a-x", rows=8, games=slots,
@@ -95,7 +95,7 @@ def write_logs(run: Path, episodes: int = 40, seconds: int = 30, updates: int = 
         opp = levels[(i // 4) % 3] if ev_ else ("self" if i % 3 else "league:2")
         ep.append(line(T0 + seconds * i / max(episodes, 1), "episode", slot=i % slots, lane=0, side=0, opponent=opp,
                        eval=ev_, result=("win", "loss", "draw")[i % 3], steps=300, **{"return": 1.0},
-                       policy_version=i // 10, replay=replay if ev_ else None))
+                       policy_version=i // 10))
     (run / "episodes.jsonl").write_text("".join(ep))
     (run / "recipe.json").write_text(json.dumps({"name": "fake", "games": [{"count": slots, "lanes": 2, "sides": 2,
                                                                              "runtime": "native"}]}))
@@ -110,8 +110,9 @@ def write_logs(run: Path, episodes: int = 40, seconds: int = 30, updates: int = 
 class FakeSource:
     """A StatusSource with counters the test sets."""
 
-    def __init__(self, run_dir: Path, slots: int = 2):
+    def __init__(self, run_dir: Path, slots: int = 2, replay: str | None = None):
         self.run_dir = run_dir
+        self.replay = replay  # what latest_replay_path() names (None: the newest file in replays/)
         self.steps, self.rounds = 0, 0
         self.restarts = {"crash": 1}
         self.slots = slots
@@ -120,6 +121,9 @@ class FakeSource:
         return dict(agent_steps=self.steps, rounds=self.rounds, rows_per_round=self.steps / max(self.rounds, 1),
                     seconds=10.0, cpu_s=1.0, bad_rows=0, restarts=dict(self.restarts),
                     games={i: dict(pid=100 + i, state="running", restarts=0, causes={}) for i in range(self.slots)})
+
+    def latest_replay_path(self) -> str | None:
+        return self.replay
 
     games_: list[dict] | None = None
 
@@ -211,7 +215,7 @@ async def test_status_follows_new_lines(served):
     before = (await (await client.get("/status")).json())["episodes"]["total"]
     with open(server.view.run_dir / "episodes.jsonl", "a") as f:
         f.write(line(T0 + 40, "episode", slot=0, lane=0, side=0, opponent="ai:hard", eval=True, result="win",
-                     steps=10, policy_version=9, replay=None))
+                     steps=10, policy_version=9))
         f.write('{"ts": "2026-')  # a line still being written: not read yet
     await server.refresh_now()
     st = await (await client.get("/status")).json()
@@ -379,20 +383,18 @@ async def test_replay_route_json_duel_and_missing(tmp_path, duel_replay):
     async with Serving(StatusServer(FakeSource(run))) as client:
         r = await client.get("/replay/latest")
         assert r.status == 404 and "no evaluation replay" in (await r.json())["error"]
-    # a replay in the viewer's own JSON format, named by a relative path
+    # a replay in the viewer's own JSON format, named by the source with a relative path
     (run / "replays").mkdir()
     view = dict(map=dict(w=4, h=3, cells=[0] * 12), side=0, steps=[dict(step=0, units=[
         dict(id=1, type=0, owner=0, x=1.5, y=1.5, hp=10, order=0, target=-1)])])
     (run / "replays" / "e1.json").write_text(json.dumps(view))
-    write_logs(run, finished=False, replay="replays/e1.json")
-    async with Serving(StatusServer(FakeSource(run))) as client:
+    async with Serving(StatusServer(FakeSource(run, replay="replays/e1.json"))) as client:
         body = await (await client.get("/replay/latest")).json()
         assert body["map"]["w"] == 4 and body["meta"]["path"] == str(run / "replays" / "e1.json")
     # the duel's own replay file (a copy in the run folder: the session's fixture stays whole)
     mine = run / "replays" / "eval.w3dr"
     shutil.copy(duel_replay, mine)
-    write_logs(run, finished=False, replay=str(mine))
-    server = StatusServer(FakeSource(run), sample_s=3600)
+    server = StatusServer(FakeSource(run, replay=str(mine)), sample_s=3600)
     async with Serving(server) as client:
         body = await (await client.get("/replay/latest")).json()
         assert body["map"]["w"] == 32 and sum(body["map"]["cells"]) > 0 and len(body["steps"]) == 120
@@ -408,14 +410,13 @@ async def test_replay_route_json_duel_and_missing(tmp_path, duel_replay):
     # a replay outside the run folder, named by its absolute path: not served
     outside = tmp_path / "elsewhere.w3dr"
     shutil.copy(duel_replay, outside)
-    write_logs(run, finished=False, replay=str(outside))
-    async with Serving(StatusServer(FakeSource(run))) as client:
+    async with Serving(StatusServer(FakeSource(run, replay=str(outside)))) as client:
         r = await client.get("/replay/latest")
         assert r.status == 404 and "outside the run folder" in (await r.json())["error"]
 
 
 async def test_replay_falls_back_to_the_newest_file_in_replays(tmp_path, duel_replay):
-    """While no episode names a replay, the newest finished file in replays/ is shown."""
+    """While the source names no replay, the newest finished file in replays/ is shown."""
     run = tmp_path / "run"
     write_logs(run, finished=False)
     (run / "replays").mkdir()
@@ -432,7 +433,7 @@ async def test_replay_falls_back_to_the_newest_file_in_replays(tmp_path, duel_re
 
 async def test_symlinks_out_of_the_run_folder_are_not_followed(tmp_path, duel_replay):
     """A link in replays/ to a file outside the run folder is neither picked as the
-    newest replay nor served when an episode names it; a link that stays inside is."""
+    newest replay nor served when the source names it; a link that stays inside is."""
     run = tmp_path / "run"
     write_logs(run, finished=False)
     (run / "replays").mkdir()
@@ -444,15 +445,13 @@ async def test_symlinks_out_of_the_run_folder_are_not_followed(tmp_path, duel_re
         assert st["episodes"]["last_eval_replay"] is None  # the link is not a replay
         r = await client.get("/replay/latest")
         assert r.status == 404 and "s3cr3t" not in await r.text()
-    write_logs(run, finished=False, replay="replays/newest.json")  # an episode names the link
-    async with Serving(StatusServer(FakeSource(run))) as client:
+    async with Serving(StatusServer(FakeSource(run, replay="replays/newest.json"))) as client:  # named: still not
         r = await client.get("/replay/latest")
         text = await r.text()
         assert r.status == 404 and "outside the run folder" in text and "s3cr3t" not in text
     shutil.copy(duel_replay, run / "replays" / "real.w3dr")  # a link that stays in the run folder
     (run / "replays" / "inside.w3dr").symlink_to(run / "replays" / "real.w3dr")
-    write_logs(run, finished=False, replay="replays/inside.w3dr")
-    async with Serving(StatusServer(FakeSource(run))) as client:
+    async with Serving(StatusServer(FakeSource(run, replay="replays/inside.w3dr"))) as client:
         r = await client.get("/replay/latest")
         assert r.status == 200 and len((await r.json())["steps"]) == 120
 
@@ -517,7 +516,7 @@ def refresh_cost(n_episodes: int) -> float:
     i = np.arange(n_episodes)
     s.add_episodes(T0 + i * 0.5, [("ai:easy", "self", "ai:hard", "self")[k % 4] for k in i], list(i % 2 == 0),
                    [("win", "loss")[k % 3 % 2] for k in i], [100] * n_episodes, [0.0] * n_episodes,
-                   list(i // 100), [None] * n_episodes)
+                   list(i // 100))
     j = np.arange(0, n_episodes, 10)
     s.samples.add_many(T0 + j * 0.5, steps_per_s=np.full(len(j), 1000.0), latency_ms=np.full(len(j), 2.0),
                        restarts=j // 1000)
@@ -545,11 +544,11 @@ def test_batch_and_single_episodes_agree():
     ev = [o.startswith("ai:") for o in opp]
     res = [("win", "loss", "draw")[k] for k in rng.integers(0, 3, n)]
     a, b = RunSeries(max_bins=16), RunSeries(max_bins=16)
-    a.add_episodes(t, opp, ev, res, [1] * n, [0.0] * n, [0] * n, ["r%d" % k for k in range(n)])
+    a.add_episodes(t, opp, ev, res, [1] * n, [0.0] * n, [0] * n)
     for k in range(n):
-        b.add_episode(float(t[k]), opp[k], ev[k], res[k], 1, 0.0, 0, "r%d" % k)
+        b.add_episode(float(t[k]), opp[k], ev[k], res[k], 1, 0.0, 0)
     assert a.evaluation() == b.evaluation() and a.train.as_dict() == b.train.as_dict()
-    assert a.plots() == b.plots() and a.last_eval_replay == b.last_eval_replay
+    assert a.plots() == b.plots() and a.last_episode == b.last_episode
     assert len(a.episodes) == len(b.episodes) == n and a.opponents == b.opponents
 
 

@@ -482,11 +482,10 @@ class Training:
             result = "truncated"
         role = self.row_role[row]
         self.episodes += 1
-        replay = None
         self.episodes_log.info("episode", slot=int(self.row_game[row]), row=row, lane=int(b.lane[k]),
                                side=int(b.side[k]), opponent=label, eval=bool(role == EVAL), result=result,
                                steps=int(b.step[k]), **{"return": round(float(self.row_return[row]), 4)},
-                               policy_version=int(self.learner.version), replay=replay)
+                               policy_version=int(self.learner.version))
         if role == EVAL:
             self.eval_window[label].append(1.0 if result == "win" else 0.0)
             self.eval_totals[label][result] += 1

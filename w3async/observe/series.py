@@ -236,7 +236,6 @@ class RunSeries:
         self.train = LevelTally()
         self.opponents: collections.Counter = collections.Counter()
         self.last_episode: dict | None = None
-        self.last_eval_replay: str | None = None
         self.last_round: dict | None = None  # inference.jsonl's last line
         self.last_update: dict | None = None  # learner.jsonl's last update
         self.updates = 0
@@ -277,12 +276,12 @@ class RunSeries:
         self.samples.add_many(t, update_s=_col(recs, "update_s"), wait_s=_col(recs, "wait_s"))
 
     def add_episode(self, t: float, opponent: str, eval: bool, result: str, steps: int = 0, ret: float = 0.0,
-                    version: int = 0, replay: str | None = None) -> None:
+                    version: int = 0) -> None:
         """One finished episode (episodes.jsonl's fields)."""
-        self.add_episodes(np.array([t]), [opponent], [eval], [result], [steps], [ret], [version], [replay])
+        self.add_episodes(np.array([t]), [opponent], [eval], [result], [steps], [ret], [version])
 
     def add_episodes(self, t: np.ndarray, opponents: list[str], evals: list[bool], results: list[str],
-                     steps: list[int], rets: list[float], versions: list[int], replays: list[str | None]) -> None:
+                     steps: list[int], rets: list[float], versions: list[int]) -> None:
         """Finished episodes, as equal-length lists (episodes.jsonl's fields): one numpy
         pass per batch, so a run's whole history reads as fast as its files parse."""
         n = len(t)
@@ -306,10 +305,6 @@ class RunSeries:
         if m.any():
             self.train.add_many(r[m])
             self.episode_bins.add_many(t[m], **{"score:train": score[m], "n:train": np.ones(int(m.sum()))})
-        for i in range(n - 1, -1, -1):
-            if ev[i] and level[i] >= 0 and replays[i]:
-                self.last_eval_replay = replays[i]
-                break
         self.last_episode = dict(t=float(t[-1]), opponent=opponents[-1], eval=bool(ev[-1]), result=results[-1])
 
     def plots(self) -> dict:
@@ -511,7 +506,7 @@ class RunFiles:
         self.series.add_episodes(
             t, [str(r.get("opponent", "")) for r in recs], [bool(r.get("eval")) for r in recs],
             [str(r.get("result", "")) for r in recs], [int(r.get("steps") or 0) for r in recs],
-            _col(recs, "return"), [int(r.get("policy_version") or 0) for r in recs], [r.get("replay") for r in recs])
+            _col(recs, "return"), [int(r.get("policy_version") or 0) for r in recs])
 
 
 def _col(recs: list[dict], key: str) -> np.ndarray:

@@ -337,10 +337,9 @@ class RunView:
 
     def latest_replay(self) -> str | None:
         """The replay to show: the source's `latest_replay_path()` when it has one (in
-        the last snapshot), else the latest evaluation episode's `replay`
-        (episodes.jsonl), else the newest finished file in the game's replay folder. The server serves it
-        only where it resolves inside the run folder."""
-        p = (self._snap or {}).get("replay") or self.series.last_eval_replay or self._replays[1]
+        the last snapshot), else the newest finished file in the game's replay folder. The
+        server serves it only where it resolves inside the run folder."""
+        p = (self._snap or {}).get("replay") or self._replays[1]
         if not p:
             return None
         p = Path(p)
