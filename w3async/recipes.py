@@ -211,7 +211,10 @@ class StopSection:
 
 @dataclass(config=CONFIG)
 class Recipe:
+    """A recipe: its top-level keys, its sections, the file it was read from."""
+
     name: Name = "unnamed"
+    """The run's name: it starts the run folder's name (no '/')."""
     game: Annotated[Str, _one_of("", "game")] = "null"
     """The game spec: a name in the games registry (w3async.games: "null", "duel", ...)."""
     games: Annotated[list[GameGroup], BeforeValidator(game_groups)] = Field(default_factory=lambda: [GameGroup()])
