@@ -25,10 +25,11 @@ A GRU network keeps its state per table row here (reset where a row's FIRST flag
 set); RoundResult.state_in gives the state each row had before the round, which the
 trajectories keep at the start of each sequence.
 
-The CUDA path (_CudaRunner: a stream per network, a CUDA graph per (network, bucket,
-row count) with static pinned input buffers, events made once) is used only when the
-device is "cuda" and torch.cuda.is_available(); nothing of it runs or is imported on a
-CPU. It is UNCHECKED unless docs/performance.md says a GPU check ran.
+The CUDA path (w3async.learn.cuda_runner.CudaRunner: a stream per network, a CUDA graph
+per (network, bucket, row count) with static pinned input buffers, events made once) is
+used only when the device is "cuda" and torch.cuda.is_available(); nothing of it runs on
+a CPU. It is UNCHECKED unless docs/performance.md says a GPU check ran. The engine hands
+it its networks, GRU state and generator at construction (its declared interface).
 """
 
 from __future__ import annotations
@@ -45,7 +46,9 @@ import torch
 
 from w3async.sync import layout
 from w3async.sync.gather import BUCKETS, Batch
-from w3async.learn.network import NetConfig, Network, Obs
+from w3async.learn.cuda_runner import CudaRunner
+from w3async.learn.inputs import Inputs
+from w3async.learn.network import NetConfig, Network
 from w3async.games.spec import GameSpec
 
 
@@ -78,36 +81,6 @@ class RoundResult(NamedTuple):
     stats: RoundStats
 
 
-class _Inputs:
-    """One set of input buffers, capacity rows at E_MAX, as torch tensors with numpy views
-    of the same memory (pinned on CUDA, so the upload is asynchronous)."""
-
-    def __init__(self, capacity: int, pin: bool):
-        def z(shape, dtype):
-            return torch.zeros(shape, dtype=dtype, pin_memory=pin)
-
-        self.rows = z(capacity, torch.int64)
-        self.obs_seq = np.zeros(capacity, np.uint64)
-        self.flags = z(capacity, torch.int32)
-        self.slot = z(capacity, torch.int16)
-        self.glob = z((capacity, layout.G_GLOB), torch.float32)
-        self.ent = z(capacity * layout.E_MAX * layout.F_ENT, torch.float32)
-        self.ent_type = z(capacity * layout.E_MAX, torch.int16)
-        self.n_ent = z(capacity, torch.int32)
-        self.mask = z((capacity, layout.N_HEADS, layout.HEAD_MAX), torch.uint8)
-        self.np = {k: v.numpy() for k, v in vars(self).items() if isinstance(v, torch.Tensor)}
-
-    def obs(self, n: int, bucket: int) -> Obs:
-        """Views of the first n rows as the network's input (CPU tensors)."""
-        return Obs(
-            self.glob[:n],
-            self.ent[: n * bucket * layout.F_ENT].view(n, bucket, layout.F_ENT),
-            self.ent_type[: n * bucket].view(n, bucket).long(),
-            self.n_ent[:n].long(),
-            self.mask[:n].bool(),
-        )
-
-
 class InferenceEngine:
     """See the module docstring. Not thread-safe for submitters: one caller (the
     supervisor's loop) submits; publish/load_slot may come from any thread."""
@@ -138,15 +111,15 @@ class InferenceEngine:
         self._pending: dict[int, tuple[dict, int]] = {}  # slot -> (weights, version), applied by the worker
         self._lock = threading.Lock()
         self._pin = self.device.type == "cuda"
-        self._free: queue.SimpleQueue[_Inputs] = queue.SimpleQueue()
+        self._free: queue.SimpleQueue[Inputs] = queue.SimpleQueue()
         for _ in range(n_buffers):
-            self._free.put(_Inputs(max_rows, self._pin))
+            self._free.put(Inputs(max_rows, self._pin))
         self._state = (
             torch.zeros(self.n_table_rows, net_cfg.d_model, device=self.device) if net_cfg.gru else None
         )
         self._gen: torch.Generator | None = None
         self._pool: ThreadPoolExecutor | None = None
-        self._runner = None
+        self._runner: CudaRunner | None = None
         self.rounds = 0
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -165,7 +138,7 @@ class InferenceEngine:
         self._gen = torch.Generator(device=self.device).manual_seed(self.seed)
         if self.device.type == "cuda":
             torch.cuda.manual_seed(self.seed)  # the graphs sample from the default CUDA generator
-            self._runner = _CudaRunner(self)
+            self._runner = CudaRunner(self.nets, self.device, self.max_rows, self._state, self._gen)
 
     def stop(self) -> None:
         """Finish the rounds already submitted, then end the worker thread."""
@@ -257,7 +230,7 @@ class InferenceEngine:
         try:
             buf = self._free.get_nowait()
         except queue.Empty:  # more rounds in flight than buffers: make another set
-            buf = _Inputs(self.max_rows, self._pin)
+            buf = Inputs(self.max_rows, self._pin)
         a = buf.np
         a["rows"][:n] = batch.rows[:n]
         buf.obs_seq[:n] = batch.obs_seq[:n]
@@ -276,7 +249,7 @@ class InferenceEngine:
             raise
 
     @torch.inference_mode()
-    def _round(self, buf: _Inputs, n: int, bucket: int, used: np.ndarray, t_submit: float, copy_ms: float) -> RoundResult:
+    def _round(self, buf: Inputs, n: int, bucket: int, used: np.ndarray, t_submit: float, copy_ms: float) -> RoundResult:
         t0 = time.perf_counter()
         try:
             self._apply_pending()
@@ -330,152 +303,6 @@ class InferenceEngine:
             if r.state is not None:
                 self._state[rows if idx is None else rows[idx]] = r.state
         return state_in.numpy() if state_in is not None else None
-
-
-class _CudaRunner:
-    """The GPU path (UNCHECKED on this project's CPU machines; see the module docstring).
-
-    - One upload per round: the round's rows go from the pinned input buffers to a device
-      staging copy (one non-blocking copy per field, raw dtypes) on the upload stream.
-    - Per slot: a CUDA stream of its own (seeds/000: graphs captured on one stream keep
-      that stream's cuBLAS workspace; two networks' graphs sharing one hung the GPU) and,
-      per (bucket, row bucket), a CUDA graph captured once over static device inputs in
-      the raw dtypes (the casts are inside the graph) with pinned host outputs. A round
-      gathers each slot's rows from staging into the static inputs on the device, zeroes
-      the static rows past them (seeds/000: stale padding crashed a run), replays, and
-      copies the outputs to pinned memory; one wait per slot after all are launched.
-    - Events are made once per slot and reused (creating and destroying them takes the
-      CUDA context's lock, seeds/000).
-    - New weights are copied into a slot's network on that slot's stream, so they are
-      ordered with its replays. Capture uses capture_error_mode="thread_local", so the
-      learner's thread may use the GPU meanwhile.
-    - Sampling draws from the default CUDA generator, whose offsets graphs advance.
-    - A GRU network is not graphed (its state is per table row): it runs eagerly on its
-      slot's stream.
-    """
-
-    ROW_BUCKETS = (8, 32, 128, 512)
-    _FIELDS = ("glob", "ent", "ent_type", "n_ent", "mask")
-
-    def __init__(self, eng: InferenceEngine):
-        self.eng = eng
-        self.upload = torch.cuda.Stream(device=eng.device)
-        self.uploaded = torch.cuda.Event()
-        self.streams = [torch.cuda.Stream(device=eng.device) for _ in range(eng.n_slots)]
-        self.done = [torch.cuda.Event() for _ in range(eng.n_slots)]
-        cap = eng.max_rows
-        dev = eng.device
-        self.staging = {
-            "glob": torch.zeros(cap, layout.G_GLOB, device=dev),
-            "ent": torch.zeros(cap * layout.E_MAX * layout.F_ENT, device=dev),
-            "ent_type": torch.zeros(cap * layout.E_MAX, dtype=torch.int16, device=dev),
-            "n_ent": torch.zeros(cap, dtype=torch.int32, device=dev),
-            "mask": torch.zeros(cap, layout.N_HEADS, layout.HEAD_MAX, dtype=torch.uint8, device=dev),
-        }
-        self.graphs: dict[tuple[int, int, int], tuple] = {}
-
-    def load(self, slot: int, sd: dict) -> None:
-        with torch.cuda.stream(self.streams[slot]):
-            self.eng.nets[slot].load_state_dict(sd)
-
-    def _graph(self, slot: int, bucket: int, rows: int):
-        key = (slot, bucket, rows)
-        if key in self.graphs:
-            return self.graphs[key]
-        net, stream, dev = self.eng.nets[slot], self.streams[slot], self.eng.device
-        st = {
-            "glob": torch.zeros(rows, layout.G_GLOB, device=dev),
-            "ent": torch.zeros(rows, bucket, layout.F_ENT, device=dev),
-            "ent_type": torch.zeros(rows, bucket, dtype=torch.int16, device=dev),
-            "n_ent": torch.zeros(rows, dtype=torch.int32, device=dev),
-            "mask": torch.zeros(rows, layout.N_HEADS, layout.HEAD_MAX, dtype=torch.uint8, device=dev),
-        }
-        st["mask"][:, :, 0] = 1  # warm-up rows need an allowed choice per head
-
-        def step():
-            obs = Obs(st["glob"], st["ent"], st["ent_type"].long(), st["n_ent"].long(), st["mask"].bool())
-            return net.act(obs, None)
-
-        stream.wait_stream(torch.cuda.current_stream(dev))
-        with torch.cuda.stream(stream):
-            for _ in range(2):  # warm up on the capture stream (cuBLAS handles, the allocator)
-                step()
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g, stream=stream, capture_error_mode="thread_local"):
-                out = step()
-        stream.synchronize()
-        host = [torch.zeros(rows, layout.N_HEADS, dtype=torch.int64, pin_memory=True),
-                torch.zeros(rows, pin_memory=True), torch.zeros(rows, pin_memory=True)]
-        self.graphs[key] = (g, st, out, host)
-        return self.graphs[key]
-
-    def run(self, buf: _Inputs, n, bucket, used, actions, logp, value):
-        eng = self.eng
-        if eng._state is not None:
-            return self._run_eager(buf, n, bucket, used, actions, logp, value)
-        stage = self.staging
-        sizes = {"glob": n, "ent": n * bucket * layout.F_ENT, "ent_type": n * bucket, "n_ent": n, "mask": n}
-        with torch.cuda.stream(self.upload):
-            for name, k in sizes.items():
-                stage[name][:k].copy_(getattr(buf, name)[:k], non_blocking=True)  # pinned -> device
-            self.uploaded.record(self.upload)
-        ent = stage["ent"][: sizes["ent"]].view(n, bucket, layout.F_ENT)
-        ent_type = stage["ent_type"][: sizes["ent_type"]].view(n, bucket)
-        src = {"glob": stage["glob"][:n], "ent": ent, "ent_type": ent_type, "n_ent": stage["n_ent"][:n],
-               "mask": stage["mask"][:n]}
-        slot_np = buf.np["slot"][:n]
-        launched = []
-        for s in used:
-            s = int(s)
-            idx = np.flatnonzero(slot_np == s)
-            m = len(idx)
-            rb = next((r for r in self.ROW_BUCKETS if r >= m), None)
-            if rb is None:
-                raise ValueError(f"{m} rows for one network; the CUDA graphs go up to {self.ROW_BUCKETS[-1]} rows")
-            g, st, out, host = self._graph(s, bucket, rb)
-            stream = self.streams[s]
-            stream.wait_event(self.uploaded)
-            idx_host = torch.from_numpy(idx).pin_memory() if len(used) > 1 else None  # kept alive in `launched`
-            with torch.cuda.stream(stream):
-                if idx_host is not None:  # the indices from the host: nonzero() on the device would sync
-                    sel = idx_host.to(eng.device, non_blocking=True)
-                for name in self._FIELDS:
-                    st[name][:m].copy_(src[name] if len(used) == 1 else src[name].index_select(0, sel))
-                    st[name][m:].zero_()
-                st["mask"][m:, :, 0] = 1  # padded rows: one allowed choice, their answers unread
-                g.replay()
-                for h, o in zip(host, (out.actions, out.logp, out.value)):
-                    h[:m].copy_(o[:m], non_blocking=True)
-                self.done[s].record(stream)
-            launched.append((s, idx, host, m, idx_host))
-        for s, idx, (a, lp, v), m, _ in launched:  # one wait per network, after all are launched
-            self.done[s].synchronize()
-            actions[idx] = a[:m].numpy()
-            logp[idx] = lp[:m].numpy()
-            value[idx] = v[:m].numpy()
-        return None
-
-    def _run_eager(self, buf, n, bucket, used, actions, logp, value):
-        eng = self.eng
-        dev = eng.device
-        obs = buf.obs(n, bucket).to(dev)
-        rows = buf.rows[:n].to(dev)
-        first = ((buf.flags[:n] & layout.FLAG_FIRST) != 0).to(dev)
-        state_in = eng._state[rows].clone()
-        state_in[first] = 0.0
-        slot = buf.slot[:n].to(dev)
-        for s in used:
-            stream = self.streams[int(s)]
-            stream.wait_stream(torch.cuda.current_stream(dev))
-            with torch.cuda.stream(stream):
-                idx = (slot == int(s)).nonzero()[:, 0]
-                r = eng.nets[int(s)].act(obs.index(idx), eng._gen, state=state_in[idx])
-                eng._state[rows[idx]] = r.state
-                i = idx.cpu().numpy()
-                actions[i] = r.actions.cpu().numpy()
-                logp[i] = r.logp.cpu().numpy()
-                value[i] = r.value.cpu().numpy()
-        return state_in.cpu().numpy()
 
 
 def synthetic_batch(spec: GameSpec, n: int, rng: np.random.Generator, max_ent: int = 48, batch: Batch | None = None,

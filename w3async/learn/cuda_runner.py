@@ -1,0 +1,173 @@
+"""The inference engine's CUDA path (w3async.learn.inference): streams, CUDA graphs,
+pinned buffers. Made by InferenceEngine on its worker thread when the device is "cuda"
+and torch.cuda.is_available(); nothing of it runs on a CPU. It is UNCHECKED unless
+docs/performance.md says a GPU check ran.
+
+Its interface to the engine is what the constructor takes and two calls, all on the
+engine's worker thread (the only thread that touches the networks):
+
+    runner = CudaRunner(nets, device, max_rows, state, gen)
+        nets: the engine's networks, slot by slot (shared: the runner copies weights into them)
+        state: the GRU state per table row (shared, written in place), or None without GRU
+        gen: the generator the eager (GRU) path samples from
+    runner.load(slot, state_dict)     # new weights for a slot, ordered with its replays
+    runner.run(buf, n, bucket, used, actions, logp, value) -> state_in | None
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from w3async.learn.inputs import Inputs
+from w3async.learn.network import Network, Obs
+from w3async.sync import layout
+
+
+class CudaRunner:
+    """The GPU path (UNCHECKED on this project's CPU machines; see the module docstring).
+
+    - One upload per round: the round's rows go from the pinned input buffers to a device
+      staging copy (one non-blocking copy per field, raw dtypes) on the upload stream.
+    - Per slot: a CUDA stream of its own (seeds/000: graphs captured on one stream keep
+      that stream's cuBLAS workspace; two networks' graphs sharing one hung the GPU) and,
+      per (bucket, row bucket), a CUDA graph captured once over static device inputs in
+      the raw dtypes (the casts are inside the graph) with pinned host outputs. A round
+      gathers each slot's rows from staging into the static inputs on the device, zeroes
+      the static rows past them (seeds/000: stale padding crashed a run), replays, and
+      copies the outputs to pinned memory; one wait per slot after all are launched.
+    - Events are made once per slot and reused (creating and destroying them takes the
+      CUDA context's lock, seeds/000).
+    - New weights are copied into a slot's network on that slot's stream, so they are
+      ordered with its replays. Capture uses capture_error_mode="thread_local", so the
+      learner's thread may use the GPU meanwhile.
+    - Sampling draws from the default CUDA generator, whose offsets graphs advance.
+    - A GRU network is not graphed (its state is per table row): it runs eagerly on its
+      slot's stream.
+    """
+
+    ROW_BUCKETS = (8, 32, 128, 512)
+    _FIELDS = ("glob", "ent", "ent_type", "n_ent", "mask")
+
+    def __init__(self, nets: list[Network], device: torch.device, max_rows: int, state: torch.Tensor | None,
+                 gen: torch.Generator | None):
+        self.nets, self.device, self.state, self.gen = nets, device, state, gen
+        self.upload = torch.cuda.Stream(device=device)
+        self.uploaded = torch.cuda.Event()
+        self.streams = [torch.cuda.Stream(device=device) for _ in nets]
+        self.done = [torch.cuda.Event() for _ in nets]
+        cap = max_rows
+        dev = device
+        self.staging = {
+            "glob": torch.zeros(cap, layout.G_GLOB, device=dev),
+            "ent": torch.zeros(cap * layout.E_MAX * layout.F_ENT, device=dev),
+            "ent_type": torch.zeros(cap * layout.E_MAX, dtype=torch.int16, device=dev),
+            "n_ent": torch.zeros(cap, dtype=torch.int32, device=dev),
+            "mask": torch.zeros(cap, layout.N_HEADS, layout.HEAD_MAX, dtype=torch.uint8, device=dev),
+        }
+        self.graphs: dict[tuple[int, int, int], tuple] = {}
+
+    def load(self, slot: int, sd: dict) -> None:
+        with torch.cuda.stream(self.streams[slot]):
+            self.nets[slot].load_state_dict(sd)
+
+    def _graph(self, slot: int, bucket: int, rows: int):
+        key = (slot, bucket, rows)
+        if key in self.graphs:
+            return self.graphs[key]
+        net, stream, dev = self.nets[slot], self.streams[slot], self.device
+        st = {
+            "glob": torch.zeros(rows, layout.G_GLOB, device=dev),
+            "ent": torch.zeros(rows, bucket, layout.F_ENT, device=dev),
+            "ent_type": torch.zeros(rows, bucket, dtype=torch.int16, device=dev),
+            "n_ent": torch.zeros(rows, dtype=torch.int32, device=dev),
+            "mask": torch.zeros(rows, layout.N_HEADS, layout.HEAD_MAX, dtype=torch.uint8, device=dev),
+        }
+        st["mask"][:, :, 0] = 1  # warm-up rows need an allowed choice per head
+
+        def step():
+            obs = Obs(st["glob"], st["ent"], st["ent_type"].long(), st["n_ent"].long(), st["mask"].bool())
+            return net.act(obs, None)
+
+        stream.wait_stream(torch.cuda.current_stream(dev))
+        with torch.cuda.stream(stream):
+            for _ in range(2):  # warm up on the capture stream (cuBLAS handles, the allocator)
+                step()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, stream=stream, capture_error_mode="thread_local"):
+                out = step()
+        stream.synchronize()
+        host = [torch.zeros(rows, layout.N_HEADS, dtype=torch.int64, pin_memory=True),
+                torch.zeros(rows, pin_memory=True), torch.zeros(rows, pin_memory=True)]
+        self.graphs[key] = (g, st, out, host)
+        return self.graphs[key]
+
+    def run(self, buf: Inputs, n: int, bucket: int, used: np.ndarray, actions: np.ndarray, logp: np.ndarray,
+            value: np.ndarray) -> np.ndarray | None:
+        """One round's rows (buf's first n, entity bucket `bucket`) through the networks of
+        the slots in `used`; the answers are written into actions, logp and value (row
+        order). Returns the GRU state each row had before the round, None without GRU."""
+        if self.state is not None:
+            return self._run_eager(buf, n, bucket, used, actions, logp, value)
+        stage = self.staging
+        sizes = {"glob": n, "ent": n * bucket * layout.F_ENT, "ent_type": n * bucket, "n_ent": n, "mask": n}
+        with torch.cuda.stream(self.upload):
+            for name, k in sizes.items():
+                stage[name][:k].copy_(getattr(buf, name)[:k], non_blocking=True)  # pinned -> device
+            self.uploaded.record(self.upload)
+        ent = stage["ent"][: sizes["ent"]].view(n, bucket, layout.F_ENT)
+        ent_type = stage["ent_type"][: sizes["ent_type"]].view(n, bucket)
+        src = {"glob": stage["glob"][:n], "ent": ent, "ent_type": ent_type, "n_ent": stage["n_ent"][:n],
+               "mask": stage["mask"][:n]}
+        slot_np = buf.np["slot"][:n]
+        launched = []
+        for s in used:
+            s = int(s)
+            idx = np.flatnonzero(slot_np == s)
+            m = len(idx)
+            rb = next((r for r in self.ROW_BUCKETS if r >= m), None)
+            if rb is None:
+                raise ValueError(f"{m} rows for one network; the CUDA graphs go up to {self.ROW_BUCKETS[-1]} rows")
+            g, st, out, host = self._graph(s, bucket, rb)
+            stream = self.streams[s]
+            stream.wait_event(self.uploaded)
+            idx_host = torch.from_numpy(idx).pin_memory() if len(used) > 1 else None  # kept alive in `launched`
+            with torch.cuda.stream(stream):
+                if idx_host is not None:  # the indices from the host: nonzero() on the device would sync
+                    sel = idx_host.to(self.device, non_blocking=True)
+                for name in self._FIELDS:
+                    st[name][:m].copy_(src[name] if len(used) == 1 else src[name].index_select(0, sel))
+                    st[name][m:].zero_()
+                st["mask"][m:, :, 0] = 1  # padded rows: one allowed choice, their answers unread
+                g.replay()
+                for h, o in zip(host, (out.actions, out.logp, out.value)):
+                    h[:m].copy_(o[:m], non_blocking=True)
+                self.done[s].record(stream)
+            launched.append((s, idx, host, m, idx_host))
+        for s, idx, (a, lp, v), m, _ in launched:  # one wait per network, after all are launched
+            self.done[s].synchronize()
+            actions[idx] = a[:m].numpy()
+            logp[idx] = lp[:m].numpy()
+            value[idx] = v[:m].numpy()
+        return None
+
+    def _run_eager(self, buf, n, bucket, used, actions, logp, value):
+        dev = self.device
+        obs = buf.obs(n, bucket).to(dev)
+        rows = buf.rows[:n].to(dev)
+        first = ((buf.flags[:n] & layout.FLAG_FIRST) != 0).to(dev)
+        state_in = self.state[rows].clone()
+        state_in[first] = 0.0
+        slot = buf.slot[:n].to(dev)
+        for s in used:
+            stream = self.streams[int(s)]
+            stream.wait_stream(torch.cuda.current_stream(dev))
+            with torch.cuda.stream(stream):
+                idx = (slot == int(s)).nonzero()[:, 0]
+                r = self.nets[int(s)].act(obs.index(idx), self.gen, state=state_in[idx])
+                self.state[rows[idx]] = r.state
+                i = idx.cpu().numpy()
+                actions[i] = r.actions.cpu().numpy()
+                logp[i] = r.logp.cpu().numpy()
+                value[i] = r.value.cpu().numpy()
+        return state_in.cpu().numpy()
