@@ -43,7 +43,7 @@ from w3async.runtime.runfolder import RunError, RunLock, cleanup_previous_run
 from w3async.runtime.slots import Slot, SlotState, decide_restart
 from w3async.runtime.native import NativeRuntime
 from w3async.runtime.wine import WineConfig, WineError, WineRuntime, windows_path
-from w3async import games
+from w3async import files, games
 
 
 STARTING, RUNNING, RESTARTING, FAILED, STOPPED = (SlotState.STARTING, SlotState.RUNNING, SlotState.RESTARTING,
@@ -102,7 +102,7 @@ class Supervisor:
             # We hold the lock, so the supervisor that wrote it is dead (killed, or the
             # machine went down): end what it left before anything else.
             self.events.warning("previous_run", **cleanup_previous_run(self.lock.previous))
-        (self.run_dir / "recipe.json").write_text(json.dumps(recipe_to_dict(self.recipe), indent=1))
+        files.atomic_write_text(self.run_dir / "recipe.json", json.dumps(recipe_to_dict(self.recipe), indent=1))
         r = self.recipe
         n_rows = sum(g.count * g.lanes * g.sides for g in r.games)
         n_games = sum(g.count for g in r.games)
