@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import errno
 import json
 import os
 import resource
@@ -31,8 +30,6 @@ from pathlib import Path
 from typing import Callable
 
 
-from w3async.sync import layout
-from w3async.runtime import procs
 from w3async.sync.gather import make_gatherer
 from w3async.observe.logs import JsonLog, console
 from w3async.runtime.answerer import Answerer, Counters, RunControl, RunFailure
@@ -40,9 +37,10 @@ from w3async.runtime.policies import PolicyAnswerer, policy_answerer
 from w3async.recipes import Recipe, recipe_to_dict
 from w3async.sync.table import Table, segment_name
 from w3async.runtime.runfolder import RunError, RunLock, cleanup_previous_run
-from w3async.runtime.slots import Slot, SlotState, decide_restart
+from w3async.runtime.keeper import GameKeeper
+from w3async.runtime.slots import Slot, SlotState
 from w3async.runtime.native import NativeRuntime
-from w3async.runtime.wine import WineConfig, WineError, WineRuntime, windows_path
+from w3async.runtime.wine import WineConfig, WineError, WineRuntime
 from w3async import files, games
 
 
@@ -84,7 +82,8 @@ class Supervisor:
         self._stopping = False
         self._round_scheduled = False
         self._obs_readers: set[int] = set()
-        self._groups: set[int] = set()  # every game's process group this run started
+        self.keeper = GameKeeper(self)  # spawns, hears, kills, restarts, watches the games
+        self.started_wall = 0.0  # time.time() at set-up (the run lock records it)
         self.faults = 0
         self.setup_failed = False  # the run ended before any game started, on an error
         self._hurry = False  # a second signal: shorten the shutdown's waits
@@ -141,178 +140,6 @@ class Supervisor:
         self.events.info("run_start", run=self.run_dir.name, recipe=r.name, pid=os.getpid(), shm=self.table.name,
                          rows=n_rows, games=n_games, gather=r.supervisor.gather, policy=r.supervisor.policy)
 
-    # ---- games --------------------------------------------------------------------
-
-    def _spawn(self, s: Slot) -> None:
-        """Start slot s on freshly zeroed rows with new doorbells."""
-        s.restart_handle = None
-        if self._stopping:
-            return
-        try:
-            segment = self.table.renew(s.index)  # fresh rows and header: nothing of the last start
-            s.bells = s.runtime.doorbells(self.run_dir, s.index)
-        except OSError as e:
-            self._start_failed(s, f"cannot make its rows or doorbells: {e}", e)
-            return
-        # "{run_dir}" in a value becomes the run folder (e.g. where to record replays);
-        # "{run_dir_windows}" the same as Wine's Z: path.
-        env = {k: v.replace("{run_dir}", str(self.run_dir.resolve()))
-                   .replace("{run_dir_windows}", windows_path(self.run_dir.resolve()))
-               for k, v in s.group.env.items()}
-        env.update(W3S_ROW0=str(s.row0), W3S_NROWS=str(s.nrows), W3S_SLOT=str(s.index),
-                   W3S_SEED=str(s.index * 1000003 + s.starts))
-        s.log_path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            with open(s.log_path, "ab") as log:
-                log.write(f"--- start {s.starts} at {time.strftime('%H:%M:%S')}\n".encode())
-                log.flush()
-                s.proc = s.runtime.spawn(s.binary, env, s.bells, segment, s.group.nice, log)
-        except (OSError, WineError) as e:
-            s.bells.close()
-            s.bells = None
-            self._start_failed(s, f"cannot start {s.binary}: {e}", e)
-            return
-        s.starts += 1
-        s.state = STARTING
-        s.started_at = s.progress_at = time.monotonic()
-        s.seq_sum = 0
-        s.posted = False
-        s.segment = segment.name
-        self._groups.add(s.proc.pid)
-        s.pidfd = os.pidfd_open(s.proc.pid)
-        self._loop.add_reader(s.pidfd, self._barrier, "game_exit", self._on_exit, s)
-        self.gatherer.attach_game(s.index, s.rows, s.bells.act)
-        self._record_pgids()
-        self.events.info("game_start", slot=s.index, pid=s.proc.pid, runtime=s.runtime.name, binary=str(s.binary),
-                         rows=[s.row0, s.row0 + s.nrows], start=s.starts)
-
-    def _record_pgids(self) -> None:
-        pg = [s.proc.pid for s in self.slots if s.proc and s.proc.returncode is None]
-        self.lock.write(pid=os.getpid(), started=self._t0_wall, shm=self.table.name, pgids=pg,
-                        wine_prefixes=[str(rt.prefix.path) for rt in self.runtimes.values()
-                                       if getattr(rt, "prefix", None)])
-
-    def _unwire(self, s: Slot) -> None:
-        """Stop listening to slot s and stop gathering its rows; its process is gone."""
-        self.gatherer.detach_game(s.index)
-        if s.pidfd >= 0:
-            self._loop.remove_reader(s.pidfd)
-            os.close(s.pidfd)
-            s.pidfd = -1
-        self._end_strays(s)
-        if s.bells:
-            s.bells.close()
-            s.bells = None
-        self.table.reset_rows(s.row0, s.row0 + s.nrows)
-        if self.answerer is not None:
-            self.answerer.rows_reset(s.rows)
-
-    def _note_posted(self, s: Slot) -> None:
-        """Did this start post any row? Read before its rows are reset: a game that
-        crashes between two watch ticks still counts as one that ran."""
-        if not s.posted and int(self.table.column("obs_seq")[s.rows].sum()) > 0:
-            s.posted, s.fail_streak = True, 0
-
-    def _stderr_tail(self, s: Slot, n: int = 3) -> str:
-        try:
-            lines = s.log_path.read_text(errors="replace").strip().splitlines()
-        except OSError:
-            return ""
-        lines = [x for x in lines if not x.startswith("--- start")]
-        return " | ".join(lines[-n:])
-
-    def _end_strays(self, s: Slot) -> None:
-        """End what the slot's game left running: its process group, and (native games)
-        any process that carries this start's segment in its environment, its own
-        session or not. Wine's processes are the prefix's and end with the run."""
-        if s.proc is None:
-            return
-        _killpg(s.proc.pid, signal.SIGKILL)
-        if s.runtime.name == "native" and s.segment:
-            for pid in procs.mentioning(f"W3S_SHM={s.segment}\0".encode()):
-                _kill(pid)
-
-    def _on_exit(self, s: Slot) -> None:
-        """The slot's process exited (its pidfd is readable)."""
-        code = s.proc.wait()
-        tail = self._stderr_tail(s)
-        self._note_posted(s)
-        self._unwire(s)
-        if self._stopping:
-            return
-        if code == layout.EXIT_OK:
-            cause = "recycle"
-        elif code < 0:
-            cause = "crash"
-        else:
-            cause = "exit"
-        how = f"signal {signal.Signals(-code).name}" if code < 0 else f"code {code}"
-        self.events.warning("game_exit", slot=s.index, pid=s.proc.pid, returncode=code, cause=cause,
-                            posted=s.posted, stderr=tail)
-        if code in (layout.EXIT_LAYOUT, layout.EXIT_ATTACH):
-            # Deterministic: a restart would fail the same way.
-            self._fail_slot(s, f"{s.binary} {layout.EXIT_NAMES[code]} (exit {code}): {tail}")
-            return
-        if not s.posted:  # exit 0 included: a game that ends before its first post is failing
-            s.fail_streak += 1
-            if s.fail_streak >= self.recipe.supervisor.max_start_failures:
-                self._fail_slot(s, f"{s.binary} exited before its first post {s.fail_streak} times in a row, "
-                                   f"last with {how}: {tail}")
-                return
-        self._schedule_restart(s, cause)
-
-    def _kill(self, s: Slot, cause: str, detail: dict) -> None:
-        """End a misbehaving game at once (no grace) and restart it."""
-        if s.proc is None or s.proc.returncode is not None or s.state in (FAILED, STOPPED):
-            return
-        self.events.warning("game_kill", slot=s.index, pid=s.proc.pid, cause=cause, **detail)
-        _killpg(s.proc.pid, signal.SIGKILL)
-        s.proc.wait()
-        self._note_posted(s)
-        self._unwire(s)
-        if cause == "hang" and not s.posted:
-            s.fail_streak += 1
-            if s.fail_streak >= self.recipe.supervisor.max_start_failures:
-                self._fail_slot(s, f"{s.binary} posted nothing within start_timeout_s, {s.fail_streak} starts in a row")
-                return
-        self._schedule_restart(s, cause)
-
-    def _schedule_restart(self, s: Slot, cause: str) -> None:
-        """Restart slot s after its backoff, within its restart budget. A start that
-        posted and lived min_uptime_s is healthy: its recycle restarts at once and is
-        not counted. Every other restart (exit 0 included) is counted in the budget
-        (restart_budget in restart_window_s) and backs off, doubling per short-lived
-        start in a row; a slot over its budget is marked failed."""
-        d = decide_restart(s, cause, time.monotonic(), self.recipe.supervisor)
-        if d.fail:
-            self._fail_slot(s, d.fail)
-            return
-        delay = d.delay_s
-        s.state = RESTARTING
-        self.events.info("game_restart", slot=s.index, cause=cause, delay_s=round(delay, 3), restarts=s.restarts)
-        s.restart_handle = self._loop.call_later(delay, self._barrier, "spawn", self._spawn, s)
-
-    def _start_failed(self, s: Slot, why: str, e: BaseException) -> None:
-        """A start that failed before the game ran: a missing or wrong binary fails the
-        slot at once; a lack of resources (no fd, no memory, a full /dev/shm) is retried
-        after the backoff, inside the budget."""
-        if isinstance(e, OSError) and e.errno in _TRANSIENT_ERRNOS:
-            self.events.warning("game_start_failed", slot=s.index, reason=why)
-            s.posted, s.started_at = False, time.monotonic()
-            self._schedule_restart(s, "start_error")
-            return
-        self._fail_slot(s, why)
-
-    def _fail_slot(self, s: Slot, why: str) -> None:
-        if s.restart_handle:
-            s.restart_handle.cancel()
-            s.restart_handle = None
-        s.state = FAILED
-        self.events.error("slot_failed", slot=s.index, reason=why)
-        console(f"w3async: game slot {s.index} failed: {why}")
-        if all(x.state == FAILED for x in self.slots):
-            self._finish(f"every game slot failed; the last: slot {s.index}: {why}")
-
     # ---- rounds -------------------------------------------------------------------
 
     def _on_obs(self, obs) -> None:
@@ -321,7 +148,7 @@ class Supervisor:
 
     # ---- the fault barrier --------------------------------------------------------
 
-    def _barrier(self, where: str, fn: Callable, *args) -> None:
+    def barrier(self, where: str, fn: Callable, *args) -> None:
         """Run a loop callback; a fault in it is recorded and handled (the slot it
         concerns restarted) or ends the run cleanly, never left to asyncio's log."""
         try:
@@ -345,9 +172,9 @@ class Supervisor:
                     _killpg(slot.proc.pid, signal.SIGKILL)
                     slot.proc.wait()
                 if slot.pidfd >= 0 or slot.bells is not None:
-                    self._unwire(slot)
+                    self.keeper.unwire(slot)
                 if slot.state not in (FAILED, STOPPED) and slot.restart_handle is None:
-                    self._schedule_restart(slot, "fault")
+                    self.keeper.schedule_restart(slot, "fault")
                 return
             except Exception as e2:  # noqa: BLE001
                 detail += f"; restarting slot {slot.index} failed too: {type(e2).__name__}: {e2}"
@@ -382,7 +209,7 @@ class Supervisor:
         now = time.monotonic()
         if period and now - self._last_round < period:
             self._round_scheduled = True
-            self._loop.call_later(period - (now - self._last_round), self._barrier, "round", self._round)
+            self._loop.call_later(period - (now - self._last_round), self.barrier, "round", self._round)
             return
         self._last_round = now
         b = self.gatherer.gather()
@@ -399,7 +226,7 @@ class Supervisor:
         """Run a round soon (rows were released, or a doorbell rang)."""
         if not self._round_scheduled and not self._stopping:
             self._round_scheduled = True
-            self._loop.call_soon(self._barrier, "round", self._round)
+            self._loop.call_soon(self.barrier, "round", self._round)
 
     def _on_bad_rows(self, bad) -> None:
         """Log each bad row with its game, lane and field; restart its game."""
@@ -413,32 +240,9 @@ class Supervisor:
                               field=r.field, index=r.index, value=repr(r.value))
             if s is not None and gi not in seen:
                 seen.add(gi)
-                self._kill(s, "bad_row", {"field": r.field, "row": r.row})
+                self.keeper.kill(s, "bad_row", {"field": r.field, "row": r.row})
 
     # ---- watching -----------------------------------------------------------------
-
-    async def _watch(self) -> None:
-        """Twice a second: find games that posted nothing for too long."""
-        sv = self.recipe.supervisor
-        obs, act = self.table.column("obs_seq"), self.gatherer.acked  # our act_seq, not the game's
-        while not self._stop.is_set():
-            await asyncio.sleep(0.5)
-            now = time.monotonic()
-            for s in self.slots:
-                if s.state not in (STARTING, RUNNING) or s.proc is None:
-                    continue
-                seq = int(obs[s.rows].sum())
-                if seq != s.seq_sum:
-                    s.seq_sum, s.progress_at = seq, now
-                    if not s.posted:
-                        s.posted, s.state, s.fail_streak = True, RUNNING, 0
-                    continue
-                answered = bool((obs[s.rows] == act[s.rows]).all())  # a game rewriting obs_seq hangs itself
-                idle = now - s.progress_at
-                if not s.posted and idle > sv.start_timeout_s:
-                    self._kill(s, "hang", {"phase": "start", "idle_s": round(idle, 1)})
-                elif s.posted and answered and idle > sv.hang_timeout_s:
-                    self._kill(s, "hang", {"phase": "step", "idle_s": round(idle, 1)})
 
     async def _start_status(self) -> None:
         from w3async.observe.status import StatusError, StatusServer, SupervisorSource  # noqa: PLC0415
@@ -477,15 +281,9 @@ class Supervisor:
                 console(progress_line(self.status_server.view.status()))
                 continue
             line = (f"w3async {self.recipe.name} | {now - self._t0:7.1f} s | {self.agent_steps:,} steps | "
-                    f"{rate:,.0f} steps/s | {self.summary_games()}")
+                    f"{rate:,.0f} steps/s | {self.keeper.summary()}")
             more = self.answerer.progress()
             console(line + (f" | {more}" if more else ""))
-
-    def summary_games(self) -> str:
-        states = collections.Counter(s.state for s in self.slots)
-        restarts = sum(s.restarts for s in self.slots)
-        return (f"{states[RUNNING] + states[STARTING]} games up, {states[RESTARTING]} restarting, "
-                f"{states[FAILED]} failed | {restarts} restarts")
 
     def stats(self) -> dict:
         """Counters for benchmarks and the status endpoint."""
@@ -500,6 +298,14 @@ class Supervisor:
         )
 
     # ---- lifecycle ----------------------------------------------------------------
+
+    def summary_games(self) -> str:
+        """'N games up, N restarting, N failed | N restarts' for the console."""
+        return self.keeper.summary()
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
 
     @property
     def agent_steps(self) -> int:
@@ -539,7 +345,7 @@ class Supervisor:
             return
         self._set_up = True
         self._loop = asyncio.get_running_loop()
-        self._t0, self._t0_wall, self._cpu0 = time.monotonic(), time.time(), _cpu_s()
+        self._t0, self.started_wall, self._cpu0 = time.monotonic(), time.time(), _cpu_s()
         for sig in _SIGNALS:  # installed until the shutdown is complete: a second signal hurries it
             self._loop.add_signal_handler(sig, self._on_signal, sig)
         self._signals_installed = True
@@ -612,12 +418,12 @@ class Supervisor:
             if "wine" in self.runtimes and s.runtime is self.runtimes["wine"]:
                 # The first Wine use may boot a prefix (~20 s): off the loop.
                 await self._loop.run_in_executor(None, s.runtime.ensure_prefix)
-            self._barrier("spawn", self._spawn, s)
+            self.barrier("spawn", self.keeper.spawn, s)
             if s.runtime.obs is not None and s.runtime.obs.fd not in self._obs_readers:
                 self._obs_readers.add(s.runtime.obs.fd)
-                self._loop.add_reader(s.runtime.obs.fd, self._barrier, "obs doorbell", self._on_obs, s.runtime.obs)
+                self._loop.add_reader(s.runtime.obs.fd, self.barrier, "obs doorbell", self._on_obs, s.runtime.obs)
             await asyncio.sleep(0)  # let a signal in between two spawns
-        tasks += [self._task(self._watch(), "hang watch"), self._task(self._progress(), "progress")]
+        tasks += [self._task(self.keeper.watch(), "hang watch"), self._task(self._progress(), "progress")]
 
     def _on_signal(self, sig: int) -> None:
         if not self._stopping:
@@ -665,7 +471,7 @@ class Supervisor:
         for s in self.slots:
             if s.proc is not None:
                 if s.proc.poll() is not None and s.pidfd >= 0:
-                    await step(f"slot {s.index}", self._unwire, s)
+                    await step(f"slot {s.index}", self.keeper.unwire, s)
                 if s.state not in (FAILED,):
                     s.state = STOPPED
         if self.answerer is not None:
@@ -680,8 +486,8 @@ class Supervisor:
         killed_wine = []
         for rt in self.runtimes.values():
             killed_wine += await step(f"{rt.name} clean-up", rt.cleanup, off_loop=True) or []
-        strays = await step("strays", self._end_run_strays) or []
-        self.leftovers = await step("leftover check", self._leftovers) or dict(processes=None, wine=None)
+        strays = await step("strays", self.keeper.end_run_strays) or []
+        self.leftovers = await step("leftover check", self.keeper.leftovers) or dict(processes=None, wine=None)
         self.leftovers.update(wine_sigkilled=killed_wine, strays_killed=strays)
         for fd in self._obs_readers:
             await step("obs reader", self._loop.remove_reader, fd)
@@ -703,27 +509,6 @@ class Supervisor:
             self.events.close()
         self.lock.release()
 
-    def _run_marker(self) -> bytes:
-        """What every game process of this run carries in its environment (native:
-        W3S_SHM, Wine: W3S_SHM_PATH): the table's name, unique to the run."""
-        return self.table.name.lstrip("/").encode() if self.table is not None else b""
-
-    def _end_run_strays(self) -> list[int]:
-        """SIGKILL every process still carrying the run's marker: a game's helper that left
-        its process group, or a group of an earlier start."""
-        marker = self._run_marker()
-        killed = [pid for pid in procs.mentioning(marker) if _kill(pid)] if marker else []
-        return killed
-
-    def _leftovers(self) -> dict:
-        """Every process of the run still alive: members of any game's process group of
-        any start, any process carrying the run's marker, the Wine prefixes' processes."""
-        marker = self._run_marker()
-        grouped = {p for g in self._groups for p in procs.group_members(g) if marker in procs.environ(p)}
-        marked = set(procs.mentioning(marker)) if marker else set()
-        wine = [p for rt in self.runtimes.values() for p in getattr(rt, "leftovers", lambda: [])()]
-        return dict(processes=sorted(grouped | marked), wine=wine)
-
     async def _wait_exit(self, slots: list[Slot], timeout: float, hurry: bool = True) -> None:
         deadline = time.monotonic() + timeout
         while any(s.proc.poll() is None for s in slots) and time.monotonic() < deadline and not (hurry and self._hurry):
@@ -733,16 +518,6 @@ class Supervisor:
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 # A start that failed for lack of a resource is retried; anything else would fail again.
-_TRANSIENT_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM, errno.ENOSPC, errno.EINTR, errno.EBUSY}
-
-
-def _kill(pid: int) -> bool:
-    try:
-        os.kill(pid, signal.SIGKILL)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
-
 
 def _killpg(pgid: int, sig: int) -> None:
     try:

@@ -1,0 +1,273 @@
+"""The game keeper: the game processes of a run's slots, from spawn to exit.
+
+It starts a slot's game on a fresh segment with new doorbells, hears its exit (a pidfd
+on the loop), kills a misbehaving one, ends everything a game left running (its process
+group, and any process carrying its segment's name), restarts by the restart policy
+(runtime/slots.py) or fails the slot, and watches for hangs. It works for its host, the
+Supervisor, through the host's public members only (recipe, run folder, table,
+gatherer, events, lock, runtimes, slots, answerer, loop, barrier, stopping, fail).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import errno
+import os
+import signal
+import time
+
+from w3async.observe.logs import console
+from w3async.runtime import procs
+from w3async.runtime.slots import Slot, SlotState, decide_restart
+from w3async.runtime.wine import WineError, windows_path
+from w3async.sync import layout
+
+STARTING, RUNNING, RESTARTING, FAILED, STOPPED = (SlotState.STARTING, SlotState.RUNNING, SlotState.RESTARTING,
+                                                 SlotState.FAILED, SlotState.STOPPED)
+
+# A start that failed for lack of a resource is retried; anything else would fail again.
+_TRANSIENT_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM, errno.ENOSPC, errno.EINTR, errno.EBUSY}
+
+
+class GameKeeper:
+    """Spawns, hears, kills, restarts and watches the host's game slots."""
+
+    def __init__(self, host):
+        self.host = host
+        self.groups: set[int] = set()  # every game's process group this run started
+
+    def spawn(self, s: Slot) -> None:
+        """Start slot s on freshly zeroed rows with new doorbells."""
+        s.restart_handle = None
+        if self.host.stopping:
+            return
+        try:
+            segment = self.host.table.renew(s.index)  # fresh rows and header: nothing of the last start
+            s.bells = s.runtime.doorbells(self.host.run_dir, s.index)
+        except OSError as e:
+            self._start_failed(s, f"cannot make its rows or doorbells: {e}", e)
+            return
+        # "{run_dir}" in a value becomes the run folder (e.g. where to record replays);
+        # "{run_dir_windows}" the same as Wine's Z: path.
+        env = {k: v.replace("{run_dir}", str(self.host.run_dir.resolve()))
+                   .replace("{run_dir_windows}", windows_path(self.host.run_dir.resolve()))
+               for k, v in s.group.env.items()}
+        env.update(W3S_ROW0=str(s.row0), W3S_NROWS=str(s.nrows), W3S_SLOT=str(s.index),
+                   W3S_SEED=str(s.index * 1000003 + s.starts))
+        s.log_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with open(s.log_path, "ab") as log:
+                log.write(f"--- start {s.starts} at {time.strftime('%H:%M:%S')}\n".encode())
+                log.flush()
+                s.proc = s.runtime.spawn(s.binary, env, s.bells, segment, s.group.nice, log)
+        except (OSError, WineError) as e:
+            s.bells.close()
+            s.bells = None
+            self._start_failed(s, f"cannot start {s.binary}: {e}", e)
+            return
+        s.starts += 1
+        s.state = STARTING
+        s.started_at = s.progress_at = time.monotonic()
+        s.seq_sum = 0
+        s.posted = False
+        s.segment = segment.name
+        self.groups.add(s.proc.pid)
+        s.pidfd = os.pidfd_open(s.proc.pid)
+        self.host.loop.add_reader(s.pidfd, self.host.barrier, "game_exit", self._on_exit, s)
+        self.host.gatherer.attach_game(s.index, s.rows, s.bells.act)
+        self._record_pgids()
+        self.host.events.info("game_start", slot=s.index, pid=s.proc.pid, runtime=s.runtime.name, binary=str(s.binary),
+                         rows=[s.row0, s.row0 + s.nrows], start=s.starts)
+
+    def _record_pgids(self) -> None:
+        pg = [s.proc.pid for s in self.host.slots if s.proc and s.proc.returncode is None]
+        self.host.lock.write(pid=os.getpid(), started=self.host.started_wall, shm=self.host.table.name, pgids=pg,
+                        wine_prefixes=[str(rt.prefix.path) for rt in self.host.runtimes.values()
+                                       if getattr(rt, "prefix", None)])
+
+    def unwire(self, s: Slot) -> None:
+        """Stop listening to slot s and stop gathering its rows; its process is gone."""
+        self.host.gatherer.detach_game(s.index)
+        if s.pidfd >= 0:
+            self.host.loop.remove_reader(s.pidfd)
+            os.close(s.pidfd)
+            s.pidfd = -1
+        self._end_strays(s)
+        if s.bells:
+            s.bells.close()
+            s.bells = None
+        self.host.table.reset_rows(s.row0, s.row0 + s.nrows)
+        if self.host.answerer is not None:
+            self.host.answerer.rows_reset(s.rows)
+
+    def _note_posted(self, s: Slot) -> None:
+        """Did this start post any row? Read before its rows are reset: a game that
+        crashes between two watch ticks still counts as one that ran."""
+        if not s.posted and int(self.host.table.column("obs_seq")[s.rows].sum()) > 0:
+            s.posted, s.fail_streak = True, 0
+
+    def _stderr_tail(self, s: Slot, n: int = 3) -> str:
+        try:
+            lines = s.log_path.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return ""
+        lines = [x for x in lines if not x.startswith("--- start")]
+        return " | ".join(lines[-n:])
+
+    def _end_strays(self, s: Slot) -> None:
+        """End what the slot's game left running: its process group, and (native games)
+        any process that carries this start's segment in its environment, its own
+        session or not. Wine's processes are the prefix's and end with the run."""
+        if s.proc is None:
+            return
+        _killpg(s.proc.pid, signal.SIGKILL)
+        if s.runtime.name == "native" and s.segment:
+            for pid in procs.mentioning(f"W3S_SHM={s.segment}\0".encode()):
+                _kill(pid)
+
+    def _on_exit(self, s: Slot) -> None:
+        """The slot's process exited (its pidfd is readable)."""
+        code = s.proc.wait()
+        tail = self._stderr_tail(s)
+        self._note_posted(s)
+        self.unwire(s)
+        if self.host.stopping:
+            return
+        if code == layout.EXIT_OK:
+            cause = "recycle"
+        elif code < 0:
+            cause = "crash"
+        else:
+            cause = "exit"
+        how = f"signal {signal.Signals(-code).name}" if code < 0 else f"code {code}"
+        self.host.events.warning("game_exit", slot=s.index, pid=s.proc.pid, returncode=code, cause=cause,
+                            posted=s.posted, stderr=tail)
+        if code in (layout.EXIT_LAYOUT, layout.EXIT_ATTACH):
+            # Deterministic: a restart would fail the same way.
+            self.fail_slot(s, f"{s.binary} {layout.EXIT_NAMES[code]} (exit {code}): {tail}")
+            return
+        if not s.posted:  # exit 0 included: a game that ends before its first post is failing
+            s.fail_streak += 1
+            if s.fail_streak >= self.host.recipe.supervisor.max_start_failures:
+                self.fail_slot(s, f"{s.binary} exited before its first post {s.fail_streak} times in a row, "
+                                   f"last with {how}: {tail}")
+                return
+        self.schedule_restart(s, cause)
+
+    def kill(self, s: Slot, cause: str, detail: dict) -> None:
+        """End a misbehaving game at once (no grace) and restart it."""
+        if s.proc is None or s.proc.returncode is not None or s.state in (FAILED, STOPPED):
+            return
+        self.host.events.warning("game_kill", slot=s.index, pid=s.proc.pid, cause=cause, **detail)
+        _killpg(s.proc.pid, signal.SIGKILL)
+        s.proc.wait()
+        self._note_posted(s)
+        self.unwire(s)
+        if cause == "hang" and not s.posted:
+            s.fail_streak += 1
+            if s.fail_streak >= self.host.recipe.supervisor.max_start_failures:
+                self.fail_slot(s, f"{s.binary} posted nothing within start_timeout_s, {s.fail_streak} starts in a row")
+                return
+        self.schedule_restart(s, cause)
+
+    def schedule_restart(self, s: Slot, cause: str) -> None:
+        """Restart slot s after its backoff, within its restart budget. A start that
+        posted and lived min_uptime_s is healthy: its recycle restarts at once and is
+        not counted. Every other restart (exit 0 included) is counted in the budget
+        (restart_budget in restart_window_s) and backs off, doubling per short-lived
+        start in a row; a slot over its budget is marked failed."""
+        d = decide_restart(s, cause, time.monotonic(), self.host.recipe.supervisor)
+        if d.fail:
+            self.fail_slot(s, d.fail)
+            return
+        delay = d.delay_s
+        s.state = RESTARTING
+        self.host.events.info("game_restart", slot=s.index, cause=cause, delay_s=round(delay, 3), restarts=s.restarts)
+        s.restart_handle = self.host.loop.call_later(delay, self.host.barrier, "spawn", self.spawn, s)
+
+    def _start_failed(self, s: Slot, why: str, e: BaseException) -> None:
+        """A start that failed before the game ran: a missing or wrong binary fails the
+        slot at once; a lack of resources (no fd, no memory, a full /dev/shm) is retried
+        after the backoff, inside the budget."""
+        if isinstance(e, OSError) and e.errno in _TRANSIENT_ERRNOS:
+            self.host.events.warning("game_start_failed", slot=s.index, reason=why)
+            s.posted, s.started_at = False, time.monotonic()
+            self.schedule_restart(s, "start_error")
+            return
+        self.fail_slot(s, why)
+
+    def fail_slot(self, s: Slot, why: str) -> None:
+        if s.restart_handle:
+            s.restart_handle.cancel()
+            s.restart_handle = None
+        s.state = FAILED
+        self.host.events.error("slot_failed", slot=s.index, reason=why)
+        console(f"w3async: game slot {s.index} failed: {why}")
+        if all(x.state == FAILED for x in self.host.slots):
+            self.host.fail(f"every game slot failed; the last: slot {s.index}: {why}")
+
+    async def watch(self) -> None:
+        """Twice a second: find games that posted nothing for too long."""
+        sv = self.host.recipe.supervisor
+        obs, act = self.host.table.column("obs_seq"), self.host.gatherer.acked  # our act_seq, not the game's
+        while not self.host.stopping:
+            await asyncio.sleep(0.5)
+            now = time.monotonic()
+            for s in self.host.slots:
+                if s.state not in (STARTING, RUNNING) or s.proc is None:
+                    continue
+                seq = int(obs[s.rows].sum())
+                if seq != s.seq_sum:
+                    s.seq_sum, s.progress_at = seq, now
+                    if not s.posted:
+                        s.posted, s.state, s.fail_streak = True, RUNNING, 0
+                    continue
+                answered = bool((obs[s.rows] == act[s.rows]).all())  # a game rewriting obs_seq hangs itself
+                idle = now - s.progress_at
+                if not s.posted and idle > sv.start_timeout_s:
+                    self.kill(s, "hang", {"phase": "start", "idle_s": round(idle, 1)})
+                elif s.posted and answered and idle > sv.hang_timeout_s:
+                    self.kill(s, "hang", {"phase": "step", "idle_s": round(idle, 1)})
+
+    def summary(self) -> str:
+        states = collections.Counter(s.state for s in self.host.slots)
+        restarts = sum(s.restarts for s in self.host.slots)
+        return (f"{states[RUNNING] + states[STARTING]} games up, {states[RESTARTING]} restarting, "
+                f"{states[FAILED]} failed | {restarts} restarts")
+
+    def _run_marker(self) -> bytes:
+        """What every game process of this run carries in its environment (native:
+        W3S_SHM, Wine: W3S_SHM_PATH): the table's name, unique to the run."""
+        return self.host.table.name.lstrip("/").encode() if self.host.table is not None else b""
+
+    def end_run_strays(self) -> list[int]:
+        """SIGKILL every process still carrying the run's marker: a game's helper that left
+        its process group, or a group of an earlier start."""
+        marker = self._run_marker()
+        killed = [pid for pid in procs.mentioning(marker) if _kill(pid)] if marker else []
+        return killed
+
+    def leftovers(self) -> dict:
+        """Every process of the run still alive: members of any game's process group of
+        any start, any process carrying the run's marker, the Wine prefixes' processes."""
+        marker = self._run_marker()
+        grouped = {p for g in self.groups for p in procs.group_members(g) if marker in procs.environ(p)}
+        marked = set(procs.mentioning(marker)) if marker else set()
+        wine = [p for rt in self.host.runtimes.values() for p in getattr(rt, "leftovers", lambda: [])()]
+        return dict(processes=sorted(grouped | marked), wine=wine)
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _kill(pid: int) -> bool:
+    try:
+        os.kill(pid, signal.SIGKILL)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
