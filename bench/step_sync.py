@@ -33,7 +33,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from w3async import layout  # noqa: E402
+from w3async.sync import layout  # noqa: E402
 from w3async.sync.gather import CGatherer, Doorbell, NumpyGatherer  # noqa: E402
 from w3async.recipes import recipe_from_dict  # noqa: E402
 from w3async.sync.table import Table, segment_name  # noqa: E402
