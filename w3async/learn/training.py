@@ -37,6 +37,12 @@ to end (a learner exception, a checkpoint that cannot be written, a round that f
 the supervisor is told through _finish. stop() raises CheckpointError when the last
 checkpoint cannot be written (after the engine is stopped and the logs closed); the
 previous checkpoint is then intact and `latest` still names it.
+
+Why one module of ~580 lines: it is one answerer with one state (the rows' roles,
+opponents, holds and epochs in flight), read by the round path, the episode tallies and
+the learner thread together; the resume's log clean-up is in resume.py, the engine,
+trajectories, learner and league in their own modules. The next split is the episode
+and evaluation tallies.
 """
 
 from __future__ import annotations
@@ -44,7 +50,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
-import json
 import os
 import threading
 import time
@@ -65,11 +70,11 @@ from w3async.learn.learner import Learner
 from w3async.observe.logs import JsonLog
 from w3async.learn.network import Network
 from w3async.recipes import recipe_to_dict
+from w3async.learn.resume import LOGS, cut_logs
 from w3async.learn.trajectories import Trajectories
 from w3async.runtime.answerer import RunControl, RunFailure
 
 TRAIN, EVAL = 0, 1
-LOGS = ("learner.jsonl", "episodes.jsonl", "inference.jsonl")  # the logs a checkpoint's counters cover
 
 
 class RoundError(RunFailure):
@@ -84,21 +89,6 @@ def _subset(res, keep: np.ndarray):
                         logp=res.logp[keep], value=res.value[keep], versions=res.versions[keep],
                         slot=res.slot[keep], state_in=None if res.state_in is None else res.state_in[keep],
                         stats=replace(res.stats, rows=int(keep.sum())))
-
-
-def _offset_after_updates(data: bytes, version: int) -> int:
-    """The byte offset of learner.jsonl's first `update` line numbered above `version`
-    (the end when there is none): for checkpoints that did not record the logs' sizes."""
-    pos = 0
-    for line in data.splitlines(keepends=True):
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            rec = None
-        if isinstance(rec, dict) and rec.get("event") == "update" and int(rec.get("update") or 0) > version:
-            return pos
-        pos += len(line)
-    return len(data)
 
 
 class Training:
@@ -168,7 +158,7 @@ class Training:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._saved: tuple | None = None  # (version, agent_steps, episodes) of the last checkpoint
         ckpt = self._load_checkpoint()  # CheckpointLoadError: nothing written yet
-        cut = self._cut_logs(ckpt)
+        cut = cut_logs(self.run_dir, ckpt, self.learner.version)
         self.episodes_log = JsonLog(self.run_dir / "episodes.jsonl")
         self.learner_log = JsonLog(self.run_dir / "learner.jsonl")
         self.inference_log = JsonLog(self.run_dir / "inference.jsonl")
@@ -212,37 +202,6 @@ class Training:
         self.last_checkpoint = path
         self._saved = (self.learner.version, self.counts.agent_steps, self.episodes)
         return ckpt
-
-    def _cut_logs(self, ckpt: dict | None) -> dict[str, int]:
-        """Move each log's lines beyond what the checkpoint counted (a killed run's dead
-        tail) to <log>.cut; returns the lines cut per log. Without a checkpoint, every
-        line is beyond it (a run killed before its first checkpoint starts from zero).
-        A checkpoint without log sizes (written before they were recorded) cuts only
-        learner.jsonl, by update number."""
-        sizes = (ckpt or {}).get("counters", {}).get("logs") if ckpt is not None else dict.fromkeys(LOGS, 0)
-        out = {}
-        for name in LOGS:
-            path = self.run_dir / name
-            try:
-                data = path.read_bytes()
-            except FileNotFoundError:
-                out[name] = 0
-                continue
-            if sizes is not None:
-                keep = int(sizes.get(name, len(data)))
-            elif name == "learner.jsonl":
-                keep = _offset_after_updates(data, self.learner.version)
-            else:
-                keep = len(data)
-            keep = min(keep, len(data))
-            # a torn last line before the cut point (a kill mid-write) stays a torn line
-            tail = data[keep:]
-            if tail:
-                with open(path.with_name(name + ".cut"), "ab") as f:
-                    f.write(tail)
-                os.truncate(path, keep)
-            out[name] = tail.count(b"\n") + (1 if tail and not tail.endswith(b"\n") else 0)
-        return out
 
     def _log_resume(self, ckpt: dict | None, cut: dict[str, int]) -> None:
         """A `resume` record in each log (and events.jsonl): the checkpoint's counters,

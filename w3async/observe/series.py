@@ -15,6 +15,10 @@ The original system's run page re-read and re-binned every episode on each refre
 - `RunFiles`: tails the run folder's JSON-lines files (docs/logs.md) from where it
   last stopped, whole lines only, and feeds a RunSeries; the same code serves a live
   run and a finished one (`python -m w3async status`).
+
+Why one module of ~510 lines: the series kept between requests and the tailing reader
+that feeds them change together (one schema, docs/logs.md); split them when a second
+reader appears.
 """
 
 from __future__ import annotations

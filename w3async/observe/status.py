@@ -15,6 +15,10 @@ Schemas and limits: docs/status.md.
 
 `RunView` is the same picture without a server: `status_cli.py` builds one from a
 run's files alone, live or finished.
+
+Why one module of ~500 lines: the run's view (/status, /games) is one schema
+(docs/status.md) built in one place; the HTTP thread is status_server.py, /metrics
+status_metrics.py.
 """
 
 from __future__ import annotations

@@ -14,6 +14,10 @@ The fault barrier: every callback and task the loop runs for us goes through
 (`fault` in events.jsonl, with its traceback) and either handled (the slot it
 concerns is restarted) or ends the run cleanly: shutdown, final checkpoint, shutdown
 record, nothing left. A second signal during the shutdown hurries it, never cuts it.
+
+Why one module of ~530 lines: the loop's owner (set-up, rounds, the fault barrier, the
+status tasks, the lifecycle and the shutdown's ordered steps) shares its loop state;
+the game processes are in keeper.py, the slots and the restart policy in slots.py.
 """
 
 from __future__ import annotations
