@@ -121,10 +121,10 @@ class GameKeeper:
         session or not. Wine's processes are the prefix's and end with the run."""
         if s.proc is None:
             return
-        _killpg(s.proc.pid, signal.SIGKILL)
+        procs.killpg(s.proc.pid, signal.SIGKILL)
         if s.runtime.name == "native" and s.segment:
             for pid in procs.mentioning(f"W3S_SHM={s.segment}\0".encode()):
-                _kill(pid)
+                procs.kill(pid)
 
     def _on_exit(self, s: Slot) -> None:
         """The slot's process exited (its pidfd is readable)."""
@@ -160,7 +160,7 @@ class GameKeeper:
         if s.proc is None or s.proc.returncode is not None or s.state in (FAILED, STOPPED):
             return
         self.host.events.warning("game_kill", slot=s.index, pid=s.proc.pid, cause=cause, **detail)
-        _killpg(s.proc.pid, signal.SIGKILL)
+        procs.killpg(s.proc.pid, signal.SIGKILL)
         s.proc.wait()
         self._note_posted(s)
         self.unwire(s)
@@ -245,7 +245,7 @@ class GameKeeper:
         """SIGKILL every process still carrying the run's marker: a game's helper that left
         its process group, or a group of an earlier start."""
         marker = self._run_marker()
-        killed = [pid for pid in procs.mentioning(marker) if _kill(pid)] if marker else []
+        killed = [pid for pid in procs.mentioning(marker) if procs.kill(pid)] if marker else []
         return killed
 
     def leftovers(self) -> dict:
@@ -257,17 +257,3 @@ class GameKeeper:
         wine = [p for rt in self.host.runtimes.values() for p in getattr(rt, "leftovers", lambda: [])()]
         return dict(processes=sorted(grouped | marked), wine=wine)
 
-
-def _killpg(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _kill(pid: int) -> bool:
-    try:
-        os.kill(pid, signal.SIGKILL)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False

@@ -7,6 +7,7 @@ with the status reader).
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 
 from w3async.procstat import GONE_STATES, alive, stat_fields  # noqa: F401 (alive: part of this API)
@@ -46,3 +47,21 @@ def mentioning(needle: bytes) -> list[int]:
     game's helpers inherit even when they leave its process group)."""
     me = os.getpid()
     return [pid for pid, _ in live_processes() if pid != me and needle and needle in environ(pid)]
+
+
+def kill(pid: int, sig: int = signal.SIGKILL) -> bool:
+    """Signal a process; False when it is gone (or not ours)."""
+    try:
+        os.kill(pid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def killpg(pgid: int, sig: int = signal.SIGKILL) -> bool:
+    """Signal a process group; False when it is gone (or not ours)."""
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False

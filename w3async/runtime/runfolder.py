@@ -12,7 +12,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import signal
 from pathlib import Path
 
 from w3async.runtime import procs
@@ -76,11 +75,8 @@ def cleanup_previous_run(info: dict) -> dict:
     for pgid in info.get("pgids", []):
         for pid in procs.group_members(int(pgid)):
             if _environ_mentions(pid, shm.lstrip("/")):
-                try:
-                    os.kill(pid, signal.SIGKILL)
+                if procs.kill(pid):
                     killed.append(pid)
-                except ProcessLookupError:
-                    pass
     wine_killed = []
     for path in info.get("wine_prefixes", []):
         lock = Path(str(path) + ".lock")
@@ -91,11 +87,8 @@ def cleanup_previous_run(info: dict) -> dict:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free: no live run uses this prefix
             for pid in procs.with_env("WINEPREFIX", str(path)):
-                try:
-                    os.kill(pid, signal.SIGKILL)
+                if procs.kill(pid):
                     wine_killed.append(pid)
-                except ProcessLookupError:
-                    pass
         except BlockingIOError:
             pass
         finally:

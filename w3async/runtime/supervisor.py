@@ -41,6 +41,7 @@ from w3async.runtime.policies import PolicyAnswerer, policy_answerer
 from w3async.recipes import Recipe, recipe_to_dict
 from w3async.sync.table import Table, segment_name
 from w3async.runtime.runfolder import RunError, RunLock, cleanup_previous_run
+from w3async.runtime import procs
 from w3async.runtime.keeper import GameKeeper
 from w3async.runtime.slots import Slot, SlotState
 from w3async.runtime.native import NativeRuntime
@@ -173,7 +174,7 @@ class Supervisor:
         if slot is not None and not self._stopping:
             try:  # handled: the slot's game is ended and restarted from scratch
                 if slot.proc is not None and slot.proc.poll() is None:
-                    _killpg(slot.proc.pid, signal.SIGKILL)
+                    procs.killpg(slot.proc.pid, signal.SIGKILL)
                     slot.proc.wait()
                 if slot.pidfd >= 0 or slot.bells is not None:
                     self.keeper.unwire(slot)
@@ -470,7 +471,7 @@ class Supervisor:
         for sig, grace in ((signal.SIGTERM, 1.0), (signal.SIGKILL, 2.0)):
             left = [s for s in live if s.proc.poll() is None]
             for s in left:
-                _killpg(s.proc.pid, sig)
+                procs.killpg(s.proc.pid, sig)
             await self._wait_exit(left, grace, hurry=sig != signal.SIGKILL)
         for s in self.slots:
             if s.proc is not None:
@@ -520,14 +521,6 @@ class Supervisor:
 
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-# A start that failed for lack of a resource is retried; anything else would fail again.
-
-def _killpg(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _cpu_s() -> float:

@@ -20,7 +20,6 @@ import fcntl
 import hashlib
 import os
 import shutil
-import signal
 import subprocess
 import time
 from dataclasses import dataclass
@@ -163,10 +162,7 @@ class WinePrefix:
             time.sleep(0.05)
         left = self.processes()
         for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            procs.kill(pid)
         return left
 
     def release(self) -> None:
