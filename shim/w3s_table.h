@@ -53,6 +53,8 @@
 #define W3S_EXIT_LAYOUT 66  /* table magic, version or layout hash differ */
 #define W3S_EXIT_CHECK 67   /* an answer failed the game's check (null game) */
 #define W3S_EXIT_LOST 68    /* the supervisor went away */
+#define W3S_EXIT_INJECT 69  /* the launcher could not inject the hook or the adapter (shim/inject) */
+#define W3S_EXIT_ADAPTER 70 /* the adapter failed or crashed inside an injected game */
 
 typedef struct w3s_header {
     uint64_t magic;

@@ -34,11 +34,15 @@ EXIT_ATTACH = 65
 EXIT_LAYOUT = 66
 EXIT_CHECK = 67
 EXIT_LOST = 68
+EXIT_INJECT = 69
+EXIT_ADAPTER = 70
 EXIT_NAMES = {
     EXIT_ATTACH: "could not attach to the table or its doorbells",
     EXIT_LAYOUT: "attached with the wrong layout version",
     EXIT_CHECK: "an answer failed the game's check",
     EXIT_LOST: "lost the supervisor",
+    EXIT_INJECT: "could not be injected (the launcher named the DLL and the cause)",
+    EXIT_ADAPTER: "its adapter failed or crashed",
 }
 
 HEADER_DTYPE = np.dtype(

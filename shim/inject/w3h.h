@@ -1,0 +1,80 @@
+/* w3h.h: the adapter API. What a user writes to drive a Windows game that was not
+ * built for w3async (docs/hooking.md).
+ *
+ * The launcher (w3inject.exe) starts the unmodified game suspended, loads the hook
+ * (w3hook.dll) and then the adapter (a DLL the user writes against this header) into
+ * it, and resumes it. The hook patches the game's import tables: the virtual clock,
+ * the step point, drawing off. At the step point it calls the adapter: the adapter
+ * reads the game's state into rows and gives the answers to the game the way a
+ * player's input would reach it. The hook does the rest: the table, the doorbells,
+ * the clock, the exit codes.
+ *
+ * The adapter exports these by name (W3A_EXPORT):
+ *
+ *   w3a_attach   required  once, at the first step point, before the first step
+ *   w3a_observe  required  every step: fill row i (0 .. host->nrows - 1)
+ *   w3a_act      required  every step, after the answers: give row i's orders to the game
+ *   w3a_ready    optional  at every step point call: 1 when this frame is a step, 0 when
+ *                          it is not a decision point (a menu, a loading screen): then
+ *                          game time still advances by step_ms and nothing is posted
+ *   w3a_episode_end optional  after a row posted with W3S_FLAG_DONE was answered: start
+ *                          the game's next episode (its own "new game", as a player would)
+ *   w3a_detach   optional  when the supervisor asks the games to stop, before exit 0
+ *
+ * An episode starts where the adapter says so: the row it fills with W3S_FLAG_FIRST.
+ *
+ * A crash inside any of these (an access violation, a bad instruction) ends the game
+ * with exit W3S_EXIT_ADAPTER and a line on stderr naming the exception, the adapter's
+ * function and the address (module+offset); the supervisor records it as the cause.
+ */
+#ifndef W3H_H
+#define W3H_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "w3s_table.h"
+
+#define W3H_ABI 1u
+
+#ifdef _WIN32
+#define W3A_EXPORT __declspec(dllexport)
+#else
+#define W3A_EXPORT
+#endif
+
+/* What the hook gives the adapter at attach. Valid until the process exits. */
+typedef struct w3h_host {
+    uint32_t abi;     /* W3H_ABI of the hook that loaded the adapter */
+    uint32_t nrows;   /* rows this process posts every step (the recipe's lanes * sides) */
+    uint32_t row0;    /* the table index of row 0: global lane numbers derive from it */
+    uint32_t step_ms; /* game time a step advances the virtual clock by */
+    void *exe;        /* the game's .exe module (its HMODULE, its base address) */
+
+    /* An export of a loaded module (module NULL: the game's .exe); NULL when the module
+     * is not loaded or has no such export. */
+    void *(*find_export)(const char *module, const char *name);
+    /* An address the recipe names ([games.inject] addresses: name = "module+0xoffset",
+     * module "exe" or a loaded DLL's name); NULL when the recipe has no such name or
+     * its module is not loaded. */
+    void *(*find_address)(const char *name);
+    /* One line on the game's stderr (the run's game log), "adapter: " in front. */
+    void (*log)(const char *fmt, ...);
+    /* Ends the game now: the line on stderr, exit W3S_EXIT_ADAPTER. Does not return.
+     * Use it for a state the adapter cannot go on from (an export gone, a garbled
+     * game state); the supervisor restarts the game by its restart rules. */
+    void (*fail)(const char *fmt, ...);
+    /* Game time in milliseconds since the hook attached (the virtual clock). */
+    uint64_t (*game_time_ms)(void);
+} w3h_host;
+
+/* 0 on success; nonzero with err filled (name the export, the address or the setting
+ * that is missing): the game exits W3S_EXIT_ADAPTER with err as the cause. */
+typedef int (*w3a_attach_fn)(const w3h_host *host, char *err, size_t errlen);
+typedef int (*w3a_ready_fn)(void);
+typedef void (*w3a_observe_fn)(w3s_row *row, uint32_t i);
+typedef void (*w3a_act_fn)(const w3s_row *row, uint32_t i);
+typedef void (*w3a_episode_end_fn)(uint32_t i);
+typedef void (*w3a_detach_fn)(void);
+
+#endif
