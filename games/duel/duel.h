@@ -141,8 +141,14 @@ const char *du_type_name(int32_t t);
 void du_lane_reset(du_lane *l, du_cache *c, const du_setup *setup);
 /* Applies side s's orders; returns how many parts were discarded (invalid). */
 int du_apply_orders(du_lane *l, du_cache *c, int s, const du_orders *o);
-/* Runs setup.step_turns turns (fewer when the game ends). */
+/* Runs setup.step_turns turns (fewer when the game ends), then du_step_close. */
 void du_step(du_lane *l, du_cache *c);
+/* One turn of a step. A game that runs its turns one at a time (the real-time
+ * standalone) calls du_step_close after a step's last turn or the turn that ended the
+ * game, so that its state equals du_step's. */
+void du_turn(du_lane *l, du_cache *c);
+/* A step's end: the test-only break (DU_CUT_BREAK), then step + 1. */
+void du_step_close(du_lane *l, du_cache *c);
 uint64_t du_hash(const du_lane *l);
 int du_find(const du_lane *l, int32_t id); /* index of unit id, -1 */
 int du_visible(const du_lane *l, du_cache *c, int team, const du_unit *u);

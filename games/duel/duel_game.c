@@ -63,23 +63,6 @@ int du_mkdirs(const char *path)
     return du_mkdir(buf) != 0 && errno != EEXIST ? -1 : 0;
 }
 
-int du_parse_sides(const char *s, du_ctl ctl[2], char *err, size_t errlen)
-{
-    char buf[128];
-    snprintf(buf, sizeof(buf), "%s", s);
-    char *comma = strchr(buf, ',');
-    if (!comma) {
-        snprintf(err, errlen, "duel: sides '%s' must be two controllers, e.g. agent,ai:easy", s);
-        return -1;
-    }
-    *comma = 0;
-    if (du_ctl_parse(buf, &ctl[0]) || du_ctl_parse(comma + 1, &ctl[1])) {
-        snprintf(err, errlen, "duel: sides '%s': each must be agent, ai:easy, ai:normal, ai:hard, random, script or idle", s);
-        return -1;
-    }
-    return 0;
-}
-
 int du_config(du_cfg *c, char *err, size_t errlen)
 {
     memset(c, 0, sizeof(*c));
@@ -121,53 +104,35 @@ int du_config(du_cfg *c, char *err, size_t errlen)
     return 0;
 }
 
-uint64_t du_game_seed(long base, uint64_t lane, uint64_t episode)
+int du_rec_start(du_rec *rec, const du_cfg *c, const du_setup *setup, uint64_t global_lane, uint64_t episode)
 {
-    uint64_t x = (uint64_t)base ^ (lane * 0xD1B54A32D192ED03ULL) ^ (episode * 0x8CB92BA72F3D8DD7ULL);
-    return du_rng_next(&x);
+    if (!c->record_dir)
+        return 0;
+    uint64_t x = setup->seed;
+    double u = (double)(du_rng_next(&x) >> 11) * (1.0 / 9007199254740992.0);
+    if (!(u < c->record_share)) /* a NaN share records nothing, as before */
+        return 0;
+    char path[1024], err[512];
+    snprintf(path, sizeof(path), "%s/duel-l%llu-e%llu-%016llx.w3dr", c->record_dir, (unsigned long long)global_lane,
+             (unsigned long long)episode, (unsigned long long)setup->seed);
+    du_rec_header h = {*setup, (uint32_t)(c->record_states ? 1 : 0), (uint32_t)global_lane, (uint32_t)episode,
+                       {du_ctl_code(&c->ctl[0]), du_ctl_code(&c->ctl[1])}, (uint32_t)c->reward_shaped};
+    if (du_rec_open(rec, path, &h, err, sizeof(err))) {
+        fprintf(stderr, "%s (not recording this episode)\n", err);
+        return 0;
+    }
+    return 1;
 }
-
-void du_make_setup(const du_cfg *c, uint64_t seed, uint64_t episode, du_setup *s)
-{
-    s->map = c->map >= 0 ? c->map : (int32_t)(episode % DU_N_MAPS);
-    s->seed = seed;
-    s->step_turns = (int32_t)c->step_turns;
-    s->time_limit_turns = (int32_t)c->time_limit;
-}
-
-uint32_t du_ctl_code(const du_ctl *c) { return (uint32_t)(c->kind * 16 + c->level); }
-
 
 void du_game_start(du_game *g, const du_cfg *c, uint64_t seed_base_lane)
 {
     du_setup setup;
-    uint64_t seed = du_game_seed(c->seed, seed_base_lane, g->episode);
-    du_make_setup(c, seed, g->episode, &setup);
-    du_lane_reset(&g->lane, &g->cache, &setup);
+    du_lane_start(&g->lane, &g->cache, g->ctl, c, seed_base_lane, g->episode, &setup);
     for (int s = 0; s < 2; s++) {
-        g->ctl[s].kind = c->ctl[s].kind;
-        g->ctl[s].level = c->ctl[s].level;
-        du_ctl_reset(&g->ctl[s], seed + (uint64_t)s);
         g->discarded[s] = 0;
         memset(g->prev[s], 0, sizeof(g->prev[s]));
     }
-    g->recording = 0;
-    if (c->record_dir) {
-        uint64_t x = seed;
-        double u = (double)(du_rng_next(&x) >> 11) * (1.0 / 9007199254740992.0);
-        if (u < c->record_share) {
-            char path[1024], err[512];
-            snprintf(path, sizeof(path), "%s/duel-l%llu-e%llu-%016llx.w3dr", c->record_dir,
-                     (unsigned long long)g->global_lane, (unsigned long long)g->episode, (unsigned long long)seed);
-            du_rec_header h = {setup, (uint32_t)(c->record_states ? 1 : 0), (uint32_t)g->global_lane,
-                               (uint32_t)g->episode, {du_ctl_code(&c->ctl[0]), du_ctl_code(&c->ctl[1])},
-                               (uint32_t)c->reward_shaped};
-            if (du_rec_open(&g->rec, path, &h, err, sizeof(err)))
-                fprintf(stderr, "%s (not recording this episode)\n", err);
-            else
-                g->recording = 1;
-        }
-    }
+    g->recording = du_rec_start(&g->rec, c, &setup, g->global_lane, g->episode);
 }
 
 void du_game_finish(du_game *g)
@@ -178,14 +143,9 @@ void du_game_finish(du_game *g)
     g->recording = 0;
 }
 
-/* Orders of every non-agent side, then both applied (side 0 first), then the step. */
 void du_game_step(du_game *g, du_orders o[2])
 {
-    for (int s = 0; s < 2; s++)
-        if (g->ctl[s].kind != DU_CTL_AGENT)
-            du_ctl_orders(&g->ctl[s], &g->lane, &g->cache, s, &o[s]);
-    for (int s = 0; s < 2; s++)
-        g->discarded[s] += du_apply_orders(&g->lane, &g->cache, s, &o[s]);
+    du_command(&g->lane, &g->cache, g->ctl, o, g->discarded);
     int32_t step = g->lane.step;
     du_step(&g->lane, &g->cache);
     if (g->recording && du_rec_step(&g->rec, &g->lane, step, o, du_hash(&g->lane))) {
@@ -195,20 +155,21 @@ void du_game_step(du_game *g, du_orders o[2])
     }
 }
 
-float du_reward(du_game *g, int s, int shaped)
+float du_side_reward(const du_lane *l, int32_t prev[4], int s, int shaped)
 {
-    const du_lane *l = &g->lane;
     float r = 0.0f;
     if (l->winner >= 0 && l->winner < 2)
         r = l->winner == s ? 1.0f : -1.0f;
     if (shaped) {
         const du_side *sd = &l->side[s];
-        r += 0.0005f * (float)((sd->dmg_dealt - g->prev[s][0]) - (sd->dmg_taken - g->prev[s][1]));
-        r += 0.001f * (float)((sd->kill_value - g->prev[s][2]) - (sd->loss_value - g->prev[s][3]));
+        r += 0.0005f * (float)((sd->dmg_dealt - prev[0]) - (sd->dmg_taken - prev[1]));
+        r += 0.001f * (float)((sd->kill_value - prev[2]) - (sd->loss_value - prev[3]));
     }
-    g->prev[s][0] = l->side[s].dmg_dealt;
-    g->prev[s][1] = l->side[s].dmg_taken;
-    g->prev[s][2] = l->side[s].kill_value;
-    g->prev[s][3] = l->side[s].loss_value;
+    prev[0] = l->side[s].dmg_dealt;
+    prev[1] = l->side[s].dmg_taken;
+    prev[2] = l->side[s].kill_value;
+    prev[3] = l->side[s].loss_value;
     return r;
 }
+
+float du_reward(du_game *g, int s, int shaped) { return du_side_reward(&g->lane, g->prev[s], s, shaped); }

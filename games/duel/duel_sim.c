@@ -470,7 +470,7 @@ static void du_end_game(du_lane *l, int winner, int reason)
     l->end_reason = reason;
 }
 
-static void du_turn(du_lane *l, du_cache *c)
+void du_turn(du_lane *l, du_cache *c)
 {
     for (int i = 0; i < l->n_units; i++)
         du_decide(l, c, &l->units[i]);
@@ -539,6 +539,11 @@ void du_step(du_lane *l, du_cache *c)
 {
     for (int t = 0; t < l->setup.step_turns && l->winner < 0; t++)
         du_turn(l, c);
+    du_step_close(l, c);
+}
+
+void du_step_close(du_lane *l, du_cache *c)
+{
     if ((c->cuts & DU_CUT_BREAK) && l->step == c->break_step) {
         /* test only: a divergence the parity tool must find, at this step, in "hp" */
         for (int i = 0; i < l->n_units; i++)
