@@ -177,11 +177,12 @@ const char *du_ctl_name(const du_ctl *c, char *buf, int n);
 void du_ctl_reset(du_ctl *c, uint64_t seed);
 void du_ctl_orders(du_ctl *c, const du_lane *l, du_cache *cache, int s, du_orders *o);
 
-/* duel_obs.c: the agent's rows. */
+/* duel_masks.c (the entity list, masks, answers) and duel_obs.c (the row): the agent's side. */
 struct w3s_row;
+#define DU_VIEW_MAX 160 /* entities a side sees at most: a row's W3S_E_MAX */
 typedef struct du_view {
     int32_t n_ent;
-    int32_t ent_id[160]; /* unit id per entity index */
+    int32_t ent_id[DU_VIEW_MAX]; /* unit id per entity index */
 } du_view;
 /* The entity list and the masks for side s (what du_apply_orders will accept). */
 void du_masks(const du_lane *l, du_cache *c, int s, uint8_t mask[4][192], du_view *v);

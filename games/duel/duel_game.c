@@ -173,3 +173,17 @@ float du_side_reward(const du_lane *l, int32_t prev[4], int s, int shaped)
 }
 
 float du_reward(du_game *g, int s, int shaped) { return du_side_reward(&g->lane, g->prev[s], s, shaped); }
+
+void du_fill_row(struct w3s_row *r, const du_lane *l, du_cache *c, int s, uint32_t lane_index, uint64_t episode,
+                 float reward, uint32_t discarded, du_view *v)
+{
+    r->lane = lane_index;
+    r->side = (uint32_t)s;
+    r->episode = episode;
+    r->step = (uint32_t)l->step;
+    r->flags = (l->step == 0 ? W3S_FLAG_FIRST : 0) | (l->winner >= 0 ? W3S_FLAG_DONE : 0);
+    r->reward = reward;
+    r->discarded = discarded;
+    r->state_hash = du_hash(l);
+    du_observe(l, c, s, r, v);
+}

@@ -41,6 +41,12 @@ void du_game_step(du_game *g, du_orders o[2]);
  * which it then updates). du_reward is it for a du_game. */
 float du_side_reward(const du_lane *l, int32_t prev[4], int s, int shaped);
 float du_reward(du_game *g, int s, int shaped);
+/* Row r as agent mode posts it for side s of a lane: lane index, side, episode, step,
+ * flags (FIRST at step 0, DONE once the game has a winner), the reward and discarded
+ * count given, the state hash, the observation (its entity list into v). */
+struct w3s_row;
+void du_fill_row(struct w3s_row *r, const du_lane *l, du_cache *c, int s, uint32_t lane_index, uint64_t episode,
+                 float reward, uint32_t discarded, du_view *v);
 /* mkdir -p; 0, or -1 with errno. */
 int du_mkdirs(const char *path);
 double du_cpu_s(void);

@@ -90,16 +90,9 @@ static int du_agent_main(void)
             for (int a = 0; a < n_agents; a++) {
                 int s = agents[a];
                 w3s_row *r = w3s_row_at(conn, i * (uint32_t)n_agents + (uint32_t)a);
-                r->lane = i;
-                r->side = (uint32_t)s;
-                r->episode = g->episode;
-                r->step = (uint32_t)g->lane.step;
-                r->flags = (g->lane.step == 0 ? W3S_FLAG_FIRST : 0) | (g->lane.winner >= 0 ? W3S_FLAG_DONE : 0);
-                r->reward = du_reward(g, s, (int)cfg.reward_shaped);
-                r->discarded = (uint32_t)g->discarded[s];
+                du_fill_row(r, &g->lane, &g->cache, s, i, g->episode, du_reward(g, s, (int)cfg.reward_shaped),
+                            (uint32_t)g->discarded[s], &g->view[s]);
                 g->discarded[s] = 0;
-                r->state_hash = du_hash(&g->lane);
-                du_observe(&g->lane, &g->cache, s, r, &g->view[s]);
             }
         }
         int w = w3s_exchange(conn, err, sizeof(err));
