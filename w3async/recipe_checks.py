@@ -156,7 +156,7 @@ def _class_at(cls: type, loc: tuple) -> tuple[type | None, Any]:
         holder, info = cls, cls.__pydantic_fields__.get(part)
         if info is None:
             return holder, None
-        tp = info.annotation
+        tp = _base_type(info.annotation)
         args = typing.get_args(tp)
         cls = args[0] if typing.get_origin(tp) is list and args else tp
         cls = cls if dataclasses.is_dataclass(cls) else None

@@ -21,36 +21,33 @@ import dataclasses
 import os
 import tomllib
 import typing
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import BeforeValidator, Field, ValidationError
-from pydantic.dataclasses import dataclass
+from pydantic import ValidationError
 
-from w3async import games
-from w3async.recipe_checks import (  # noqa: F401 (YEAR_S, MAX_ROWS, _base_type: the module's API)
-    CONFIG,
+from w3async.recipe_checks import (  # noqa: F401 (MAX_ROWS, YEAR_S, _base_type: the module's API)
     MAX_ROWS,
     YEAR_S,
-    Bool,
-    Device,
-    Env,
-    Float,
-    Int,
-    Name,
-    Str,
     _base_type,
     check_ranges,
-    choice,
     drop,
-    game_groups,
     mirror,
     problems_of,
-    year_in,
 )
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
-MAX_ROUND_PERIOD_MS = 60_000.0
+from w3async.recipe_sections import (  # noqa: F401 (the sections: recipes.py is their way in)
+    MAX_ROUND_PERIOD_MS,
+    REPO_ROOT,
+    CheckpointSection,
+    EvaluationSection,
+    GameGroup,
+    InferenceSection,
+    InjectSection,
+    Recipe,
+    RuntimeSection,
+    StatusSection,
+    StopSection,
+    SupervisorSection,
+)
 
 
 class RecipeError(ValueError):
@@ -60,191 +57,6 @@ class RecipeError(ValueError):
         self.path = path
         self.problems = problems
         super().__init__(f"recipe {path}:\n  " + "\n  ".join(problems))
-
-
-_CHOICES = {
-    ("games", "runtime"): ("native", "wine"),
-    ("games", "role"): ("train", "eval"),
-    ("supervisor", "policy"): ("check", "random", "network"),
-    ("supervisor", "gather"): ("c", "numpy"),
-    ("", "game"): games.NAMES,  # the games registry, read at each check (a game registered later counts)
-}
-
-
-def _one_of(section: str, key: str) -> Any:
-    return choice(lambda: _CHOICES[(section, key)])
-
-
-@dataclass(config=CONFIG)
-class GameGroup:
-    """A group of identical game processes ([[games]]; a recipe may mix groups)."""
-
-    binary: Str = "build/native/null_game"
-    """The game: a Linux executable, or a Windows .exe for runtime = "wine". Relative
-    paths are from the repository root."""
-    runtime: Annotated[Str, _one_of("games", "runtime")] = "native"
-    """"native" (eventfd doorbells) or "wine" (FIFO doorbells, the table through Z:)."""
-    count: Int = Field(1, ge=1)
-    """Processes in this group."""
-    lanes: Int = Field(1, ge=1)
-    """Lanes (whole games) per process."""
-    sides: Int = Field(2, ge=1, le=2)
-    """Agent sides per lane: rows per process = lanes * sides."""
-    nice: Int = Field(10, ge=-20, le=19)
-    """Nice level of the games, so the supervisor and the learner get the CPU first."""
-    role: Annotated[Str, _one_of("games", "role")] = "train"
-    """"train": the current policy's rows feed the learner; "eval": played by the current
-    policy (against the built-in AI at fixed seeds), logged, never trained on."""
-    env: Env = Field(default_factory=dict)
-    """Extra environment for the game (strings). "{run_dir}" in a value becomes the run
-    folder ("{run_dir_windows}": the same as a Z: path, for Wine games)."""
-
-
-@dataclass(config=CONFIG)
-class RuntimeSection:
-    """Wine settings ([runtime]); unused by native groups."""
-
-    wine: Str = "wine"
-    """The Wine loader, or a Proton build folder (see runtime_wine.WineConfig)."""
-    cache_dir: Str = ""
-    """Where Wine prefixes live ('' : $W3ASYNC_CACHE or ~/.cache/w3async)."""
-    fsync: Bool = False
-    """WINEFSYNC (Proton only: nothing on stock Wine)."""
-    esync: Bool = False
-    """WINEESYNC (Proton/staging only: nothing on stock Wine)."""
-
-
-@dataclass(config=CONFIG)
-class SupervisorSection:
-    """How the supervisor answers and watches ([supervisor])."""
-
-    policy: Annotated[Str, _one_of("supervisor", "policy")] = "check"
-    """"check" (the null game's checkable answers), "random" (uniform under the masks)
-    or "network" (the learner's policy)."""
-    gather: Annotated[Str, _one_of("supervisor", "gather")] = "c"
-    """Row checks and gathers in "c" (csrc/rows.c) or "numpy" (the reference path)."""
-    round_period_ms: Float = Field(0.0, ge=0, le=MAX_ROUND_PERIOD_MS)
-    """At most one round every this many ms: bigger rounds, a little more latency (at
-    least one round a minute)."""
-    hang_timeout_s: Float = Field(30.0, gt=0, le=YEAR_S)
-    """A game that posts nothing for this long after its rows were answered is hung."""
-    start_timeout_s: Float = Field(60.0, gt=0, le=YEAR_S)
-    """Time a (re)started game has to post its first rows (Wine needs a few seconds)."""
-    stop_timeout_s: Float = Field(3.0, gt=0, le=YEAR_S)
-    """On shutdown, how long games get to exit by themselves before SIGTERM, then SIGKILL."""
-    max_start_failures: Int = Field(3, ge=1)
-    """A slot whose game fails this many starts in a row is marked failed."""
-    backoff_s: Float = Field(0.5, gt=0, le=YEAR_S)
-    """First restart delay of a slot; doubles per failure in a row, capped below."""
-    backoff_max_s: Float = Field(10.0, gt=0, le=YEAR_S)
-    """Cap on a slot's restart delay."""
-    restart_budget: Int = 20
-    """Restarts a slot may need within restart_window_s (exits of every kind, 0 included,
-    hangs, bad rows; not the recycle of a healthy start) before it is marked failed."""
-    restart_window_s: Float = Field(60.0, ge=0, le=YEAR_S)
-    """The window of the restart budget."""
-    min_uptime_s: Float = Field(2.0, ge=0, le=YEAR_S)
-    """A start that posted and lived this long is healthy: its exit 0 (an episode quota)
-    restarts at once, uncounted, and the backoff starts over."""
-    progress_s: Float = Field(5.0, ge=0, le=YEAR_S)
-    """Seconds between console progress lines (0: none)."""
-
-
-@dataclass(config=CONFIG)
-class InferenceSection:
-    """The inference rounds' compute ([inference])."""
-
-    device: Device = "cpu"
-    """"cpu", or "cuda" (streams and graphs; only where torch sees a GPU)."""
-    num_threads: Int = Field(1, ge=1)
-    """torch threads of the inference worker (on 2 cores: 1, and 1 for the learner)."""
-    n_slots: Int = Field(3, ge=1)
-    """Networks held: slot 0 the current policy, the rest past snapshots (league)."""
-    seed: Int = Field(0, ge=0)
-    """Seeds the networks' initial weights and the action sampling."""
-
-
-@dataclass(config=CONFIG)
-class CheckpointSection:
-    """Checkpoints ([checkpoint]): atomic, with a `latest` pointer; a run resumes from one."""
-
-    every_updates: Int = Field(10, ge=1)
-    """A checkpoint every this many learner updates (and one at the end of the run)."""
-    keep: Int = Field(3, ge=1)
-    """Checkpoints kept on disk (the newest)."""
-
-
-@dataclass(config=CONFIG)
-class EvaluationSection:
-    """Evaluation against the built-in AI ([evaluation])."""
-
-    window: Int = Field(50, ge=1)
-    """Win rates are over each level's last `window` evaluation episodes."""
-
-
-@dataclass(config=CONFIG)
-class StatusSection:
-    """The status server ([status]): /status, /metrics, /games and the dashboard."""
-
-    enabled: Bool = True
-    """Serve the run's state while it runs."""
-    host: Str = "127.0.0.1"
-    """Address to listen on (loopback by default: the page changes nothing, but it is yours)."""
-    port: Int = Field(0, ge=0, le=65535)
-    """Port; 0 picks a free one. The URL is printed and left in runs/<run>/status.url.
-    A port in use is a clear error at start."""
-
-
-@dataclass(config=CONFIG)
-class StopSection:
-    """When the run ends by itself ([stop]); 0 means no limit."""
-
-    steps: Int = Field(0, ge=0)
-    """Agent steps (rows answered)."""
-    updates: Int = Field(0, ge=0)
-    """Learner updates."""
-    seconds: Float = Field(0.0, ge=0, le=YEAR_S)
-    """Wall-clock seconds."""
-    minutes: Float = Field(0.0, ge=0, le=year_in("minutes"))
-    """Wall-clock minutes (with seconds also set, the sooner limit wins)."""
-
-
-@dataclass(config=CONFIG)
-class Recipe:
-    """A recipe: its top-level keys, its sections, the file it was read from."""
-
-    name: Name = "unnamed"
-    """The run's name: it starts the run folder's name (no '/')."""
-    game: Annotated[Str, _one_of("", "game")] = "null"
-    """The game spec: a name in the games registry (w3async.games: "null", "duel", ...)."""
-    games: Annotated[list[GameGroup], BeforeValidator(game_groups)] = Field(default_factory=lambda: [GameGroup()])
-    runtime: RuntimeSection = Field(default_factory=RuntimeSection)
-    supervisor: SupervisorSection = Field(default_factory=SupervisorSection)
-    stop: StopSection = Field(default_factory=StopSection)
-    inference: InferenceSection = Field(default_factory=InferenceSection)
-    checkpoint: CheckpointSection = Field(default_factory=CheckpointSection)
-    evaluation: EvaluationSection = Field(default_factory=EvaluationSection)
-    status: StatusSection = Field(default_factory=StatusSection)
-    network: object = None
-    """network.NetConfig ([network]): the policy's size."""
-    learner: object = None
-    """learner.LearnerConfig ([learner]): PPO's hyper-parameters and pacing."""
-    trajectories: object = None
-    """trajectories.TrajConfig ([trajectories]): sequence length, batch, queue."""
-    league: object = None
-    """league.LeagueConfig ([league]): snapshots and opponents."""
-    path: str = dataclasses.field(default="", init=False)
-    """Where the recipe was read from (set by load_recipe; not a key of the file)."""
-
-    @property
-    def stop_after_s(self) -> float:
-        """The wall-clock limit: the sooner of seconds and minutes that are set (0: none)."""
-        limits = [x for x in (self.stop.seconds, 60.0 * self.stop.minutes) if x > 0]
-        return min(limits) if limits else 0.0
-
-    def binary_path(self, group: GameGroup) -> Path:
-        p = Path(group.binary)
-        return p if p.is_absolute() else REPO_ROOT / p
 
 
 _SECTIONS = {"runtime": RuntimeSection, "supervisor": SupervisorSection, "stop": StopSection,

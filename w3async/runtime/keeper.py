@@ -18,7 +18,7 @@ import signal
 import time
 
 from w3async.observe.logs import console
-from w3async.runtime import procs
+from w3async.runtime import inject, procs
 from w3async.runtime.slots import Slot, SlotState, decide_restart
 from w3async.runtime.wine import WineError, windows_path
 from w3async.sync import layout
@@ -60,7 +60,13 @@ class GameKeeper:
             with open(s.log_path, "ab") as log:
                 log.write(f"--- start {s.starts} at {time.strftime('%H:%M:%S')}\n".encode())
                 log.flush()
-                s.proc = s.runtime.spawn(s.binary, env, s.bells, segment, s.group.nice, log)
+                if s.group.inject:  # an unmodified game: through the launcher, with the hook and adapter
+                    values = {"seed": env["W3S_SEED"], "lane": str(s.row0 // s.group.sides), "slot": str(s.index),
+                              "run_dir_windows": windows_path(self.host.run_dir.resolve())}
+                    launch = inject.launch(s.group.inject, s.binary, values)
+                    s.proc = s.runtime.spawn(s.binary, env, s.bells, segment, s.group.nice, log, launch=launch)
+                else:
+                    s.proc = s.runtime.spawn(s.binary, env, s.bells, segment, s.group.nice, log)
         except (OSError, WineError) as e:
             s.bells.close()
             s.bells = None

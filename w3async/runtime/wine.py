@@ -274,15 +274,21 @@ class WineRuntime:
         return bells
 
     def spawn(self, binary: Path, env: dict, bells: Doorbells, segment: GameSegment, nice: int,
-              log) -> subprocess.Popen:
+              log, launch: tuple | None = None) -> subprocess.Popen:
+        """Start binary in the prefix; with launch (runtime/inject.py: the launcher, its
+        arguments, the hook's settings, the folder), start it through the launcher."""
         prefix = self.ensure_prefix()
         extra = dict(env)
         extra.update(bells.child_env)
         extra["W3S_SHM_PATH"] = windows_path(segment.path)
+        exe, args, cwd = str(binary), [], str(binary.parent)
+        if launch:
+            exe, args, hook_env, cwd = str(launch[0]), launch[1], launch[2], launch[3]
+            extra.update(hook_env)
         return subprocess.Popen(
-            nice_prefix(nice) + prefix.command(str(binary)),
+            nice_prefix(nice) + prefix.command(exe, args),
             env=prefix.env(extra), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-            start_new_session=True, cwd=str(binary.parent),
+            start_new_session=True, cwd=cwd,
         )
 
     def cleanup(self) -> list[int]:

@@ -1,0 +1,355 @@
+/* clock.c: the virtual clock (docs/hooking.md, "The virtual clock").
+ *
+ * Game time advances only at steps, by step_ms each, never with the wall clock: the
+ * game's counters and system time read game time, and its sleeps and timed waits
+ * are measured in it. So a real-time game runs as fast as the harness answers, and
+ * the same seed and orders give the same game.
+ *
+ * Who waits how, once the first step has happened:
+ * - the step thread (the one that calls the step point): its own sleeps and timed
+ *   waits cannot be waited out in game time (only it advances the clock), so they
+ *   return at once, timed out, unless the call is the step point itself: then it
+ *   makes steps until its timeout is covered (at least one);
+ * - every other thread: a Sleep parks on a condition variable until game time
+ *   reaches its end (no polling); a timed wait on handles polls them every
+ *   park_slice_ms of wall time until they are signalled or game time reaches its
+ *   timeout (seeds/000 measured the polls' wineserver cost: a known limit).
+ * Before the first step every thread's sleeps and timed waits return at once.
+ */
+#include "hook.h"
+
+#include <mmsystem.h>
+
+static volatile LONG64 g_ticks; /* 100 ns units of game time since attach */
+static uint64_t g_qpc0;         /* the real counter at attach, in 100 ns units */
+static uint64_t g_tick0_ms;     /* GetTickCount64 at attach */
+static uint64_t g_ft0;          /* system time at attach, FILETIME units (100 ns) */
+static volatile LONG g_step_tid;
+static SRWLOCK g_park_lock = SRWLOCK_INIT;
+static CONDITION_VARIABLE g_park_cv = CONDITION_VARIABLE_INIT;
+
+#define TICKS_PER_MS 10000ULL
+
+/* The real functions (hk_clock_init). */
+static BOOL(WINAPI *r_QueryPerformanceCounter)(LARGE_INTEGER *);
+static BOOL(WINAPI *r_QueryPerformanceFrequency)(LARGE_INTEGER *);
+static DWORD(WINAPI *r_GetTickCount)(void);
+static ULONGLONG(WINAPI *r_GetTickCount64)(void);
+static DWORD(WINAPI *r_timeGetTime)(void);
+static void(WINAPI *r_GetSystemTimeAsFileTime)(FILETIME *);
+static void(WINAPI *r_GetSystemTimePreciseAsFileTime)(FILETIME *);
+static void(WINAPI *r_GetSystemTime)(SYSTEMTIME *);
+static void(WINAPI *r_GetLocalTime)(SYSTEMTIME *);
+static BOOL(WINAPI *r_QueryUnbiasedInterruptTime)(ULONGLONG *);
+static void(WINAPI *r_Sleep)(DWORD);
+static DWORD(WINAPI *r_SleepEx)(DWORD, BOOL);
+static DWORD(WINAPI *r_WaitForSingleObject)(HANDLE, DWORD);
+static DWORD(WINAPI *r_WaitForSingleObjectEx)(HANDLE, DWORD, BOOL);
+static DWORD(WINAPI *r_WaitForMultipleObjects)(DWORD, const HANDLE *, BOOL, DWORD);
+static DWORD(WINAPI *r_WaitForMultipleObjectsEx)(DWORD, const HANDLE *, BOOL, DWORD, BOOL);
+static DWORD(WINAPI *r_MsgWaitForMultipleObjects)(DWORD, const HANDLE *, BOOL, DWORD, DWORD);
+static DWORD(WINAPI *r_MsgWaitForMultipleObjectsEx)(DWORD, const HANDLE *, DWORD, DWORD, DWORD);
+static BOOL(WINAPI *r_SleepConditionVariableCS)(CONDITION_VARIABLE *, CRITICAL_SECTION *, DWORD);
+static BOOL(WINAPI *r_SleepConditionVariableSRW)(CONDITION_VARIABLE *, SRWLOCK *, DWORD, ULONG);
+
+void hk_clock_init(void)
+{
+    /* The real functions are the hook's own imports: its import table is never patched. */
+    r_QueryPerformanceCounter = QueryPerformanceCounter;
+    r_QueryPerformanceFrequency = QueryPerformanceFrequency;
+    r_GetTickCount = GetTickCount;
+    r_GetTickCount64 = GetTickCount64;
+    r_timeGetTime = timeGetTime;
+    r_GetSystemTimeAsFileTime = GetSystemTimeAsFileTime;
+    r_GetSystemTimePreciseAsFileTime = GetSystemTimePreciseAsFileTime;
+    r_GetSystemTime = GetSystemTime;
+    r_GetLocalTime = GetLocalTime;
+    r_QueryUnbiasedInterruptTime = QueryUnbiasedInterruptTime;
+    r_Sleep = Sleep;
+    r_SleepEx = SleepEx;
+    r_WaitForSingleObject = WaitForSingleObject;
+    r_WaitForSingleObjectEx = WaitForSingleObjectEx;
+    r_WaitForMultipleObjects = WaitForMultipleObjects;
+    r_WaitForMultipleObjectsEx = WaitForMultipleObjectsEx;
+    r_MsgWaitForMultipleObjects = MsgWaitForMultipleObjects;
+    r_MsgWaitForMultipleObjectsEx = MsgWaitForMultipleObjectsEx;
+    r_SleepConditionVariableCS = SleepConditionVariableCS;
+    r_SleepConditionVariableSRW = SleepConditionVariableSRW;
+    LARGE_INTEGER c, f;
+    QueryPerformanceCounter(&c);
+    QueryPerformanceFrequency(&f);
+    g_qpc0 = (uint64_t)((long double)c.QuadPart * 1e7L / (long double)f.QuadPart);
+    g_tick0_ms = GetTickCount64();
+    FILETIME ft;
+    GetSystemTimeAsFileTime(&ft);
+    g_ft0 = ((uint64_t)ft.dwHighDateTime << 32) | ft.dwLowDateTime;
+}
+
+uint64_t hk_clock_now(void)
+{
+    return (uint64_t)InterlockedCompareExchange64(&g_ticks, 0, 0);
+}
+
+void hk_clock_advance(uint32_t ms)
+{
+    AcquireSRWLockExclusive(&g_park_lock);
+    InterlockedExchangeAdd64(&g_ticks, (LONG64)(ms * TICKS_PER_MS));
+    ReleaseSRWLockExclusive(&g_park_lock);
+    WakeAllConditionVariable(&g_park_cv);
+}
+
+int hk_is_step_thread(void)
+{
+    LONG t = g_step_tid;
+    return t == 0 || (DWORD)t == GetCurrentThreadId();
+}
+
+int hk_claim_step_thread(const char *name)
+{
+    if (!hk_is_step_point(name))
+        return 0;
+    LONG me = (LONG)GetCurrentThreadId();
+    InterlockedCompareExchange(&g_step_tid, me, 0);
+    return g_step_tid == me;
+}
+
+/* Steps until game time has advanced by at least ms (at least one step). */
+static void steps_for(DWORD ms)
+{
+    uint64_t end = hk_clock_now() + (uint64_t)ms * TICKS_PER_MS;
+    do
+        hk_step();
+    while (hk_clock_now() < end);
+}
+
+/* ---- what the game reads ---- */
+
+static BOOL WINAPI h_QueryPerformanceCounter(LARGE_INTEGER *c)
+{
+    if (!c)
+        return FALSE;
+    c->QuadPart = (LONGLONG)(g_qpc0 + hk_clock_now());
+    return TRUE;
+}
+
+static BOOL WINAPI h_QueryPerformanceFrequency(LARGE_INTEGER *f)
+{
+    if (!f)
+        return FALSE;
+    f->QuadPart = 10000000; /* 100 ns a count, as Windows reports on most machines */
+    return TRUE;
+}
+
+static ULONGLONG WINAPI h_GetTickCount64(void) { return g_tick0_ms + hk_clock_now() / TICKS_PER_MS; }
+static DWORD WINAPI h_GetTickCount(void) { return (DWORD)h_GetTickCount64(); }
+static DWORD WINAPI h_timeGetTime(void) { return (DWORD)h_GetTickCount64(); }
+
+static void WINAPI h_GetSystemTimeAsFileTime(FILETIME *ft)
+{
+    uint64_t t = g_ft0 + hk_clock_now();
+    ft->dwLowDateTime = (DWORD)t;
+    ft->dwHighDateTime = (DWORD)(t >> 32);
+}
+
+static void WINAPI h_GetSystemTime(SYSTEMTIME *st)
+{
+    FILETIME ft;
+    h_GetSystemTimeAsFileTime(&ft);
+    FileTimeToSystemTime(&ft, st);
+}
+
+static void WINAPI h_GetLocalTime(SYSTEMTIME *st)
+{
+    FILETIME ft, local;
+    h_GetSystemTimeAsFileTime(&ft);
+    FileTimeToLocalFileTime(&ft, &local);
+    FileTimeToSystemTime(&local, st);
+}
+
+static BOOL WINAPI h_QueryUnbiasedInterruptTime(ULONGLONG *t)
+{
+    if (!t)
+        return FALSE;
+    *t = g_qpc0 + hk_clock_now();
+    return TRUE;
+}
+
+/* ---- sleeps and timed waits ---- */
+
+/* Parks the calling (not step) thread until game time reaches end; an alertable
+ * sleep polls instead, so that its APCs still run. */
+static DWORD park_until(uint64_t end, BOOL alertable)
+{
+    if (alertable) {
+        while (hk_clock_now() < end) {
+            DWORD r = r_SleepEx(hk_config.park_slice_ms, TRUE);
+            if (r == WAIT_IO_COMPLETION)
+                return r;
+        }
+        return 0;
+    }
+    AcquireSRWLockExclusive(&g_park_lock);
+    while (hk_clock_now() < end)
+        SleepConditionVariableSRW(&g_park_cv, &g_park_lock, INFINITE, 0);
+    ReleaseSRWLockExclusive(&g_park_lock);
+    return 0;
+}
+
+static DWORD WINAPI h_SleepEx(DWORD ms, BOOL alertable)
+{
+    if (hk_claim_step_thread("SleepEx") || hk_claim_step_thread("Sleep")) {
+        steps_for(ms);
+        return 0;
+    }
+    if (ms == 0 || ms == INFINITE)
+        return r_SleepEx(ms, alertable);
+    if (hk_is_step_thread()) /* the clock is frozen for it: the time has passed at once */
+        return r_SleepEx(0, alertable);
+    return park_until(hk_clock_now() + (uint64_t)ms * TICKS_PER_MS, alertable);
+}
+
+static void WINAPI h_Sleep(DWORD ms) { h_SleepEx(ms, FALSE); }
+
+/* A timed wait in game time; try(ctx, ms) is the real wait with a real timeout. */
+typedef DWORD (*wait_fn)(void *ctx, DWORD ms);
+
+static DWORD game_wait(const char *name, DWORD timeout, wait_fn wait, void *ctx)
+{
+    if (timeout == 0 || timeout == INFINITE)
+        return wait(ctx, timeout);
+    DWORD r = wait(ctx, 0);
+    if (r != WAIT_TIMEOUT)
+        return r;
+    if (hk_claim_step_thread(name)) {
+        steps_for(timeout);
+        return wait(ctx, 0);
+    }
+    if (hk_is_step_thread())
+        return WAIT_TIMEOUT;
+    uint64_t end = hk_clock_now() + (uint64_t)timeout * TICKS_PER_MS;
+    for (;;) {
+        r = wait(ctx, hk_config.park_slice_ms);
+        if (r != WAIT_TIMEOUT || hk_clock_now() >= end)
+            return r;
+    }
+}
+
+typedef struct wait_args {
+    DWORD n;
+    const HANDLE *h;
+    BOOL all, alertable;
+    DWORD wake, flags;
+} wait_args;
+
+static DWORD w_multiple(void *p, DWORD ms)
+{
+    wait_args *a = p;
+    return r_WaitForMultipleObjectsEx(a->n, a->h, a->all, ms, a->alertable);
+}
+
+static DWORD w_msg(void *p, DWORD ms)
+{
+    wait_args *a = p;
+    return r_MsgWaitForMultipleObjectsEx(a->n, a->h, ms, a->wake, a->flags);
+}
+
+static DWORD WINAPI h_WaitForSingleObjectEx(HANDLE h, DWORD ms, BOOL alertable)
+{
+    wait_args a = {1, &h, FALSE, alertable, 0, 0};
+    return game_wait("WaitForSingleObjectEx", ms, w_multiple, &a);
+}
+
+static DWORD WINAPI h_WaitForSingleObject(HANDLE h, DWORD ms)
+{
+    wait_args a = {1, &h, FALSE, FALSE, 0, 0};
+    return game_wait("WaitForSingleObject", ms, w_multiple, &a);
+}
+
+static DWORD WINAPI h_WaitForMultipleObjectsEx(DWORD n, const HANDLE *h, BOOL all, DWORD ms, BOOL alertable)
+{
+    wait_args a = {n, h, all, alertable, 0, 0};
+    return game_wait("WaitForMultipleObjectsEx", ms, w_multiple, &a);
+}
+
+static DWORD WINAPI h_WaitForMultipleObjects(DWORD n, const HANDLE *h, BOOL all, DWORD ms)
+{
+    wait_args a = {n, h, all, FALSE, 0, 0};
+    return game_wait("WaitForMultipleObjects", ms, w_multiple, &a);
+}
+
+static DWORD WINAPI h_MsgWaitForMultipleObjectsEx(DWORD n, const HANDLE *h, DWORD ms, DWORD wake, DWORD flags)
+{
+    wait_args a = {n, h, FALSE, FALSE, wake, flags};
+    return game_wait("MsgWaitForMultipleObjectsEx", ms, w_msg, &a);
+}
+
+static DWORD WINAPI h_MsgWaitForMultipleObjects(DWORD n, const HANDLE *h, BOOL all, DWORD ms, DWORD wake)
+{
+    wait_args a = {n, h, FALSE, FALSE, wake, all ? MWMO_WAITALL : 0};
+    return game_wait("MsgWaitForMultipleObjects", ms, w_msg, &a);
+}
+
+typedef struct cv_args {
+    CONDITION_VARIABLE *cv;
+    void *lock;
+    ULONG flags;
+} cv_args;
+
+/* A condition variable's timed sleep: the real one returns FALSE with ERROR_TIMEOUT. */
+static DWORD w_cv_cs(void *p, DWORD ms)
+{
+    cv_args *a = p;
+    return r_SleepConditionVariableCS(a->cv, a->lock, ms) ? 0 : (GetLastError() == ERROR_TIMEOUT ? WAIT_TIMEOUT : WAIT_FAILED);
+}
+
+static DWORD w_cv_srw(void *p, DWORD ms)
+{
+    cv_args *a = p;
+    return r_SleepConditionVariableSRW(a->cv, a->lock, ms, a->flags) ? 0 : (GetLastError() == ERROR_TIMEOUT ? WAIT_TIMEOUT : WAIT_FAILED);
+}
+
+static BOOL cv_result(DWORD r)
+{
+    if (r == 0)
+        return TRUE;
+    SetLastError(r == WAIT_TIMEOUT ? ERROR_TIMEOUT : GetLastError());
+    return FALSE;
+}
+
+static BOOL WINAPI h_SleepConditionVariableCS(CONDITION_VARIABLE *cv, CRITICAL_SECTION *cs, DWORD ms)
+{
+    cv_args a = {cv, cs, 0};
+    return cv_result(game_wait("SleepConditionVariableCS", ms, w_cv_cs, &a));
+}
+
+static BOOL WINAPI h_SleepConditionVariableSRW(CONDITION_VARIABLE *cv, SRWLOCK *l, DWORD ms, ULONG flags)
+{
+    cv_args a = {cv, l, flags};
+    return cv_result(game_wait("SleepConditionVariableSRW", ms, w_cv_srw, &a));
+}
+
+#define FN(name, kind) {#name, (void *)h_##name, (void **)&r_##name, kind, 0}
+hk_fn hk_clock_fns[] = {
+    FN(QueryPerformanceCounter, HK_CLOCK),
+    FN(QueryPerformanceFrequency, HK_CLOCK),
+    FN(GetTickCount, HK_CLOCK),
+    FN(GetTickCount64, HK_CLOCK),
+    FN(timeGetTime, HK_CLOCK),
+    FN(GetSystemTimeAsFileTime, HK_CLOCK),
+    {"GetSystemTimePreciseAsFileTime", (void *)h_GetSystemTimeAsFileTime, (void **)&r_GetSystemTimePreciseAsFileTime, HK_CLOCK, 0},
+    FN(GetSystemTime, HK_CLOCK),
+    FN(GetLocalTime, HK_CLOCK),
+    FN(QueryUnbiasedInterruptTime, HK_CLOCK),
+    FN(Sleep, HK_WAIT),
+    FN(SleepEx, HK_WAIT),
+    FN(WaitForSingleObject, HK_WAIT),
+    FN(WaitForSingleObjectEx, HK_WAIT),
+    FN(WaitForMultipleObjects, HK_WAIT),
+    FN(WaitForMultipleObjectsEx, HK_WAIT),
+    FN(MsgWaitForMultipleObjects, HK_WAIT),
+    FN(MsgWaitForMultipleObjectsEx, HK_WAIT),
+    FN(SleepConditionVariableCS, HK_WAIT),
+    FN(SleepConditionVariableSRW, HK_WAIT),
+};
+#undef FN
+const int hk_n_clock_fns = sizeof(hk_clock_fns) / sizeof(hk_clock_fns[0]);

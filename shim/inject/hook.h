@@ -1,0 +1,57 @@
+/* hook.h: what the hook DLL's parts share (hook.c: set-up, import patching, the step
+ * and the adapter; clock.c: the virtual clock and the waits measured by it). */
+#ifndef W3H_HOOK_H
+#define W3H_HOOK_H
+
+#include <stdint.h>
+#include <windows.h>
+
+/* One function the hook can put in an import table: its name, the replacement, and
+ * the real function (the first import-table value seen, or GetProcAddress). */
+typedef struct hk_fn {
+    const char *name;
+    void *repl;
+    void **real;
+    unsigned kind; /* HK_* */
+    int on;        /* patched in this run */
+} hk_fn;
+
+enum { HK_CLOCK = 1, HK_WAIT = 2, HK_STEP = 4, HK_DRAW = 8, HK_LOADER = 16 };
+
+/* The hook's functions (clock.c and hook.c each add theirs). */
+extern hk_fn hk_clock_fns[];
+extern const int hk_n_clock_fns;
+
+/* Settings (W3H_* environment, docs/hooking.md). */
+typedef struct hk_cfg {
+    int clock;         /* W3H_CLOCK, default 1 */
+    uint32_t step_ms;  /* W3H_STEP_MS, default 50 */
+    char step_point[64]; /* W3H_STEP_POINT: an import the game calls once a frame */
+    int draw;          /* W3H_DRAW, default 1 */
+    uint32_t park_slice_ms; /* W3H_PARK_SLICE_MS: a parked wait's poll period, default 5 */
+} hk_cfg;
+
+extern hk_cfg hk_config;
+
+/* clock.c */
+void hk_clock_init(void);
+/* Game time in 100 ns units since the hook attached. */
+uint64_t hk_clock_now(void);
+/* Advances game time by ms and wakes the threads parked on it. */
+void hk_clock_advance(uint32_t ms);
+/* Whether the calling thread is the one that makes the steps, or no step has happened
+ * yet: its waits cannot be waited out in game time, they return at once. */
+int hk_is_step_thread(void);
+/* Whether name is the step point and the calling thread makes the steps: the first
+ * thread to call the step point makes every step after. */
+int hk_claim_step_thread(const char *name);
+/* The step point (hook.c): one step, or a frame that is not a decision point. Returns
+ * the game time it covered (step_ms). */
+void hk_step(void);
+/* Whether name is the configured step point. */
+int hk_is_step_point(const char *name);
+
+void hk_log(const char *fmt, ...);
+void hk_fatal(int code, const char *fmt, ...);
+
+#endif

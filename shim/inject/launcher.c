@@ -1,0 +1,308 @@
+/* launcher.c: w3inject.exe, starts an unmodified game with DLLs loaded into it before
+ * its first instruction (docs/hooking.md).
+ *
+ *   w3inject.exe [--timeout-ms N] [--cwd DIR] --hook HOOK.dll [--adapter ADAPTER.dll]
+ *                [--dll OTHER.dll]... -- GAME.exe [ARGS]...
+ *
+ * The game is created suspended; each DLL is loaded into it in order (the hook first,
+ * then the adapter) by a thread started in the game at LoadLibraryW with the DLL's path
+ * written into the game's memory; then the game's main thread is resumed. The
+ * launcher stays, waits for the game and exits with the game's exit code, so the
+ * supervisor keeps treating the launcher as the game. The game is in a job that
+ * kills it when the launcher ends, however the launcher ends.
+ *
+ * Every DLL is checked before the game starts: the file exists, is a PE DLL for this
+ * machine, the adapter exports what w3h.h requires, and every DLL it imports can be
+ * found. A failure prints one line naming the DLL and the cause and exits
+ * W3S_EXIT_INJECT (69), leaving nothing running.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <wchar.h>
+#include <windows.h>
+
+#include "pe.h"
+#include "w3s_table.h"
+
+#ifdef _WIN64
+#define LAUNCHER_MACHINE IMAGE_FILE_MACHINE_AMD64
+#else
+#define LAUNCHER_MACHINE IMAGE_FILE_MACHINE_I386
+#endif
+
+#define MAX_DLLS 8
+
+static const char *const ADAPTER_EXPORTS[] = {"w3a_attach", "w3a_observe", "w3a_act"};
+
+typedef struct inj_dll {
+    wchar_t path[MAX_PATH];
+    char name[MAX_PATH];
+    int adapter;
+} inj_dll;
+
+static void die(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "w3inject: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    fflush(stderr);
+    ExitProcess((UINT)code);
+}
+
+static void utf8(char *dst, size_t n, const wchar_t *src)
+{
+    WideCharToMultiByte(CP_UTF8, 0, src, -1, dst, (int)n, NULL, NULL);
+}
+
+/* A full path: the game resolves a relative path against its own directory, not ours. */
+static void full_path(wchar_t *dst, const wchar_t *src)
+{
+    if (!GetFullPathNameW(src, MAX_PATH, dst, NULL))
+        wcsncpy(dst, src, MAX_PATH - 1);
+}
+
+/* Whether a DLL the given one imports can be found the way the game's loader would
+ * look for it: next to the DLL, in the game's folder, the system folders, PATH. */
+static int dep_found(const wchar_t *dll_dir, const wchar_t *game_dir, const char *dep)
+{
+    wchar_t w[MAX_PATH], buf[MAX_PATH];
+    MultiByteToWideChar(CP_UTF8, 0, dep, -1, w, MAX_PATH);
+    const wchar_t *dirs[] = {dll_dir, game_dir, NULL};
+    for (int i = 0; i < 3; i++)
+        if (SearchPathW(dirs[i], w, NULL, MAX_PATH, buf, NULL))
+            return 1;
+    HMODULE m = LoadLibraryExW(w, NULL, LOAD_LIBRARY_AS_DATAFILE);
+    if (m) {
+        FreeLibrary(m);
+        return 1;
+    }
+    return 0;
+}
+
+static void dir_of(wchar_t *dst, const wchar_t *path)
+{
+    wcsncpy(dst, path, MAX_PATH - 1);
+    dst[MAX_PATH - 1] = 0;
+    wchar_t *s = wcsrchr(dst, L'\\');
+    if (!s)
+        s = wcsrchr(dst, L'/');
+    if (s)
+        *s = 0;
+}
+
+static void check_dll(const inj_dll *d, const wchar_t *game_dir)
+{
+    pe_info *pe = calloc(1, sizeof(pe_info));
+    char err[512];
+    if (!pe)
+        die(W3S_EXIT_INJECT, "out of memory");
+    if (pe_read(d->path, pe, err, sizeof(err)))
+        die(W3S_EXIT_INJECT, "cannot inject %s", err);
+    if (pe->machine != LAUNCHER_MACHINE)
+        die(W3S_EXIT_INJECT, "cannot inject %s: it is a DLL for %s and the game is %s (wrong bitness: build it with the "
+            "game's compiler)", d->name, pe_machine_name(pe->machine), pe_machine_name(LAUNCHER_MACHINE));
+    if (!pe->is_dll)
+        die(W3S_EXIT_INJECT, "cannot inject %s: it is a program, not a DLL", d->name);
+    for (size_t i = 0; d->adapter && i < sizeof(ADAPTER_EXPORTS) / sizeof(ADAPTER_EXPORTS[0]); i++)
+        if (!pe_exports(pe, ADAPTER_EXPORTS[i]))
+            die(W3S_EXIT_INJECT, "cannot inject %s: the adapter exports no %s (w3h.h: declare it W3A_EXPORT)", d->name,
+                ADAPTER_EXPORTS[i]);
+    wchar_t dll_dir[MAX_PATH];
+    dir_of(dll_dir, d->path);
+    for (int i = 0; i < pe->n_imports; i++)
+        if (!dep_found(dll_dir, game_dir, pe->imports[i]))
+            die(W3S_EXIT_INJECT, "cannot inject %s: it imports %s, which is not found (next to it, next to the game, "
+                "in the system folders or on PATH)", d->name, pe->imports[i]);
+    free(pe);
+}
+
+static void check_game(const wchar_t *path)
+{
+    pe_info *pe = calloc(1, sizeof(pe_info));
+    char err[512], name[MAX_PATH];
+    utf8(name, sizeof(name), path);
+    if (!pe)
+        die(W3S_EXIT_INJECT, "out of memory");
+    if (pe_read(path, pe, err, sizeof(err)))
+        die(W3S_EXIT_INJECT, "cannot start the game: %s", err);
+    if (pe->machine != LAUNCHER_MACHINE)
+        die(W3S_EXIT_INJECT, "cannot start %s: it is a program for %s and this launcher is %s (use the launcher built "
+            "for the game's bitness)", name, pe_machine_name(pe->machine), pe_machine_name(LAUNCHER_MACHINE));
+    free(pe);
+}
+
+/* Appends arg to cmd with the quoting CommandLineToArgvW undoes. */
+static void append_arg(wchar_t *cmd, size_t cap, const wchar_t *arg)
+{
+    size_t n = wcslen(cmd);
+    if (n && n + 1 < cap)
+        cmd[n++] = L' ';
+    int quote = !*arg || wcspbrk(arg, L" \t\"") != NULL;
+    if (quote && n + 1 < cap)
+        cmd[n++] = L'"';
+    for (const wchar_t *p = arg;; p++) {
+        size_t slashes = 0;
+        while (*p == L'\\')
+            p++, slashes++;
+        if (!*p) {
+            for (size_t i = 0; i < (quote ? 2 * slashes : slashes) && n + 1 < cap; i++)
+                cmd[n++] = L'\\';
+            break;
+        }
+        if (*p == L'"') {
+            for (size_t i = 0; i < 2 * slashes + 1 && n + 1 < cap; i++)
+                cmd[n++] = L'\\';
+        } else {
+            for (size_t i = 0; i < slashes && n + 1 < cap; i++)
+                cmd[n++] = L'\\';
+        }
+        if (n + 1 < cap)
+            cmd[n++] = *p;
+    }
+    if (quote && n + 1 < cap)
+        cmd[n++] = L'"';
+    cmd[n] = 0;
+}
+
+/* Loads d into the game: its path into the game's memory, a thread at LoadLibraryW.
+ * Ends the game and the launcher with a named cause on any failure. */
+static void load_into(PROCESS_INFORMATION *pi, const inj_dll *d, DWORD timeout_ms, const wchar_t *game_dir)
+{
+    size_t bytes = (wcslen(d->path) + 1) * sizeof(wchar_t);
+    void *remote = VirtualAllocEx(pi->hProcess, NULL, bytes, MEM_COMMIT | MEM_RESERVE, PAGE_READWRITE);
+    if (!remote || !WriteProcessMemory(pi->hProcess, remote, d->path, bytes, NULL)) {
+        TerminateProcess(pi->hProcess, W3S_EXIT_INJECT);
+        die(W3S_EXIT_INJECT, "cannot inject %s: writing its path into the game failed (Windows error %lu)", d->name,
+            (unsigned long)GetLastError());
+    }
+    /* kernel32 is at the same address in every process of a session. */
+    LPTHREAD_START_ROUTINE load = (LPTHREAD_START_ROUTINE)(void *)GetProcAddress(GetModuleHandleW(L"kernel32.dll"), "LoadLibraryW");
+    HANDLE t = CreateRemoteThread(pi->hProcess, NULL, 0, load, remote, 0, NULL);
+    if (!t) {
+        TerminateProcess(pi->hProcess, W3S_EXIT_INJECT);
+        die(W3S_EXIT_INJECT, "cannot inject %s: CreateRemoteThread failed (Windows error %lu)", d->name,
+            (unsigned long)GetLastError());
+    }
+    HANDLE both[2] = {t, pi->hProcess};
+    DWORD w = WaitForMultipleObjects(2, both, FALSE, timeout_ms);
+    /* The DLL may have ended the game itself (the hook does on a bad setting): then the
+     * thread ends with the process, and the process's code is the cause. */
+    if (w == WAIT_OBJECT_0 + 1 || WaitForSingleObject(pi->hProcess, 0) == WAIT_OBJECT_0) {
+        DWORD code = 0;
+        GetExitCodeProcess(pi->hProcess, &code);
+        die((int)code, "the game exited with code %lu while %s was loading (its message is above)", (unsigned long)code,
+            d->name);
+    }
+    if (w != WAIT_OBJECT_0) {
+        TerminateProcess(pi->hProcess, W3S_EXIT_INJECT);
+        WaitForSingleObject(pi->hProcess, 5000);
+        die(W3S_EXIT_INJECT, "cannot inject %s: LoadLibrary did not return within %lu ms (a hang in its DllMain, or in "
+            "a DLL it loads)", d->name, (unsigned long)timeout_ms);
+    }
+    DWORD loaded = 0;
+    GetExitCodeThread(t, &loaded); /* the HMODULE's low 32 bits: zero only on failure */
+    CloseHandle(t);
+    VirtualFreeEx(pi->hProcess, remote, 0, MEM_RELEASE);
+    if (!loaded) {
+        TerminateProcess(pi->hProcess, W3S_EXIT_INJECT);
+        (void)game_dir;
+        die(W3S_EXIT_INJECT, "cannot inject %s: LoadLibrary failed in the game (its DllMain returned FALSE, or one of "
+            "its imports failed to load)", d->name);
+    }
+}
+
+int wmain(int argc, wchar_t **argv)
+{
+    inj_dll dlls[MAX_DLLS];
+    int n_dlls = 0, have_hook = 0;
+    DWORD timeout_ms = 20000;
+    const wchar_t *cwd = NULL;
+    int i = 1;
+    SetErrorMode(SEM_FAILCRITICALERRORS | SEM_NOGPFAULTERRORBOX | SEM_NOOPENFILEERRORBOX);
+    for (; i < argc; i++) {
+        const wchar_t *a = argv[i];
+        if (!wcscmp(a, L"--")) {
+            i++;
+            break;
+        }
+        if (i + 1 >= argc)
+            die(2, "option %ls needs a value", a);
+        if (!wcscmp(a, L"--timeout-ms")) {
+            timeout_ms = (DWORD)wcstoul(argv[++i], NULL, 10);
+            if (!timeout_ms)
+                die(2, "--timeout-ms %ls: not a positive integer", argv[i]);
+        } else if (!wcscmp(a, L"--cwd")) {
+            cwd = argv[++i];
+        } else if (!wcscmp(a, L"--hook") || !wcscmp(a, L"--adapter") || !wcscmp(a, L"--dll")) {
+            if (n_dlls == MAX_DLLS)
+                die(2, "at most %d DLLs", MAX_DLLS);
+            inj_dll *d = &dlls[n_dlls++];
+            full_path(d->path, argv[++i]);
+            utf8(d->name, sizeof(d->name), d->path);
+            d->adapter = !wcscmp(a, L"--adapter");
+            have_hook |= !wcscmp(a, L"--hook");
+        } else {
+            die(2, "unknown option %ls (usage: w3inject.exe [--timeout-ms N] [--cwd DIR] --hook H.dll [--adapter A.dll] "
+                "[--dll D.dll]... -- GAME.exe [ARGS]...)", a);
+        }
+    }
+    if (i >= argc)
+        die(2, "no game: give it after -- (w3inject.exe --hook H.dll -- GAME.exe [ARGS]...)");
+    if (!have_hook)
+        die(2, "no --hook DLL");
+    wchar_t game[MAX_PATH], game_dir[MAX_PATH];
+    full_path(game, argv[i]);
+    dir_of(game_dir, game);
+    check_game(game);
+    for (int k = 0; k < n_dlls; k++)
+        check_dll(&dlls[k], game_dir);
+
+    static wchar_t cmd[32768];
+    cmd[0] = 0;
+    append_arg(cmd, sizeof(cmd) / sizeof(cmd[0]), game);
+    for (int k = i + 1; k < argc; k++)
+        append_arg(cmd, sizeof(cmd) / sizeof(cmd[0]), argv[k]);
+
+    /* The job ends the game when the launcher ends, even by SIGKILL: Wine closes the
+     * launcher's handles and the last handle to the job kills what is in it. */
+    HANDLE job = CreateJobObjectW(NULL, NULL);
+    if (job) {
+        JOBOBJECT_EXTENDED_LIMIT_INFORMATION lim;
+        memset(&lim, 0, sizeof(lim));
+        lim.BasicLimitInformation.LimitFlags = JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE;
+        SetInformationJobObject(job, JobObjectExtendedLimitInformation, &lim, sizeof(lim));
+    }
+    STARTUPINFOW si;
+    memset(&si, 0, sizeof(si));
+    si.cb = sizeof(si);
+    si.dwFlags = STARTF_USESTDHANDLES;
+    si.hStdInput = GetStdHandle(STD_INPUT_HANDLE);
+    si.hStdOutput = GetStdHandle(STD_OUTPUT_HANDLE);
+    si.hStdError = GetStdHandle(STD_ERROR_HANDLE);
+    PROCESS_INFORMATION pi;
+    if (!CreateProcessW(game, cmd, NULL, NULL, TRUE, CREATE_SUSPENDED, NULL, cwd ? cwd : game_dir, &si, &pi)) {
+        char name[MAX_PATH];
+        utf8(name, sizeof(name), game);
+        die(W3S_EXIT_INJECT, "cannot start %s: CreateProcess failed (Windows error %lu)", name,
+            (unsigned long)GetLastError());
+    }
+    if (job)
+        AssignProcessToJobObject(job, pi.hProcess);
+    for (int k = 0; k < n_dlls; k++)
+        load_into(&pi, &dlls[k], timeout_ms, game_dir);
+    ResumeThread(pi.hThread);
+    CloseHandle(pi.hThread);
+    WaitForSingleObject(pi.hProcess, INFINITE);
+    DWORD code = 0;
+    GetExitCodeProcess(pi.hProcess, &code);
+    if (code >= 0xC0000000u) /* an exception nobody handled: say which, the supervisor logs stderr */
+        fprintf(stderr, "w3inject: the game crashed: exception 0x%08lx%s\n", (unsigned long)code,
+                code == 0xC0000005u ? " (access violation)" : code == 0xC00000FDu ? " (stack overflow)" : "");
+    fflush(stderr);
+    return (int)code;
+}

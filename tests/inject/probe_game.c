@@ -1,0 +1,110 @@
+/* probe_game.c: a tiny real-time Windows program that knows nothing of w3async, for
+ * the injection tests (tests/test_injection.py). It runs a 60-frames-a-second loop
+ * paced by QueryPerformanceCounter and Sleep(1), draws into a memory bitmap with
+ * BitBlt, and prints what its own clock read at every pass of its loop, so a test can
+ * check the virtual clock from the game's side.
+ *
+ *   probe_game.exe [--passes N] [--print N] [--threads N] [--child]
+ *
+ * --passes N  exit 0 after N passes of the loop (default: never)
+ * --print N   print the clock at the first N passes (default 0)
+ * --threads N start N threads that sleep 5 ms at a time in a loop (a game's background)
+ * --child     start a copy of itself (a helper process), which sleeps forever
+ * It exports its state (probe_state) and an order function (probe_order), as a
+ * game's modding interface would.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <windows.h>
+
+typedef struct probe_state_t {
+    volatile long long passes, frames, orders, last_order, background;
+} probe_state_t;
+
+__declspec(dllexport) probe_state_t probe_state;
+
+__declspec(dllexport) void probe_order(long long v)
+{
+    probe_state.orders++;
+    probe_state.last_order = v;
+}
+
+static DWORD WINAPI background(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        Sleep(5);
+        InterlockedIncrement64(&probe_state.background);
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    long long passes = -1, print = 0, threads = 0;
+    int child = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--passes") && i + 1 < argc)
+            passes = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--print") && i + 1 < argc)
+            print = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+            threads = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--child"))
+            child = 1;
+        else if (!strcmp(argv[i], "--sleeper")) {
+            for (;;)
+                Sleep(1000);
+        } else {
+            fprintf(stderr, "probe_game: unknown argument %s\n", argv[i]);
+            return 2;
+        }
+    }
+    if (child) {
+        char self[MAX_PATH], cmd[MAX_PATH + 32];
+        GetModuleFileNameA(NULL, self, sizeof(self));
+        snprintf(cmd, sizeof(cmd), "\"%s\" --sleeper", self);
+        STARTUPINFOA si = {.cb = sizeof(si)};
+        PROCESS_INFORMATION pi;
+        if (CreateProcessA(self, cmd, NULL, NULL, FALSE, 0, NULL, NULL, &si, &pi))
+            printf("probe: helper process %lu\n", (unsigned long)pi.dwProcessId);
+    }
+    for (long long t = 0; t < threads; t++)
+        CreateThread(NULL, 0, background, NULL, 0, NULL);
+    LARGE_INTEGER freq, now, last, prev;
+    QueryPerformanceFrequency(&freq);
+    QueryPerformanceCounter(&last);
+    prev = last;
+    DWORD tick_prev = GetTickCount();
+    long long frame_ticks = freq.QuadPart / 60;
+    HDC screen = CreateCompatibleDC(NULL), back = CreateCompatibleDC(NULL);
+    HBITMAP bm = CreateCompatibleBitmap(screen, 320, 240), bm2 = CreateCompatibleBitmap(screen, 320, 240);
+    SelectObject(back, bm);
+    SelectObject(screen, bm2);
+    printf("probe: frequency %lld\n", (long long)freq.QuadPart);
+    fflush(stdout);
+    for (;;) {
+        QueryPerformanceCounter(&now);
+        while (now.QuadPart - last.QuadPart >= frame_ticks) {
+            probe_state.frames++;
+            last.QuadPart += frame_ticks;
+        }
+        PatBlt(back, 0, 0, 320, 240, (probe_state.frames & 1) ? WHITENESS : BLACKNESS);
+        BitBlt(screen, 0, 0, 320, 240, back, 0, 0, SRCCOPY);
+        DWORD tick = GetTickCount();
+        if (probe_state.passes < print) {
+            printf("pass %lld qpc %lld tick %lu frames %lld\n", probe_state.passes,
+                   (long long)(now.QuadPart - prev.QuadPart), (unsigned long)(tick - tick_prev), probe_state.frames);
+            fflush(stdout);
+        }
+        prev = now;
+        tick_prev = tick;
+        probe_state.passes++;
+        if (passes >= 0 && probe_state.passes >= passes)
+            break;
+        Sleep(1);
+    }
+    printf("probe: %lld passes, %lld frames, %lld orders\n", probe_state.passes, probe_state.frames, probe_state.orders);
+    return 0;
+}

@@ -1,0 +1,54 @@
+"""Injected games: an unmodified Windows .exe started through the launcher, with the
+hook and the user's adapter loaded into it before its first instruction
+(docs/hooking.md; the C side is shim/inject/).
+
+The supervisor starts `w3inject.exe` under the group's Wine prefix in place of the
+game; the launcher waits for the game and exits with its code, so the game stays
+under the supervisor as any other: restarts by cause, the hang watch, backoff, the
+process group and the prefix's clean-up. This module turns a group's [games.inject]
+section into the launcher's command line and the hook's settings (W3H_*).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from w3async.recipe_sections import REPO_ROOT, InjectSection
+from w3async.runtime.wine import windows_path
+
+BUILD_WIN64 = REPO_ROOT / "build" / "win64"
+LAUNCHER = BUILD_WIN64 / "w3inject.exe"
+HOOK = BUILD_WIN64 / "w3hook.dll"
+
+
+def repo_path(path: str) -> Path:
+    """A recipe path: absolute, or from the repository root."""
+    p = Path(path)
+    return p if p.is_absolute() else REPO_ROOT / p
+
+
+def fill(text: str, values: dict[str, str]) -> str:
+    """The recipe's placeholders ("{seed}", "{lane}", ...) filled; others kept as written."""
+    for k, v in values.items():
+        text = text.replace("{" + k + "}", v)
+    return text
+
+
+def launch(inject: InjectSection, game: Path, values: dict[str, str]) -> tuple[Path, list[str], dict[str, str], str]:
+    """(the launcher, its arguments, the hook's environment, the working folder) for
+    starting `game` with inject's hook settings; values fill the args' placeholders."""
+    adapter = windows_path(repo_path(inject.adapter))
+    args = ["--timeout-ms", str(int(inject.timeout_s * 1000)), "--hook", windows_path(HOOK), "--adapter", adapter]
+    cwd = windows_path(repo_path(inject.cwd)) if inject.cwd else windows_path(game.parent)
+    args += ["--cwd", cwd, "--", windows_path(game)] + [fill(a, values) for a in inject.args]
+    env = {
+        "W3H_ADAPTER": adapter,
+        "W3H_STEP_POINT": inject.step_point,
+        "W3H_STEP_MS": str(inject.step_ms),
+        "W3H_CLOCK": "1" if inject.clock else "0",
+        "W3H_DRAW": "1" if inject.draw else "0",
+        "W3H_DRAW_CALLS": ",".join(inject.draw_calls),
+        "W3H_MODULES": ",".join(inject.modules),
+    }
+    env.update({f"W3H_ADDR_{k}": v for k, v in inject.addresses.items()})
+    return LAUNCHER, args, env, str(game.parent)
