@@ -39,7 +39,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tests.test_status import T0, line  # noqa: E402 (the docs/logs.md line writer)
-from w3async.observe.status import Limits, StatusServer, SupervisorSource  # noqa: E402
+from w3async.observe.http_limits import Limits  # noqa: E402
+from w3async.observe.run_view import SupervisorSource  # noqa: E402
+from w3async.observe.status import StatusServer  # noqa: E402
 
 LEVELS = ("ai:easy", "ai:normal", "ai:hard")
 CLIENT_PROCS = 4
@@ -199,7 +201,7 @@ async def load(games: int, window: float, pairs: int, n_clients: int, limits: Li
     tid = None
     try:
         await asyncio.sleep(3.0)  # the games up and stepping
-        tid = server._built_by.native_id
+        tid = server.thread.native_id
         for _ in range(pairs):
             for name, path, n in kinds:
                 r = res[name]

@@ -24,7 +24,8 @@ import aiohttp
 import pytest
 
 from w3async.recipes import recipe_from_dict
-from w3async.observe.status import StatusServer, SupervisorSource
+from w3async.observe.run_view import SupervisorSource
+from w3async.observe.status import StatusServer
 from w3async.runtime.supervisor import Supervisor
 
 from .conftest import REPO, need

@@ -26,10 +26,15 @@ import pytest
 from w3async.observe import status_cli
 from w3async.observe.progress import progress_line
 from w3async.recipes import recipe_from_dict
-from w3async.observe.series import Bins, RunFiles, RunSeries, Tail
+from w3async.observe.bins import Bins
+from w3async.observe.run_files import RunFiles, Tail
+from w3async.observe.series import RunSeries
 from w3async.observe.logs import JsonLog
-from w3async.observe.status import (GAME_KEYS, Limits, ReplayError, RunView, StatusError, StatusServer, SupervisorSource,
-                            connection_cap, metrics_text, replay_view)
+from w3async.observe.http_limits import Limits, connection_cap
+from w3async.observe.replay_view import ReplayError, replay_view
+from w3async.observe.run_view import GAME_KEYS, RunView, SupervisorSource
+from w3async.observe.status import StatusError, StatusServer
+from w3async.observe.status_metrics import metrics_text
 from w3async.runtime.supervisor import Supervisor
 
 from .conftest import BUILD, REPO
@@ -221,7 +226,7 @@ async def test_status_follows_new_lines(served):
     st = await (await client.get("/status")).json()
     assert st["episodes"]["total"] == before + 1
     await server.stop()
-    assert server._view.files.bad_lines == 0  # the view is ours again once the thread has ended
+    assert server.run_view.files.bad_lines == 0  # the view is ours again once the thread has ended
 
 
 async def test_games_route(served):

@@ -19,7 +19,8 @@ import urllib.request
 from pathlib import Path
 
 from w3async.observe.progress import progress_line
-from w3async.observe.status import URL_FILE, RunView
+from w3async.observe.run_view import RunView
+from w3async.observe.status_server import URL_FILE
 
 
 def summary(st: dict, games: list[dict]) -> list[str]:

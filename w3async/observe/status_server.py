@@ -22,24 +22,21 @@ The Host header must name the bound address (421 otherwise: DNS rebinding).
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
 import logging
 import os
-import resource
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
-from aiohttp.web_protocol import RequestHandler
 
 from w3async.files import atomic_write_text, discard
+from w3async.observe.http_limits import Limits, RateGate, inside
 from w3async.observe.replay_view import ReplayError, replay_view
+from w3async.observe.run_view import SCHEMA
 from w3async.observe.status_metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE, metrics_text
 
-SCHEMA = 1
 URL_FILE = "status.url"  # in the run folder while a live server serves it
 STATIC = Path(__file__).resolve().parent / "static"
 STATIC_FILES = {"dashboard.js": "text/javascript", "viewer.js": "text/javascript", "dashboard.css": "text/css"}
@@ -60,124 +57,57 @@ REFUSED = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\
 assert len(b'{"error": "too many connections: try again"}\n') == 45
 
 
-@dataclass
-class Limits:
-    """What one status server may take (docs/status.md, "Limits")."""
+class _Connection(asyncio.Protocol):
+    """One counted connection in front of aiohttp's handler for it. The handler comes
+    from `AppRunner.server`, aiohttp's low-level server, which is the public protocol
+    factory (`server()`); this wrapper only counts the connection and closes it when no
+    whole request arrived `idle_timeout_s` after it opened (`requested()`, called by the
+    middleware, stops that clock). Every protocol call is handed on unchanged."""
 
-    max_connections: int = 256
-    """Open connections at most (lowered by the file-descriptor rule, connection_cap())."""
-    total_rate: float = 100.0
-    """Requests a second answered, all clients together."""
-    total_burst: int = 100
-    ip_rate: float = 20.0
-    """Requests a second answered per client address (the dashboard asks ~2 a second)."""
-    ip_burst: int = 40
-    max_wait_s: float = 2.0
-    """A request that would wait longer for its turn gets 429 instead..."""
-    reject_delay_s: float = 1.0
-    """...after this long, so that a client looping on 429s does not spin the thread."""
-    idle_timeout_s: float = 5.0
-    """A connection with no complete request this long after it opened or after its last
-    answer is closed (half-open and slow-header connections included)."""
-    fd_per_slot: int = 16
-    """File descriptors kept free per game slot (a restart takes ~5 at once; Wine more)."""
-    fd_margin: int = 128
-    """Kept free besides: logs, checkpoints, the learner, the accept burst."""
-
-
-def open_fds() -> int:
-    try:
-        return len(os.listdir("/proc/self/fd"))
-    except OSError:
-        return 64
-
-
-def connection_cap(limits: Limits, slots: int, backlog: int, fds_open: int | None = None,
-                   nofile: int | None = None) -> int:
-    """The rule: half of what RLIMIT_NOFILE leaves after the descriptors open now, the
-    games' reserve (fd_per_slot each), the listen backlog (a burst of accepts is
-    accepted before it is refused) and fd_margin, at least 8; at most
-    limits.max_connections."""
-    if nofile is None:
-        nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        if nofile == resource.RLIM_INFINITY:
-            nofile = 1 << 20
-    fds_open = open_fds() if fds_open is None else fds_open
-    free = nofile - fds_open - limits.fd_per_slot * slots - backlog - limits.fd_margin
-    return min(limits.max_connections, max(8, free // 2))
-
-
-def allowed_hosts(host: str, port: int, extra: tuple[str, ...] = ()) -> set[str]:
-    """Host header values this server answers: the loopback names, the bound host and
-    `extra`, each bare or with the bound port (lower case)."""
-    names = {"localhost", "127.0.0.1", "[::1]", host.lower()} | {h.lower() for h in extra}
-    if ":" in host and not host.startswith("["):
-        names.add(f"[{host.lower()}]")
-    return names | {f"{n}:{port}" for n in names}
-
-
-def is_loopback(addr: str) -> bool:
-    try:
-        return ipaddress.ip_address(addr.split("%")[0]).is_loopback
-    except ValueError:
-        return addr.lower() == "localhost"
-
-
-def inside(path: str, root: str) -> str | None:
-    """path resolved (symlinks followed) when it lies in root (resolved), else None."""
-    real = os.path.realpath(path)
-    root = os.path.realpath(root)
-    return real if real == root or real.startswith(root.rstrip(os.sep) + os.sep) else None
-
-
-class RateGate:
-    """Virtual scheduling (GCRA): `wait()` says how long a request must wait for its
-    turn under `rate` a second with `burst` at once; `take()` books that turn."""
-
-    def __init__(self, rate: float, burst: int):
-        self.interval = 1.0 / rate
-        self.tolerance = burst * self.interval
-        self.tat: dict = {}
-
-    def wait(self, key, now: float) -> float:
-        return max(0.0, max(self.tat.get(key, now), now) - self.tolerance - now)
-
-    def take(self, key, now: float) -> None:
-        self.tat[key] = max(self.tat.get(key, now), now) + self.interval
-
-    def prune(self, now: float) -> None:
-        for k in [k for k, t in self.tat.items() if t < now]:
-            del self.tat[k]
-
-
-class _Handler(RequestHandler):
-    """aiohttp's handler, counted, and closed when no first request comes in time."""
-
-    def __init__(self, gate: HttpThread, server, **kw):
-        super().__init__(server, **kw)
-        self._gate = gate
-        self._counted = True
-        self._first = None
+    def __init__(self, http: HttpThread, handler: asyncio.Protocol):
+        self.http = http
+        self.handler = handler
+        self.counted = True
+        self.first: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport) -> None:
-        super().connection_made(transport)
-        self._first = asyncio.get_running_loop().call_later(self._gate.limits.idle_timeout_s, self._no_request)
+        self.handler.connection_made(transport)
+        self.first = asyncio.get_running_loop().call_later(self.http.limits.idle_timeout_s, self.no_request)
 
-    def _no_request(self) -> None:
-        if not getattr(self, "_request_count", 1):  # nothing whole arrived: half-open or slow headers
-            self._gate.counters["timed_out"] += 1
-            self.force_close()
+    def requested(self) -> None:
+        if self.first is not None:
+            self.first.cancel()
+            self.first = None
+
+    def no_request(self) -> None:
+        """Nothing whole arrived in time: a half-open connection, or slow headers."""
+        self.first = None
+        self.http.counters["timed_out"] += 1
+        self.handler.force_close()
+
+    def data_received(self, data: bytes) -> None:
+        self.handler.data_received(data)
+
+    def eof_received(self):
+        return self.handler.eof_received()
+
+    def pause_writing(self) -> None:
+        self.handler.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.handler.resume_writing()
 
     def connection_lost(self, exc) -> None:
-        if self._first is not None:
-            self._first.cancel()
-        if self._counted:
-            self._counted = False
-            self._gate.open_connections -= 1
-        super().connection_lost(exc)
+        self.requested()
+        if self.counted:
+            self.counted = False
+            self.http.open_connections -= 1
+        self.handler.connection_lost(exc)
 
 
 class _Refused(asyncio.Protocol):
+    """A connection beyond the cap: a fixed 503, closed at once."""
+
     def connection_made(self, transport) -> None:
         transport.write(REFUSED)
         transport.close()
@@ -215,6 +145,7 @@ class HttpThread:
         self._all = RateGate(limits.total_rate, limits.total_burst)
         self._static = {name: (STATIC / name).read_bytes() for name in [*STATIC_FILES, "dashboard.html"]}
         self._runner: web.AppRunner | None = None
+        self._listener: asyncio.AbstractServer | None = None
         self._ticker: asyncio.Task | None = None
 
     # ---- lifecycle (called from the owner's thread) -----------------------------------
@@ -265,6 +196,9 @@ class HttpThread:
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False, logger=HTTP_LOG,
                                      keepalive_timeout=lim.idle_timeout_s, lingering_time=1.0, shutdown_timeout=1.0)
         await self._runner.setup()
+        # Not web.SockSite: its protocol factory is aiohttp's, and a connection beyond the
+        # cap must be refused before a handler exists for it. Ours asks the runner's
+        # low-level server (a protocol factory, public) for each handler it keeps.
         server = self._runner.server
 
         def factory():
@@ -272,9 +206,9 @@ class HttpThread:
                 self.counters["refused"] += 1
                 return _Refused()
             self.open_connections += 1
-            return _Handler(self, server, loop=server._loop, **server._kwargs)
+            return _Connection(self, server())
 
-        self._server = await asyncio.get_running_loop().create_server(factory, sock=sock, backlog=128)
+        self._listener = await asyncio.get_running_loop().create_server(factory, sock=sock, backlog=128)
         if self.tick_s:
             self._ticker = asyncio.create_task(self._tick_files())
 
@@ -298,7 +232,7 @@ class HttpThread:
         async def down():
             if self._ticker is not None:
                 self._ticker.cancel()
-            self._server.close()
+            self._listener.close()
             await self._runner.cleanup()
             # requests still waiting their turn (or their 429) end here, with the loop
             rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
@@ -366,6 +300,9 @@ class HttpThread:
 
     @web.middleware
     async def _middleware(self, request: web.Request, handler):
+        conn = request.transport.get_protocol() if request.transport is not None else None
+        if isinstance(conn, _Connection):
+            conn.requested()  # a whole request arrived: the connection's first clock stops
         host = request.headers.get("Host", "").lower()
         if host not in self.hosts:
             self.counters["wrong_host"] += 1
