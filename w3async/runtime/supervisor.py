@@ -1,29 +1,25 @@
 """The supervisor: one asyncio (uvloop) loop that runs the games and answers them.
 
-It spawns every game slot of the recipe, reads the games' obs doorbells with the
-loop's readers, and answers every waiting row in rounds (gather.py: check, gather,
-answer, ring). It watches the games (exit, crash, hang, bad rows) and restarts them
-with backoff inside a per-slot restart budget; a slot that keeps failing is marked
-failed and the run goes on with the others. On SIGINT/SIGTERM it asks the games to
-stop, ends what is left by process group (and every Wine process of its prefix, and
-any process that still carries the run's segment in its environment), unlinks the
-shared memory, and checks that nothing of the run is left.
+It owns the run folder, the table and the answerer; it spawns every game slot of the
+recipe (keeper.py: spawn, exit, kill, restart with backoff inside a per-slot budget,
+the hang watch; slots.py: the restart policy), reads the games' obs doorbells with the
+loop's readers and answers every waiting row in rounds (gather.py: check, gather,
+answer, ring). On SIGINT/SIGTERM, a stop condition or a fatal fault, close() runs the
+shutdown's ordered steps (shutdown.py); watching.py serves the status and prints the
+progress line.
 
 The fault barrier: every callback and task the loop runs for us goes through
-`_barrier`, and the loop's exception handler catches the rest. A fault is recorded
+`barrier`, and the loop's exception handler catches the rest. A fault is recorded
 (`fault` in events.jsonl, with its traceback) and either handled (the slot it
 concerns is restarted) or ends the run cleanly: shutdown, final checkpoint, shutdown
 record, nothing left. A second signal during the shutdown hurries it, never cuts it.
-
-Why one module of ~530 lines: the loop's owner (set-up, rounds, the fault barrier, the
-status tasks, the lifecycle and the shutdown's ordered steps) shares its loop state;
-the game processes are in keeper.py, the slots and the restart policy in slots.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import itertools
 import json
 import os
 import resource
@@ -33,24 +29,21 @@ import traceback
 from pathlib import Path
 from typing import Callable
 
-
-from w3async.sync.gather import make_gatherer
-from w3async.observe.logs import JsonLog, console
-from w3async.runtime.answerer import Answerer, Counters, RunControl, RunFailure
-from w3async.runtime.policies import PolicyAnswerer, policy_answerer
-from w3async.recipes import Recipe, recipe_to_dict
-from w3async.sync.table import Table, segment_name
-from w3async.runtime.runfolder import RunError, RunLock, cleanup_previous_run
-from w3async.runtime import procs
-from w3async.runtime.keeper import GameKeeper
-from w3async.runtime.slots import Slot, SlotState
-from w3async.runtime.native import NativeRuntime
-from w3async.runtime.wine import WineConfig, WineError, WineRuntime
 from w3async import files, games
-
-
-STARTING, RUNNING, RESTARTING, FAILED, STOPPED = (SlotState.STARTING, SlotState.RUNNING, SlotState.RESTARTING,
-                                                 SlotState.FAILED, SlotState.STOPPED)
+from w3async.observe.logs import JsonLog, console
+from w3async.recipes import Recipe, recipe_to_dict
+from w3async.runtime import procs
+from w3async.runtime.answerer import Answerer, Counters, RunControl, RunFailure
+from w3async.runtime.keeper import GameKeeper
+from w3async.runtime.native import NativeRuntime
+from w3async.runtime.policies import PolicyAnswerer, policy_answerer
+from w3async.runtime.runfolder import RunError, RunLock, cleanup_previous_run
+from w3async.runtime.shutdown import shut_down
+from w3async.runtime.slots import Slot, SlotState
+from w3async.runtime.watching import RunWatch
+from w3async.runtime.wine import WineConfig, WineError, WineRuntime
+from w3async.sync.gather import make_gatherer
+from w3async.sync.table import Table, segment_name
 
 
 class Supervisor:
@@ -76,7 +69,6 @@ class Supervisor:
         self.answerer: Answerer | None = None  # a fixed policy, or learn.training.Training
         self.control: RunControl | None = None  # the answerer's handle on the run
         self.counters = Counters()
-        self.status_server = None  # status.StatusServer while it serves
         self.error: str | None = None
         self.leftovers: dict = {}
         self._set_up = self._closed = False
@@ -86,14 +78,15 @@ class Supervisor:
         self._stop = asyncio.Event()
         self._stopping = False
         self._round_scheduled = False
-        self._obs_readers: set[int] = set()
+        self.obs_readers: set[int] = set()  # the obs doorbells' fds the loop reads
         self.keeper = GameKeeper(self)  # spawns, hears, kills, restarts, watches the games
+        self.watch = RunWatch(self)  # the status server, inference.jsonl's lines, the progress line
         self.started_wall = 0.0  # time.time() at set-up (the run lock records it)
+        self.started_monotonic = 0.0  # time.monotonic() at set-up (stats' seconds)
         self.faults = 0
         self.setup_failed = False  # the run ended before any game started, on an error
-        self._hurry = False  # a second signal: shorten the shutdown's waits
+        self.hurrying = False  # a second signal came: the shutdown's waits are shortened
         self._last_round = 0.0
-        self._t0 = 0.0
         self._cpu0 = 0.0
 
     # ---- set-up -------------------------------------------------------------------
@@ -108,31 +101,23 @@ class Supervisor:
             self.events.warning("previous_run", **cleanup_previous_run(self.lock.previous))
         files.atomic_write_text(self.run_dir / "recipe.json", json.dumps(recipe_to_dict(self.recipe), indent=1))
         r = self.recipe
-        n_rows = sum(g.count * g.lanes * g.sides for g in r.games)
-        n_games = sum(g.count for g in r.games)
-        ranges, row0 = [], 0
-        for g in r.games:
-            for _ in range(g.count):
-                ranges.append((row0, g.lanes * g.sides))
-                row0 += g.lanes * g.sides
+        groups = [g for g in r.games for _ in range(g.count)]  # one per game slot
+        sizes = [g.lanes * g.sides for g in groups]  # its rows
+        row0s = list(itertools.accumulate(sizes, initial=0))
+        n_rows, n_games = row0s[-1], len(groups)
         # Name the table in the lock before any segment exists: a supervisor killed while
         # making them leaves nothing the next run cannot find.
         name = segment_name(self.run_dir.name[:24].replace("/", "_"))
         self.lock.write(pid=os.getpid(), started=time.time(), shm=name, pgids=[])
-        self.table = Table(name, n_rows, games=ranges, run_id=os.getpid())
+        self.table = Table(name, n_rows, games=list(zip(row0s, sizes)), run_id=os.getpid())
         self.gatherer = make_gatherer(self.table, n_games, self.spec.n_types, r.supervisor.gather)
-        row = 0
-        for g in r.games:
+        for i, (g, row0, nrows) in enumerate(zip(groups, row0s, sizes)):
             if g.runtime not in self.runtimes:
                 self.runtimes[g.runtime] = NativeRuntime() if g.runtime == "native" else WineRuntime(
                     WineConfig(wine=r.runtime.wine, cache_dir=r.runtime.cache_dir or None,
                                fsync=r.runtime.fsync, esync=r.runtime.esync))
-            for _ in range(g.count):
-                i = len(self.slots)
-                nrows = g.lanes * g.sides
-                self.slots.append(Slot(i, g, self.runtimes[g.runtime], r.binary_path(g), row, nrows,
-                                       self.run_dir / "games" / f"slot-{i}.log"))
-                row += nrows
+            self.slots.append(Slot(i, g, self.runtimes[g.runtime], r.binary_path(g), row0, nrows,
+                                   self.run_dir / "games" / f"slot-{i}.log"))
         self.control = RunControl(self)
         if self._policy is not None:
             self.answerer = PolicyAnswerer(self.control, self._policy)
@@ -178,7 +163,7 @@ class Supervisor:
                     slot.proc.wait()
                 if slot.pidfd >= 0 or slot.bells is not None:
                     self.keeper.unwire(slot)
-                if slot.state not in (FAILED, STOPPED) and slot.restart_handle is None:
+                if slot.state not in (SlotState.FAILED, SlotState.STOPPED) and slot.restart_handle is None:
                     self.keeper.schedule_restart(slot, "fault")
                 return
             except Exception as e2:  # noqa: BLE001
@@ -249,53 +234,12 @@ class Supervisor:
 
     # ---- watching -----------------------------------------------------------------
 
-    async def _start_status(self) -> None:
-        from w3async.observe.status import StatusError, StatusServer, SupervisorSource  # noqa: PLC0415
-
-        st = self.recipe.status
-        self.status_server = StatusServer(SupervisorSource(self), host=st.host, port=st.port)
-        try:
-            port = await self.status_server.start()
-        except StatusError as e:
-            self.status_server = None
-            raise RunError(str(e)) from None
-        self.events.info("status_server", url=self.status_server.url, port=port)
-        if self.recipe.supervisor.progress_s:
-            console(f"w3async: {self.recipe.name} status on {self.status_server.url}")
-
-    async def _log_rounds(self) -> None:
-        """Once a second: the answerer's round statistics into inference.jsonl."""
-        while not self._stop.is_set():
-            await asyncio.sleep(1.0)
-            self.answerer.flush_round_stats()
-
-    async def _progress(self) -> None:
-        every = self.recipe.supervisor.progress_s
-        if not every:
-            return
-        last_t, last_steps = time.monotonic(), 0
-        while not self._stop.is_set():
-            await asyncio.sleep(every)
-            now = time.monotonic()
-            rate = (self.agent_steps - last_steps) / max(now - last_t, 1e-9)
-            last_t, last_steps = now, self.agent_steps
-            if self.status_server is not None:
-                from w3async.observe.progress import progress_line  # noqa: PLC0415
-
-                self.status_server.view.refresh()
-                console(progress_line(self.status_server.view.status()))
-                continue
-            line = (f"w3async {self.recipe.name} | {now - self._t0:7.1f} s | {self.agent_steps:,} steps | "
-                    f"{rate:,.0f} steps/s | {self.keeper.summary()}")
-            more = self.answerer.progress()
-            console(line + (f" | {more}" if more else ""))
-
     def stats(self) -> dict:
         """Counters for benchmarks and the status endpoint."""
         cpu = _cpu_s() - self._cpu0
         return dict(
             agent_steps=self.agent_steps, rounds=self.rounds,
-            rows_per_round=self.agent_steps / max(self.rounds, 1), seconds=time.monotonic() - self._t0,
+            rows_per_round=self.agent_steps / max(self.rounds, 1), seconds=time.monotonic() - self.started_monotonic,
             cpu_s=cpu, bad_rows=self.bad_rows,
             restarts=dict(sum((s.causes for s in self.slots), collections.Counter())),
             games={s.index: dict(pid=s.pid, state=s.state, restarts=s.restarts, causes=dict(s.causes))
@@ -325,6 +269,11 @@ class Supervisor:
         return self.counters.bad_rows
 
     @property
+    def stop_requested(self) -> bool:
+        """A stop condition, a signal or a fault asked the run to end (the shutdown follows)."""
+        return self._stop.is_set()
+
+    @property
     def stopping(self) -> bool:
         """The shutdown has begun: no new rounds, answers no longer written."""
         return self._stopping
@@ -350,7 +299,7 @@ class Supervisor:
             return
         self._set_up = True
         self._loop = asyncio.get_running_loop()
-        self._t0, self.started_wall, self._cpu0 = time.monotonic(), time.time(), _cpu_s()
+        self.started_monotonic, self.started_wall, self._cpu0 = time.monotonic(), time.time(), _cpu_s()
         for sig in _SIGNALS:  # installed until the shutdown is complete: a second signal hurries it
             self._loop.add_signal_handler(sig, self._on_signal, sig)
         self._signals_installed = True
@@ -404,7 +353,9 @@ class Supervisor:
         self._closed = True
         try:
             if self.lock is not None:  # set-up got as far as owning the run folder
-                await self._shutdown()
+                self._stopping = True
+                self._stop.set()
+                await shut_down(self)
         finally:
             if self._signals_installed:
                 for sig in _SIGNALS:
@@ -414,9 +365,9 @@ class Supervisor:
 
     async def _start(self, tasks: list) -> None:
         if self.recipe.status.enabled:
-            await self._start_status()
+            await self.watch.start_status()
         await self._loop.run_in_executor(None, self.answerer.start, self._loop)
-        tasks.append(self._task(self._log_rounds(), "round statistics"))
+        tasks.append(self._task(self.watch.log_rounds(), "round statistics"))
         for s in self.slots:
             if self._stop.is_set():
                 return  # a signal or a fault during the spawns: stop starting games
@@ -424,101 +375,18 @@ class Supervisor:
                 # The first Wine use may boot a prefix (~20 s): off the loop.
                 await self._loop.run_in_executor(None, s.runtime.ensure_prefix)
             self.barrier("spawn", self.keeper.spawn, s)
-            if s.runtime.obs is not None and s.runtime.obs.fd not in self._obs_readers:
-                self._obs_readers.add(s.runtime.obs.fd)
+            if s.runtime.obs is not None and s.runtime.obs.fd not in self.obs_readers:
+                self.obs_readers.add(s.runtime.obs.fd)
                 self._loop.add_reader(s.runtime.obs.fd, self.barrier, "obs doorbell", self._on_obs, s.runtime.obs)
             await asyncio.sleep(0)  # let a signal in between two spawns
-        tasks += [self._task(self.keeper.watch(), "hang watch"), self._task(self._progress(), "progress")]
+        tasks += [self._task(self.keeper.watch(), "hang watch"), self._task(self.watch.progress(), "progress")]
 
     def _on_signal(self, sig: int) -> None:
         if not self._stopping:
             self.request_stop()
             return
-        self._hurry = True
+        self.hurrying = True
         console(f"w3async: {signal.Signals(sig).name} during the shutdown: hurrying it, the clean-up still runs")
-
-    async def _shutdown(self) -> None:
-        """Ask, wait, terminate, kill by process group, end Wine, unlink, check. Each
-        step runs whatever the one before it raised; the errors are recorded and the
-        shutdown record is written last in every case."""
-        self._stopping = True
-        self._stop.set()
-        errors: list[str] = []
-
-        async def step(what: str, fn, *args, off_loop: bool = False):
-            try:
-                if off_loop:
-                    return await self._loop.run_in_executor(None, fn, *args)
-                r = fn(*args)
-                return await r if asyncio.iscoroutine(r) else r
-            except Exception as e:  # noqa: BLE001 (collected: the clean-up goes on)
-                errors.append(f"{what}: {type(e).__name__}: {e}")
-                return None
-
-        if self.status_server is not None:
-            await step("status server", self.status_server.stop)
-        sv = self.recipe.supervisor
-        for s in self.slots:
-            if s.restart_handle:
-                s.restart_handle.cancel()
-        live = [s for s in self.slots if s.proc is not None and s.proc.returncode is None]
-        if self.table is not None:
-            await step("stop request", self.table.request_stop)
-        for s in live:
-            if s.bells:
-                await step("stop ring", s.bells.ring_act)
-        await self._wait_exit(live, sv.stop_timeout_s)
-        for sig, grace in ((signal.SIGTERM, 1.0), (signal.SIGKILL, 2.0)):
-            left = [s for s in live if s.proc.poll() is None]
-            for s in left:
-                procs.killpg(s.proc.pid, sig)
-            await self._wait_exit(left, grace, hurry=sig != signal.SIGKILL)
-        for s in self.slots:
-            if s.proc is not None:
-                if s.proc.poll() is not None and s.pidfd >= 0:
-                    await step(f"slot {s.index}", self.keeper.unwire, s)
-                if s.state not in (FAILED,):
-                    s.state = STOPPED
-        if self.answerer is not None:
-            # With a learner: its update finishes, then a last checkpoint (resumable). A
-            # write that fails is the run's cause (the previous checkpoint is intact).
-            try:
-                await self._loop.run_in_executor(None, self.answerer.stop)
-            except RunFailure as e:
-                self.error = self.error or self.answerer.failure or str(e)
-            except Exception as e:  # noqa: BLE001 (collected: the clean-up goes on)
-                errors.append(f"final checkpoint: {type(e).__name__}: {e}")
-        killed_wine = []
-        for rt in self.runtimes.values():
-            killed_wine += await step(f"{rt.name} clean-up", rt.cleanup, off_loop=True) or []
-        strays = await step("strays", self.keeper.end_run_strays) or []
-        self.leftovers = await step("leftover check", self.keeper.leftovers) or dict(processes=None, wine=None)
-        self.leftovers.update(wine_sigkilled=killed_wine, strays_killed=strays)
-        for fd in self._obs_readers:
-            await step("obs reader", self._loop.remove_reader, fd)
-        for rt in self.runtimes.values():
-            await step(f"{rt.name} close", rt.close)
-        if self.table is not None:
-            await step("shared memory", self.table.unlink)
-            await step("shared memory", self.table.close)
-        if errors:
-            console("w3async: shutdown: " + "; ".join(errors))
-            if not self.error:
-                self.error = "shutdown: " + "; ".join(errors)
-        st = self.stats()
-        if self.events is not None:
-            self.events.info("shutdown", error=self.error, agent_steps=self.agent_steps, rounds=self.rounds,
-                             seconds=round(st["seconds"], 3), cpu_s=round(st["cpu_s"], 3), faults=self.faults,
-                             answerer_failure=self.answerer.failure if self.answerer is not None else None,
-                             shutdown_errors=errors, leftovers=self.leftovers)
-            self.events.close()
-        self.lock.release()
-
-    async def _wait_exit(self, slots: list[Slot], timeout: float, hurry: bool = True) -> None:
-        deadline = time.monotonic() + timeout
-        while any(s.proc.poll() is None for s in slots) and time.monotonic() < deadline and not (hurry and self._hurry):
-            await asyncio.sleep(0.02)
-
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
