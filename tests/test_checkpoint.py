@@ -16,7 +16,7 @@ import torch
 from w3async.learn import checkpoint
 from w3async.sync import layout
 from w3async.learn.checkpoint import CheckpointLoadError, CheckpointWriteError, load_latest, save_checkpoint
-from w3async.learn.league import League, LeagueConfig, OpponentSlots
+from w3async.learn.league import League, LeagueConfig, OpponentNets
 from w3async.learn.learner import Learner, LearnerConfig
 from w3async.learn.network import NetConfig, Network
 from w3async.games.spec import GameSpec
@@ -196,19 +196,19 @@ def test_league_snapshots_and_samples(tmp_path):
     assert all(torch.equal(sd[k], v) for k, v in net.state_dict().items())
 
 
-def test_opponent_slots_reuse_and_evict():
+def test_opponent_nets_reuse_and_evict():
     loads = []
-    slots = OpponentSlots(2, lambda s, sd, v: loads.append((s, v)))
-    a = slots.acquire(10, dict)
-    b = slots.acquire(10, dict)
-    c = slots.acquire(20, dict)
+    nets = OpponentNets(2, lambda s, sd, v: loads.append((s, v)))
+    a = nets.acquire(10, dict)
+    b = nets.acquire(10, dict)
+    c = nets.acquire(20, dict)
     assert (a, b, c) == (1, 1, 2) and loads == [(1, 10), (2, 20)]
-    assert slots.acquire(30, dict) is None  # both slots in use
-    slots.release(2)
-    assert slots.acquire(30, dict) == 2 and loads[-1] == (2, 30)
+    assert nets.acquire(30, dict) is None  # both nets in use
+    nets.release(2)
+    assert nets.acquire(30, dict) == 2 and loads[-1] == (2, 30)
     with pytest.raises(ValueError):
-        slots.release(2) or slots.release(2)
-    assert np.sum(slots.users) == 2
+        nets.release(2) or nets.release(2)
+    assert np.sum(nets.users) == 2
 
 
 # ---- a real run: resume, a killed run's logs, a full disk ------------------------------

@@ -38,33 +38,33 @@ DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.i
 
 @pytest.fixture(params=DEVICES)
 def engine(request):
-    eng = InferenceEngine(SPEC, CFG, n_slots=3, max_rows=64, device=request.param)
+    eng = InferenceEngine(SPEC, CFG, n_nets=3, max_rows=64, device=request.param)
     eng.start()
     yield eng
     eng.stop()
 
 
-def test_each_row_gets_the_answer_of_its_slot(engine):
+def test_each_row_gets_the_answer_of_its_net(engine):
     sds = [weights(s) for s in (1, 2, 3)]
     engine.publish(sds[0], 10)
-    engine.load_slot(1, sds[1], 4)
-    engine.load_slot(2, sds[2], 7)
+    engine.load_net(1, sds[1], 4)
+    engine.load_net(2, sds[2], 7)
     rng = np.random.default_rng(0)
     b = synthetic_batch(SPEC, 40, rng)
-    slots = rng.integers(0, 3, 40).astype(np.int16)
-    res = engine.submit(b, slots).result()
+    nets = rng.integers(0, 3, 40).astype(np.int16)
+    res = engine.submit(b, nets).result()
     obs = batch_obs(b)
     assert (res.rows == b.rows[:40]).all() and (res.obs_seq == b.obs_seq[:40]).all()
-    assert (res.slot == slots).all()
-    assert (res.versions == np.array([10, 4, 7])[slots]).all()
+    assert (res.net == nets).all()
+    assert (res.versions == np.array([10, 4, 7])[nets]).all()
     with torch.no_grad():
         for s in range(3):
-            i = np.flatnonzero(slots == s)
+            i = np.flatnonzero(nets == s)
             ev = reference(sds[s]).evaluate(obs.index(torch.as_tensor(i)), torch.as_tensor(res.actions[i]))
             np.testing.assert_allclose(res.value[i], ev.value.numpy(), atol=1e-4)
             np.testing.assert_allclose(res.logp[i], ev.logp.numpy(), atol=1e-4)
             assert np.isfinite(res.logp[i]).all()  # every sampled action was allowed
-    assert res.stats.rows == 40 and res.stats.slots == 3
+    assert res.stats.rows == 40 and res.stats.nets == 3
 
 
 def test_submit_copies_the_batch_and_stale_padding_never_shows(engine):
@@ -127,14 +127,14 @@ def test_rounds_overlap_without_sharing_buffers(engine):
         np.testing.assert_allclose(f.result().value, want, atol=1e-4)
 
 
-def test_unloaded_slot_and_unstarted_engine_are_clear_errors():
-    eng = InferenceEngine(SPEC, CFG, n_slots=2, max_rows=8)
+def test_unloaded_net_and_unstarted_engine_are_clear_errors():
+    eng = InferenceEngine(SPEC, CFG, n_nets=2, max_rows=8)
     b = synthetic_batch(SPEC, 4, np.random.default_rng(0))
     with pytest.raises(RuntimeError, match="start"):
         eng.submit(b)
     eng.start()
     try:
-        with pytest.raises(ValueError, match="load_slot"):
+        with pytest.raises(ValueError, match="load_net"):
             eng.submit(b, np.array([0, 1, 0, 0]))
         with pytest.raises(ValueError, match="max_rows"):
             eng.submit(synthetic_batch(SPEC, 9, np.random.default_rng(0)))
@@ -171,7 +171,7 @@ def test_round_stats(engine):
     for n in (4, 8, 12):
         b = synthetic_batch(SPEC, n, rng)
         st = engine.submit(b).result().stats
-        assert st.rows == n and st.bucket == b.bucket and st.slots == 1
+        assert st.rows == n and st.bucket == b.bucket and st.nets == 1
         assert st.latency_ms >= st.compute_ms >= st.net_ms > 0 and st.copy_ms >= 0
 
 
@@ -199,10 +199,10 @@ def test_padding_is_zero_in_every_round(engine):
         assert (ent[pad] == 0).all() and (ent_type[pad] == 0).all()
 
 
-def test_submit_never_races_the_worker_applying_a_new_slot():
-    """Issue 9, item 5: submit() checked a slot against `versions` and `_pending`, and the
+def test_submit_never_races_the_worker_applying_a_new_net():
+    """Issue 9, item 5: submit() checked a net against `versions` and `_pending`, and the
     worker empties _pending before it sets `versions`: a submit in that window (a round
-    applying a slot's first weights) was refused with "were never loaded". Here a slot's
+    applying a net's first weights) was refused with "were never loaded". Here a net's
     first load is followed by submits in a tight loop while the worker applies it, many
     times over; every one must be accepted and answered by the loaded weights."""
     big = NetConfig(d_model=64, n_heads=4, n_layers=2)  # a load_state_dict the loop can overlap
@@ -213,12 +213,12 @@ def test_submit_never_races_the_worker_applying_a_new_slot():
     ones = np.ones(4, np.int16)
     overlapped = 0
     for i in range(40):
-        eng = InferenceEngine(SPEC, big, n_slots=2, max_rows=8)
+        eng = InferenceEngine(SPEC, big, n_nets=2, max_rows=8)
         eng.start()
         try:
-            eng.load_slot(1, sd, 100 + i)
+            eng.load_net(1, sd, 100 + i)
             futs = [eng.submit(b, ones)]
-            while not futs[0].done():  # submits while the worker applies slot 1's first weights
+            while not futs[0].done():  # submits while the worker applies net 1's first weights
                 futs.append(eng.submit(b, ones))
             overlapped += len(futs) > 1
             for f in futs:
@@ -226,10 +226,10 @@ def test_submit_never_races_the_worker_applying_a_new_slot():
         finally:
             eng.stop()
     assert overlapped >= 20, overlapped  # the window was hit, not stepped around
-    eng = InferenceEngine(SPEC, CFG, n_slots=2, max_rows=8)
+    eng = InferenceEngine(SPEC, CFG, n_nets=2, max_rows=8)
     eng.start()
     try:
         with pytest.raises(ValueError, match="never loaded"):
-            eng.submit(b, ones)  # a slot nothing was asked to load is still refused
+            eng.submit(b, ones)  # a net nothing was asked to load is still refused
     finally:
         eng.stop()

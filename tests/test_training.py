@@ -219,10 +219,10 @@ every_updates = 2
 
 
 async def test_league_and_game_churn_never_breaks_a_round(tmp_path, null_native, caplog):
-    """Issue 9, item 5: a league snapshot every update, two tiny past-snapshot slots that
+    """Issue 9, item 5: a league snapshot every update, two tiny past-snapshot nets that
     are reloaded all the time (every self-play episode of 4 steps plays a snapshot), and a
     game SIGKILLed every 30 rounds, for 2,500 rounds. No round may fail (the submit /
-    slot-load race), no exception may reach the loop, and every row the engine took got
+    net-load race), no exception may reach the loop, and every row the engine took got
     exactly one answer (or was dropped because its game restarted while it computed)."""
     import asyncio
     import logging
@@ -287,7 +287,7 @@ async def test_league_and_game_churn_never_breaks_a_round(tmp_path, null_native,
     assert len(crashes) >= len(kills) * 0.8
     # every row the engine took was answered once, or dropped as stale after a restart
     assert tr.answer_errors == 0
-    assert tr.rows_submitted == tr.rows_answered + tr.rows_stale + int(tr._live.sum())
+    assert tr.rows_submitted == tr.rows_answered + tr.rows_stale + tr.rows_in_flight
     assert tr.rows_stale > 0  # restarts did land while rounds computed
     assert sup.agent_steps == tr.rows_answered
     ups = lines(run_dir / "learner.jsonl", "update")

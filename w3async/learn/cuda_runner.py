@@ -7,10 +7,10 @@ Its interface to the engine is what the constructor takes and two calls, all on 
 engine's worker thread (the only thread that touches the networks):
 
     runner = CudaRunner(nets, device, max_rows, state, gen)
-        nets: the engine's networks, slot by slot (shared: the runner copies weights into them)
+        nets: the engine's networks, net by net (shared: the runner copies weights into them)
         state: the GRU state per table row (shared, written in place), or None without GRU
         gen: the generator the eager (GRU) path samples from
-    runner.load(slot, state_dict)     # new weights for a slot, ordered with its replays
+    runner.load(k, state_dict)     # new weights for net k, ordered with its replays
     runner.run(buf, n, bucket, used, actions, logp, value) -> state_in | None
 """
 
@@ -29,21 +29,21 @@ class CudaRunner:
 
     - One upload per round: the round's rows go from the pinned input buffers to a device
       staging copy (one non-blocking copy per field, raw dtypes) on the upload stream.
-    - Per slot: a CUDA stream of its own (seeds/000: graphs captured on one stream keep
+    - Per net: a CUDA stream of its own (seeds/000: graphs captured on one stream keep
       that stream's cuBLAS workspace; two networks' graphs sharing one hung the GPU) and,
       per (bucket, row bucket), a CUDA graph captured once over static device inputs in
       the raw dtypes (the casts are inside the graph) with pinned host outputs. A round
-      gathers each slot's rows from staging into the static inputs on the device, zeroes
+      gathers each net's rows from staging into the static inputs on the device, zeroes
       the static rows past them (seeds/000: stale padding crashed a run), replays, and
-      copies the outputs to pinned memory; one wait per slot after all are launched.
-    - Events are made once per slot and reused (creating and destroying them takes the
+      copies the outputs to pinned memory; one wait per net after all are launched.
+    - Events are made once per net and reused (creating and destroying them takes the
       CUDA context's lock, seeds/000).
-    - New weights are copied into a slot's network on that slot's stream, so they are
+    - New weights are copied into a net on that net's stream, so they are
       ordered with its replays. Capture uses capture_error_mode="thread_local", so the
       learner's thread may use the GPU meanwhile.
     - Sampling draws from the default CUDA generator, whose offsets graphs advance.
     - A GRU network is not graphed (its state is per table row): it runs eagerly on its
-      slot's stream.
+      net's stream.
     """
 
     ROW_BUCKETS = (8, 32, 128, 512)
@@ -67,15 +67,16 @@ class CudaRunner:
         }
         self.graphs: dict[tuple[int, int, int], tuple] = {}
 
-    def load(self, slot: int, sd: dict) -> None:
-        with torch.cuda.stream(self.streams[slot]):
-            self.nets[slot].load_state_dict(sd)
+    def load(self, k: int, sd: dict) -> None:
+        """New weights for net k, on its stream (ordered with its replays)."""
+        with torch.cuda.stream(self.streams[k]):
+            self.nets[k].load_state_dict(sd)
 
-    def _graph(self, slot: int, bucket: int, rows: int):
-        key = (slot, bucket, rows)
+    def _graph(self, k: int, bucket: int, rows: int):
+        key = (k, bucket, rows)
         if key in self.graphs:
             return self.graphs[key]
-        net, stream, dev = self.nets[slot], self.streams[slot], self.device
+        net, stream, dev = self.nets[k], self.streams[k], self.device
         st = {
             "glob": torch.zeros(rows, layout.G_GLOB, device=dev),
             "ent": torch.zeros(rows, bucket, layout.F_ENT, device=dev),
@@ -105,7 +106,7 @@ class CudaRunner:
     def run(self, buf: Inputs, n: int, bucket: int, used: np.ndarray, actions: np.ndarray, logp: np.ndarray,
             value: np.ndarray) -> np.ndarray | None:
         """One round's rows (buf's first n, entity bucket `bucket`) through the networks of
-        the slots in `used`; the answers are written into actions, logp and value (row
+        the nets in `used`; the answers are written into actions, logp and value (row
         order). Returns the GRU state each row had before the round, None without GRU."""
         if self.state is not None:
             return self._run_eager(buf, n, bucket, used, actions, logp, value)
@@ -119,11 +120,11 @@ class CudaRunner:
         ent_type = stage["ent_type"][: sizes["ent_type"]].view(n, bucket)
         src = {"glob": stage["glob"][:n], "ent": ent, "ent_type": ent_type, "n_ent": stage["n_ent"][:n],
                "mask": stage["mask"][:n]}
-        slot_np = buf.np["slot"][:n]
+        net_np = buf.np["net"][:n]
         launched = []
         for s in used:
             s = int(s)
-            idx = np.flatnonzero(slot_np == s)
+            idx = np.flatnonzero(net_np == s)
             m = len(idx)
             rb = next((r for r in self.ROW_BUCKETS if r >= m), None)
             if rb is None:
@@ -158,12 +159,12 @@ class CudaRunner:
         first = ((buf.flags[:n] & layout.FLAG_FIRST) != 0).to(dev)
         state_in = self.state[rows].clone()
         state_in[first] = 0.0
-        slot = buf.slot[:n].to(dev)
+        net_of_row = buf.net[:n].to(dev)
         for s in used:
             stream = self.streams[int(s)]
             stream.wait_stream(torch.cuda.current_stream(dev))
             with torch.cuda.stream(stream):
-                idx = (slot == int(s)).nonzero()[:, 0]
+                idx = (net_of_row == int(s)).nonzero()[:, 0]
                 r = self.nets[int(s)].act(obs.index(idx), self.gen, state=state_in[idx])
                 self.state[rows[idx]] = r.state
                 i = idx.cpu().numpy()

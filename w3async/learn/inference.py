@@ -2,7 +2,7 @@
 
     engine = InferenceEngine(spec, net_cfg, max_rows=table.n_rows, n_table_rows=table.n_rows)
     engine.start()
-    fut = engine.submit(batch, slot_per_row)        # copies the batch now, computes later
+    fut = engine.submit(batch, net_per_row)        # copies the batch now, computes later
     ...gather the next round while this one computes...
     res = fut.result()                              # or await asyncio.wrap_future(fut)
     gatherer.answer(res.rows, res.obs_seq, res.actions, res.versions)
@@ -14,10 +14,10 @@ gatherer reuses its Batch buffers for the next round, so submit() copies what th
 network needs into buffers of the engine's own (a small pool: a round can be gathered
 and submitted while the last one computes) and returns at once. The compute runs on
 one dedicated worker thread, which is also the only thread that touches the networks:
-new weights (publish, load_slot) are copied into them there, between two rounds, so a
+new weights (publish, load_net) are copied into them there, between two rounds, so a
 round never sees half-written weights.
 
-Rows are split by network: slot 0 is the current policy, slots 1..n_slots-1 hold past
+Rows are split by network: net 0 is the current policy, nets 1..n_nets-1 hold past
 snapshots (league opponents), loaded by copying weights into a network that already
 exists (seeds/000: one network with swapped weights instead of a network per snapshot).
 
@@ -58,7 +58,7 @@ class RoundStats:
 
     rows: int
     bucket: int
-    slots: int  # networks that ran
+    nets: int  # networks that ran
     copy_ms: float  # submit(): the copy out of the Batch, on the caller's thread
     queue_ms: float  # from submit() to the worker starting (a round before it still computing)
     compute_ms: float  # the worker: weights swapped in, the networks run, answers made
@@ -76,39 +76,39 @@ class RoundResult(NamedTuple):
     logp: np.ndarray  # (n,) float32 the joint log-probability of the action
     value: np.ndarray  # (n,) float32
     versions: np.ndarray  # (n,) uint32 the policy version of the network that answered
-    slot: np.ndarray  # (n,) int16 the slot that answered
+    net: np.ndarray  # (n,) int16 the net that answered
     state_in: np.ndarray | None  # (n, d_model) the GRU state before this step, None without GRU
     stats: RoundStats
 
 
 class InferenceEngine:
     """See the module docstring. Not thread-safe for submitters: one caller (the
-    supervisor's loop) submits; publish/load_slot may come from any thread."""
+    supervisor's loop) submits; publish/load_net may come from any thread."""
 
     def __init__(
-        self, spec: GameSpec, net_cfg: NetConfig = NetConfig(), device: str = "cpu", n_slots: int = 3,
+        self, spec: GameSpec, net_cfg: NetConfig = NetConfig(), device: str = "cpu", n_nets: int = 3,
         max_rows: int = 256, n_table_rows: int | None = None, num_threads: int = 1, seed: int = 0,
         n_buffers: int = 2,
     ):
-        if n_slots < 1:
-            raise ValueError(f"n_slots={n_slots} must be >= 1 (slot 0 is the current policy)")
+        if n_nets < 1:
+            raise ValueError(f"n_nets={n_nets} must be >= 1 (net 0 is the current policy)")
         if device.startswith("cuda") and not torch.cuda.is_available():
             raise ValueError(f"device={device!r} but torch.cuda.is_available() is False: use device='cpu'")
         self.spec, self.net_cfg, self.device = spec, net_cfg, torch.device(device)
-        self.n_slots, self.max_rows, self.num_threads, self.seed = n_slots, max_rows, num_threads, seed
+        self.n_nets, self.max_rows, self.num_threads, self.seed = n_nets, max_rows, num_threads, seed
         self.n_table_rows = n_table_rows if n_table_rows is not None else max_rows
         torch.manual_seed(seed)
-        self.nets = [Network(spec, net_cfg).to(self.device).eval() for _ in range(n_slots)]
+        self.nets = [Network(spec, net_cfg).to(self.device).eval() for _ in range(n_nets)]
         for net in self.nets[1:]:
             net.load_state_dict(self.nets[0].state_dict())
-        self.versions = [0] + [-1] * (n_slots - 1)  # the worker's: what each slot's network holds
-        # What load_slot() asked for, per slot (-1: never), set under _lock before load_slot
-        # returns. submit() checks slots against this, never against `versions` or
+        self.versions = [0] + [-1] * (n_nets - 1)  # the worker's: what each net holds
+        # What load_net() asked for, per net (-1: never), set under _lock before load_net
+        # returns. submit() checks nets against this, never against `versions` or
         # `_pending`: the worker empties _pending before it sets `versions`, so a submit
-        # between the two saw a loaded slot as never loaded (issue 9, item 5). Any round
-        # submitted after load_slot() returned applies the weights before it runs (FIFO).
-        self._requested = [0] + [-1] * (n_slots - 1)
-        self._pending: dict[int, tuple[dict, int]] = {}  # slot -> (weights, version), applied by the worker
+        # between the two saw a loaded net as never loaded (issue 9, item 5). Any round
+        # submitted after load_net() returned applies the weights before it runs (FIFO).
+        self._requested = [0] + [-1] * (n_nets - 1)
+        self._pending: dict[int, tuple[dict, int]] = {}  # net -> (weights, version), applied by the worker
         self._lock = threading.Lock()
         self._pin = self.device.type == "cuda"
         self._free: queue.SimpleQueue[Inputs] = queue.SimpleQueue()
@@ -156,31 +156,31 @@ class InferenceEngine:
     # -- weights -------------------------------------------------------------------------
 
     def publish(self, state_dict: dict, version: int) -> None:
-        """New current-policy weights (slot 0), in effect from the next round on. The
+        """New current-policy weights (net 0), in effect from the next round on. The
         tensors are copied now, so the caller may go on training at once."""
-        self.load_slot(0, state_dict, version)
+        self.load_net(0, state_dict, version)
 
-    def load_slot(self, slot: int, state_dict: dict, version: int) -> None:
-        """Weights for slot `slot` (0 = current, 1.. = past snapshots), in effect from the
-        next round on; the worker copies them into the slot's network between rounds."""
-        if not 0 <= slot < self.n_slots:
-            raise ValueError(f"slot {slot} is not in 0..{self.n_slots - 1}")
+    def load_net(self, net: int, state_dict: dict, version: int) -> None:
+        """Weights for net `net` (0 = current, 1.. = past snapshots), in effect from the
+        next round on; the worker copies them into the net between rounds."""
+        if not 0 <= net < self.n_nets:
+            raise ValueError(f"net {net} is not in 0..{self.n_nets - 1}")
         copy = {k: v.detach().to("cpu", copy=True) for k, v in state_dict.items()}
         if self._pin:  # a pageable upload would hold the CUDA driver's lock while it stages (seeds/000)
             copy = {k: v.pin_memory() for k, v in copy.items()}
         with self._lock:
-            self._pending[slot] = (copy, int(version))
-            self._requested[slot] = int(version)
+            self._pending[net] = (copy, int(version))
+            self._requested[net] = int(version)
 
     def _apply_pending(self) -> None:
         with self._lock:
             pending, self._pending = self._pending, {}
-        for slot, (sd, version) in pending.items():
+        for net, (sd, version) in pending.items():
             if self._runner is not None:
-                self._runner.load(slot, sd)  # on the slot's stream, ordered with its replays
+                self._runner.load(net, sd)  # on the net's stream, ordered with its replays
             else:
-                self.nets[slot].load_state_dict(sd)  # copy_ into the existing parameters
-            self.versions[slot] = version
+                self.nets[net].load_state_dict(sd)  # copy_ into the existing parameters
+            self.versions[net] = version
 
     @property
     def running(self) -> bool:
@@ -204,29 +204,29 @@ class InferenceEngine:
 
     # -- rounds --------------------------------------------------------------------------
 
-    def submit(self, batch: Batch, slot_per_row: np.ndarray | None = None) -> Future:
+    def submit(self, batch: Batch, net_per_row: np.ndarray | None = None) -> Future:
         """Copy the batch's first n rows (on this thread) and queue their round; the
-        future resolves to a RoundResult. slot_per_row (n,) says which network answers
-        each row (default: all slot 0). Raises (nothing queued) for a slot outside
-        0..n_slots-1 or one load_slot() was never called for, a batch over max_rows, or
+        future resolves to a RoundResult. net_per_row (n,) says which network answers
+        each row (default: all net 0). Raises (nothing queued) for a net outside
+        0..n_nets-1 or one load_net() was never called for, a batch over max_rows, or
         an engine that is not running; a round that fails on the worker fails its future."""
         t0 = time.perf_counter()
         n, bucket = batch.n, batch.bucket
         if n > self.max_rows:
             raise ValueError(f"a batch of {n} rows, the engine holds max_rows={self.max_rows}: raise max_rows")
-        if slot_per_row is None:
-            slots = np.zeros(n, np.int16)
+        if net_per_row is None:
+            row_net = np.zeros(n, np.int16)
             used = np.zeros(1 if n else 0, np.int16)
         else:
-            slots = np.asarray(slot_per_row)[:n]
-            if len(slots) != n:
-                raise ValueError(f"slot_per_row has {len(slots)} entries for {n} rows")
-            used = np.unique(slots)
+            row_net = np.asarray(net_per_row)[:n]
+            if len(row_net) != n:
+                raise ValueError(f"net_per_row has {len(row_net)} entries for {n} rows")
+            used = np.unique(row_net)
             with self._lock:
                 requested = list(self._requested)
-            bad = [int(s) for s in used if not 0 <= s < self.n_slots or requested[int(s)] < 0]
+            bad = [int(s) for s in used if not 0 <= s < self.n_nets or requested[int(s)] < 0]
             if bad:
-                raise ValueError(f"slots {bad} are out of 0..{self.n_slots - 1} or were never loaded: call load_slot() first")
+                raise ValueError(f"nets {bad} are out of 0..{self.n_nets - 1} or were never loaded: call load_net() first")
         try:
             buf = self._free.get_nowait()
         except queue.Empty:  # more rounds in flight than buffers: make another set
@@ -235,7 +235,7 @@ class InferenceEngine:
         a["rows"][:n] = batch.rows[:n]
         buf.obs_seq[:n] = batch.obs_seq[:n]
         a["flags"][:n] = batch.flags[:n]
-        a["slot"][:n] = slots
+        a["net"][:n] = row_net
         a["glob"][:n] = batch.glob[:n]
         a["ent"][: n * bucket * layout.F_ENT] = batch.ent_flat[: n * bucket * layout.F_ENT]
         a["ent_type"][: n * bucket] = batch.type_flat[: n * bucket]
@@ -257,7 +257,7 @@ class InferenceEngine:
             logp = np.zeros(n, np.float32)
             value = np.zeros(n, np.float32)
             versions = np.zeros(n, np.uint32)
-            slot = buf.np["slot"][:n].copy()
+            net = buf.np["net"][:n].copy()
             rows = buf.np["rows"][:n].astype(np.int32)
             obs_seq = buf.obs_seq[:n].copy()
             state_in = None
@@ -272,13 +272,13 @@ class InferenceEngine:
                 versions[:] = self.versions[int(used[0])]
             else:
                 for s in used:
-                    versions[slot == s] = self.versions[s]
+                    versions[net == s] = self.versions[s]
         finally:
             self._free.put(buf)
         self.rounds += 1
         t1 = time.perf_counter()
         stats = RoundStats(n, bucket, len(used), copy_ms, (t0 - t_submit) * 1e3 - copy_ms, (t1 - t0) * 1e3, net_ms, (t1 - t_submit) * 1e3)
-        return RoundResult(rows, obs_seq, actions, logp, value, versions, slot, state_in, stats)
+        return RoundResult(rows, obs_seq, actions, logp, value, versions, net, state_in, stats)
 
     def _run_cpu(self, buf, n, bucket, used, actions, logp, value) -> np.ndarray | None:
         obs = buf.obs(n, bucket)
@@ -293,7 +293,7 @@ class InferenceEngine:
             if len(used) == 1:  # the common case: no indexing
                 idx, o, st = None, obs, state_in
             else:
-                idx = torch.as_tensor(np.flatnonzero(buf.np["slot"][:n] == s))
+                idx = torch.as_tensor(np.flatnonzero(buf.np["net"][:n] == s))
                 o, st = obs.index(idx), (state_in[idx] if state_in is not None else None)
             r = net.act(o, self._gen, state=st)
             sel = slice(None) if idx is None else idx.numpy()

@@ -22,7 +22,7 @@ class Inputs:
         self.rows = z(capacity, torch.int64)
         self.obs_seq = np.zeros(capacity, np.uint64)
         self.flags = z(capacity, torch.int32)
-        self.slot = z(capacity, torch.int16)
+        self.net = z(capacity, torch.int16)
         self.glob = z((capacity, layout.G_GLOB), torch.float32)
         self.ent = z(capacity * layout.E_MAX * layout.F_ENT, torch.float32)
         self.ent_type = z(capacity * layout.E_MAX, torch.int16)

@@ -3,16 +3,17 @@
     league = League(run_dir, LeagueConfig(snapshot_every=10, latest_share=0.5))
     league.maybe_snapshot(learner.version, learner.net.state_dict())   # after each update
     opp = league.sample_opponent()        # at a self-play lane's episode start
-    if opp is None: ...                   # the current policy (inference slot 0)
-    else: slot = slots.acquire(opp.version, lambda: league.load(opp)) # a past-snapshot slot
+    if opp is None: ...                   # the current policy (the engine's net 0)
+    else: net = opponent_nets.acquire(opp.version, lambda: league.load(opp))  # a past-snapshot net
 
 Snapshots are files in runs/<run>/league/ (snap-<version>.pt, written atomically), so a
 resumed run keeps its league; the list of snapshots and the sampler's random state are
 part of the checkpoint (state_dict / load_state_dict).
 
-OpponentSlots maps snapshots onto the inference engine's past-snapshot slots (1..k):
-a snapshot already in a slot is reused, a free slot (no lane playing it) is reloaded
-(seeds/000: past snapshots through a few slots with swapped weights, not a network each).
+OpponentNets maps opponents (snapshots) onto the inference engine's past-snapshot nets
+(1..k): a snapshot already in a net is reused, a free net (no lane playing it) is
+reloaded (seeds/000: past snapshots through a few nets with swapped weights, not a
+network each).
 """
 
 from __future__ import annotations
@@ -117,30 +118,30 @@ class League:
         self.rng.bit_generator.state = sd["rng"]
 
 
-class OpponentSlots:
-    """Which past snapshot each of the engine's slots 1..n_past holds, and how many lanes
-    play it. acquire() returns a slot for a snapshot (loading it into a free one if it is
-    in none) or None when every slot is in use by another snapshot."""
+class OpponentNets:
+    """Which past snapshot each of the engine's nets 1..n_past holds, and how many lanes
+    play it. acquire() returns a net for a snapshot (loading it into a free one if it is
+    in none) or None when every net is in use by another snapshot."""
 
-    def __init__(self, n_past: int, load_slot: Callable[[int, dict, int], None]):
-        self.load_slot = load_slot  # InferenceEngine.load_slot
-        self.version = [-1] * (n_past + 1)  # per slot; index 0 unused (the current policy)
+    def __init__(self, n_past: int, load_net: Callable[[int, dict, int], None]):
+        self.load_net = load_net  # InferenceEngine.load_net
+        self.version = [-1] * (n_past + 1)  # per net; index 0 unused (the current policy)
         self.users = [0] * (n_past + 1)
 
     def acquire(self, version: int, weights: Callable[[], dict]) -> int | None:
-        for s in range(1, len(self.version)):
-            if self.version[s] == version:
-                self.users[s] += 1
-                return s
-        free = [s for s in range(1, len(self.version)) if self.users[s] == 0]
+        for k in range(1, len(self.version)):
+            if self.version[k] == version:
+                self.users[k] += 1
+                return k
+        free = [k for k in range(1, len(self.version)) if self.users[k] == 0]
         if not free:
             return None
-        s = free[0]
-        self.load_slot(s, weights(), version)
-        self.version[s], self.users[s] = version, 1
-        return s
+        k = free[0]
+        self.load_net(k, weights(), version)
+        self.version[k], self.users[k] = version, 1
+        return k
 
-    def release(self, slot: int) -> None:
-        if slot <= 0 or self.users[slot] <= 0:
-            raise ValueError(f"release({slot}): slot is not held (users {self.users})")
-        self.users[slot] -= 1
+    def release(self, net: int) -> None:
+        if net <= 0 or self.users[net] <= 0:
+            raise ValueError(f"release({net}): net is not held (users {self.users})")
+        self.users[net] -= 1

@@ -126,7 +126,7 @@ class UpdateStats:
     pause_s: float  # of it in pause()
     staleness_mean: float  # updates between the acting policy and this one, mean over steps
     staleness_max: int
-    padding_mean: float  # padded entity slots per step in the minibatches
+    padding_mean: float  # padded entities per step in the minibatches
 
 
 class NonFiniteLossError(RuntimeError):
@@ -248,7 +248,7 @@ class Learner:
         plan = [mb for _ in range(cfg.update_epochs) for mb in minibatch_plan(tb.n_ent, cfg.minibatch_seqs, self.rng, cfg.entity_pad)]
         sums = torch.zeros(5, device=self.device)  # pg, v, entropy, kl, clip_frac
         bad = torch.full((), len(plan), device=self.device)  # index of the first non-finite loss
-        padding = sum(bucket * len(idx) * seq_len for idx, bucket in plan)  # entity slots the minibatches hold
+        padding = sum(bucket * len(idx) * seq_len for idx, bucket in plan)  # entity places the minibatches hold
         pause_s = 0.0
         net.train()
         nxt = self._minibatch(b, *plan[0])

@@ -1,6 +1,8 @@
-"""A resume's clean-up of the run's logs: what a killed run wrote beyond its last
-checkpoint is moved aside, so that nothing after a resume is counted twice
-(docs/logs.md, "Resume")."""
+"""A resume of the training answerer (docs/logs.md, "Resume"): the latest checkpoint
+loaded into the learner, the league and the counters, or the run refused
+(`restore`); what a killed run wrote beyond that checkpoint moved aside, so that
+nothing after a resume is counted twice (`cut_logs`); and the `resume` records
+(`log_resume`)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,51 @@ import json
 import os
 from pathlib import Path
 
+from w3async.learn.checkpoint import CheckpointLoadError, describe, load_latest
+from w3async.observe.logs import JsonLog
+
 LOGS = ("learner.jsonl", "episodes.jsonl", "inference.jsonl")  # the logs a checkpoint's counters cover
+
+
+def restore(run_dir: Path, learner, league, counters, tally) -> dict | None:
+    """Load the latest checkpoint (None when there is none) into the learner, the league,
+    the run's counters (runtime.answerer.Counters) and the episode tally, or raise
+    CheckpointLoadError naming the file and the cause."""
+    ckpt = load_latest(run_dir)
+    if ckpt is None:
+        return None
+    path = ckpt["path"]
+    try:
+        learner.load_state_dict(ckpt["learner"])
+    except Exception as e:  # noqa: BLE001 (shapes of another network, a truncated state)
+        raise CheckpointLoadError(path, "its learner state does not load into this recipe's network "
+                                        f"({describe(e)})") from e
+    try:
+        league.load_state_dict(ckpt["league"])
+    except CheckpointLoadError as e:
+        raise CheckpointLoadError(e.path, f"{e.cause} (named by the checkpoint {path})", e.errno) from e
+    c = ckpt["counters"]
+    try:
+        counters.agent_steps = int(c.get("agent_steps", 0))
+        tally.count = int(c.get("episodes", 0))
+        for level, counts in c.get("eval_totals", {}).items():
+            tally.totals[level].update(counts)
+    except (TypeError, ValueError, AttributeError) as e:
+        raise CheckpointLoadError(path, f"its counters are malformed ({describe(e)})") from e
+    return ckpt
+
+
+def log_resume(logs: dict[str, JsonLog], events: JsonLog, rec: dict, resumed: bool, snapshots: int,
+               cut: dict[str, int]) -> None:
+    """A `resume` record in each log (and events.jsonl): the checkpoint's counters (rec),
+    which every line after it continues from, and the lines cut; without a checkpoint
+    (resumed False), a `logs_cut` warning in events.jsonl."""
+    for name, log in logs.items():
+        log.info("resume", **rec, cut_lines=cut.get(name, 0))
+    if resumed:
+        events.info("resume", **rec, snapshots=snapshots, cut_lines=cut)
+    else:
+        events.warning("logs_cut", reason="no checkpoint: the run starts from zero", cut_lines=cut)
 
 
 def cut_logs(run_dir: Path, ckpt: dict | None, version: int) -> dict[str, int]:

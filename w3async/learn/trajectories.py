@@ -113,9 +113,9 @@ class Trajectories:
 
     def __init__(self, n_table_rows: int, cfg: TrajConfig = TrajConfig(), state_dim: int | None = None):
         self.cfg = cfg
-        n, s = n_table_rows, cfg.seq_len + 1  # one slot more: the next sequence's first step
+        n, s = n_table_rows, cfg.seq_len + 1  # one position more: the next sequence's first step
         self.stats = TrajStats()
-        # per table row, per slot
+        # per table row, per position in the sequence
         self._glob = np.zeros((n, s, layout.G_GLOB), np.float32)
         self._ent = np.zeros((n, s, layout.E_MAX, layout.F_ENT), np.float32)
         self._type = np.zeros((n, s, layout.E_MAX), np.int16)
@@ -132,7 +132,7 @@ class Trajectories:
         self._version = np.zeros((n, s), np.uint32)
         self._state = np.zeros((n, s, state_dim), np.float32) if state_dim else None
         # per table row
-        self._n_steps = np.zeros(n, np.int64)  # steps in slots (the last may still be open)
+        self._n_steps = np.zeros(n, np.int64)  # steps in positions (the last may still be open)
         self._open = np.zeros(n, bool)  # the last step waits for its reward (the next row)
         self._need_nv = np.zeros(n, bool)  # the step before the row in flight waits for its value
         self._phase = np.zeros(n, np.int8)  # what the answer in flight completes
@@ -175,16 +175,16 @@ class Trajectories:
         self._phase[rows[term]] = _TERMINAL
         new = ~term
         r, i = rows[new], sel[new]
-        slot = self._n_steps[r]
+        pos = self._n_steps[r]
         bucket = batch.bucket
-        self._glob[r, slot] = batch.glob[i]
-        self._ent[r, slot, :bucket] = batch.ent[i]
-        self._ent[r, slot, bucket:] = 0.0  # the slot may hold a longer earlier step
-        self._type[r, slot, :bucket] = batch.ent_type[i]
-        self._type[r, slot, bucket:] = 0
-        self._n_ent[r, slot] = batch.n_ent[i]
-        self._mask[r, slot] = batch.mask[i]
-        self._first[r, slot] = first[new]
+        self._glob[r, pos] = batch.glob[i]
+        self._ent[r, pos, :bucket] = batch.ent[i]
+        self._ent[r, pos, bucket:] = 0.0  # the position may hold a longer earlier step
+        self._type[r, pos, :bucket] = batch.ent_type[i]
+        self._type[r, pos, bucket:] = 0
+        self._n_ent[r, pos] = batch.n_ent[i]
+        self._mask[r, pos] = batch.mask[i]
+        self._first[r, pos] = first[new]
         self._n_steps[r] += 1
         self._phase[r] = _STEP
 
@@ -237,7 +237,7 @@ class Trajectories:
 
     # -- sequences and batches -----------------------------------------------------------
 
-    # the per-step arrays a sequence is made of, per table row and slot
+    # the per-step arrays a sequence is made of, per table row and position
     _STEP_FIELDS = ("_glob", "_ent", "_type", "_n_ent", "_mask", "_action", "_logp", "_value", "_next_value",
                     "_reward", "_done", "_trunc", "_first", "_version")
 
@@ -266,7 +266,7 @@ class Trajectories:
                 self._flush()
         else:
             self.stats.dropped_seqs += 1
-        # The step after the sequence (recorded, maybe still open) becomes slot 0.
+        # The step after the sequence (recorded, maybe still open) becomes position 0.
         rest = int(self._n_steps[row]) - t
         if rest > 0:
             for name in self._STEP_FIELDS + (("_state",) if self._state is not None else ()):

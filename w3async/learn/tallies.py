@@ -1,0 +1,108 @@
+"""What the training answerer counts as rounds come back: the episodes and the rounds.
+
+`EpisodeTally`: each row's return so far; the finished episodes, one episodes.jsonl line
+each, labelled by the opponent they were played against; the evaluation results per
+opponent label (a window for the win rates, the run's totals that checkpoints keep, and
+those since the last checkpoint, which its `evaluation` line reports).
+
+`RoundTally`: the rounds answered in the last interval (once a second) and the rows
+waiting when each was gathered, as one inference.jsonl `rounds` line (docs/logs.md).
+"""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+
+from w3async.observe.logs import JsonLog
+from w3async.sync import layout
+from w3async.sync.gather import Batch
+
+
+class EpisodeTally:
+    """Episodes and evaluation results of one run. `log` (episodes.jsonl) is attached
+    once a resume has cut the log (it is not open when a checkpoint's counters load)."""
+
+    def __init__(self, n_rows: int, eval_window: int):
+        self.count = 0  # episodes finished in the run (a checkpoint keeps it)
+        self.row_return = np.zeros(n_rows, np.float64)
+        self.window: dict[str, collections.deque] = collections.defaultdict(
+            lambda: collections.deque(maxlen=eval_window))
+        self.totals: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+        self.since_checkpoint: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+        self.log: JsonLog | None = None
+
+    def add_rewards(self, b: Batch, rows: np.ndarray) -> None:
+        """A round the engine took: returns restart at an episode's first step."""
+        n = b.n
+        first = (b.flags[:n] & layout.FLAG_FIRST) != 0
+        self.row_return[rows[first]] = 0.0
+        self.row_return[rows] += b.reward[:n]
+
+    def finish(self, row: int, b: Batch, k: int, label: str, game: int, is_eval: bool, version: int) -> None:
+        """Row `row` (batch index k) ended an episode against `label`: its line, and for
+        an evaluation row its result in the tallies."""
+        r = float(b.reward[k])
+        result = "win" if r > 0 else "loss" if r < 0 else "draw"
+        if b.flags[k] & layout.FLAG_TRUNCATED and not b.flags[k] & layout.FLAG_DONE:
+            result = "truncated"
+        self.count += 1
+        self.log.info("episode", slot=game, row=row, lane=int(b.lane[k]), side=int(b.side[k]), opponent=label,
+                      eval=is_eval, result=result, steps=int(b.step[k]),
+                      **{"return": round(float(self.row_return[row]), 4)}, policy_version=version)
+        if is_eval:
+            self.window[label].append(1.0 if result == "win" else 0.0)
+            self.totals[label][result] += 1
+            self.since_checkpoint[label][result] += 1
+
+    def reset(self, rows: np.ndarray) -> None:
+        self.row_return[rows] = 0.0
+
+    def win_rates(self) -> dict:
+        """{label: rate over the window, n, the run's totals} of each evaluation opponent."""
+        return {k: dict(rate=round(float(np.mean(v)), 4) if v else None, n=len(v),
+                        totals=dict(self.totals[k])) for k, v in sorted(self.window.items())}
+
+    def evaluation_line(self, version: int, checkpoint: str) -> None:
+        """The checkpoint's `evaluation` line: the results since the last one, the win rates."""
+        summary = {k: dict(v) for k, v in self.since_checkpoint.items()}
+        self.log.info("evaluation", updates=version, checkpoint=checkpoint, since_last=summary,
+                      win_rate=self.win_rates())
+        self.since_checkpoint.clear()
+
+
+class RoundTally:
+    """The answered rounds of the last interval, flushed once a second into one line."""
+
+    def __init__(self):
+        self.rounds: list = []  # (RoundStats, the learner was updating when it came back)
+        self.waiting: list[tuple[int, int]] = []  # per round: (rows gathered, rows waiting in all)
+        self.log: JsonLog | None = None  # inference.jsonl
+
+    def flush(self, learner_phase: str) -> dict | None:
+        """The interval's rounds as one inference.jsonl line (None when there were none)."""
+        both, self.rounds = self.rounds, []
+        if not both:
+            return None
+        st = [x for x, _ in both]
+        lat = np.array([x.latency_ms for x in st])
+        during = np.array([u for _, u in both])  # the learner was in an update when it came back
+        buckets = collections.Counter(str(x.bucket) for x in st)
+        rows = sum(x.rows for x in st)
+        line = dict(rounds=len(st), rows=rows, rows_per_round=round(rows / len(st), 2),
+                    latency_ms_mean=round(float(lat.mean()), 3), latency_ms_p95=round(float(np.percentile(lat, 95)), 3),
+                    latency_ms_max=round(float(lat.max()), 3),
+                    compute_ms_mean=round(float(np.mean([x.compute_ms for x in st])), 3),
+                    net_ms_mean=round(float(np.mean([x.net_ms for x in st])), 3),
+                    buckets=dict(buckets), learner_phase=learner_phase,
+                    latency_ms_idle=round(float(lat[~during].mean()), 3) if (~during).any() else None,
+                    latency_ms_update=round(float(lat[during].mean()), 3) if during.any() else None,
+                    rounds_update=int(during.sum()))
+        waits, self.waiting = self.waiting, []
+        if waits:
+            g = np.array(waits, float)
+            line["waiting_mean"] = round(float(g[:, 1].mean()), 2)
+            line["gathered_per_waiting"] = round(float(g[:, 0].sum() / max(g[:, 1].sum(), 1)), 3)
+        self.log.info("rounds", **line)
+        return line
