@@ -22,6 +22,7 @@ import tempfile
 from pathlib import Path
 
 from w3async.sync import layout
+from w3async.sync.gather import c_extension_problem
 from w3async.recipes import Recipe
 
 GAMES_PER_CORE = 64
@@ -98,20 +99,11 @@ def check_binaries(recipe: Recipe) -> list[str]:
 
 
 def check_build(recipe: Recipe) -> list[str]:
-    """supervisor.gather = 'c' needs w3async.sync._rows built against this layout (make setup)."""
+    """supervisor.gather = 'c' needs the C gatherer built against this layout (make setup)."""
     if recipe.supervisor.gather != "c":
         return []
-    key = "supervisor.gather = 'c'"
-    try:
-        from w3async.sync import _rows  # noqa: PLC0415
-    except ImportError as e:
-        return [f"{key}: the C extension w3async.sync._rows cannot be imported ({e}): run `make setup`, "
-                f"or set supervisor.gather = 'numpy'"]
-    if _rows.ROW_SIZE != layout.ROW_SIZE or _rows.layout_hash() != layout.LAYOUT_HASH:
-        return [f"{key}: w3async.sync._rows was built for rows of {_rows.ROW_SIZE} bytes (layout hash "
-                f"{_rows.layout_hash():#x}), w3async.sync.layout has {layout.ROW_SIZE} ({layout.LAYOUT_HASH:#x}): "
-                f"run `make setup`"]
-    return []
+    problem = c_extension_problem()
+    return [f"supervisor.gather = 'c': {problem}"] if problem else []
 
 
 # ---- device ---------------------------------------------------------------------------

@@ -278,6 +278,21 @@ class NumpyGatherer(_GathererBase):
         return rung
 
 
+def c_extension_problem() -> str | None:
+    """Why the C gatherer cannot run here (w3async.sync._rows, csrc/rows.c: not built, or
+    built against another shim/w3s_table.h), or None. Ends with the fix."""
+    try:
+        from w3async.sync import _rows  # noqa: PLC0415 (the extension is optional at import time)
+    except ImportError as e:
+        return (f"the C extension w3async.sync._rows cannot be imported ({e}): run `make setup`, "
+                f"or set supervisor.gather = 'numpy'")
+    if _rows.ROW_SIZE != layout.ROW_SIZE or _rows.layout_hash() != layout.LAYOUT_HASH:
+        return (f"w3async.sync._rows was built for rows of {_rows.ROW_SIZE} bytes (layout hash "
+                f"{_rows.layout_hash():#x}), w3async.sync.layout has {layout.ROW_SIZE} ({layout.LAYOUT_HASH:#x}): "
+                f"run `make setup`")
+    return None
+
+
 class CGatherer(_GathererBase):
     """csrc/rows.c: the same contract in one C call per gather and per answer."""
 
