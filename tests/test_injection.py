@@ -8,14 +8,13 @@ or a failed slot, and nothing left behind."""
 from __future__ import annotations
 
 import re
-import shutil
 import struct
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from w3async.recipes import RecipeError, recipe_from_dict
+from w3async.recipes import recipe_from_dict
 from w3async.runtime.inject import HOOK, LAUNCHER
 
 from .conftest import REPO
@@ -81,3 +80,183 @@ async def test_the_games_clock_advances_exactly_step_ms_a_step(tmp_path, probe):
         assert tick == step_ms, (k, tick)
         assert frames == (k * step_ms) // (1000 // 60) or abs(frames - k * step_ms * 60 / 1000) <= 1, (k, frames)
     assert_nothing_left(sup, tmp_path / "run")
+
+
+# ---- every way injection fails: one clear cause, a failed slot after backoff, nothing left ----
+
+def _bad_dll(probe: dict, kind: str, mingw: str) -> Path:
+    """An adapter that cannot be injected: kind names how."""
+    out = probe["dir"] / f"bad-{kind}.dll"
+    if kind == "not-pe":
+        out.write_text("this is not a DLL\n")
+    elif kind == "wrong-bitness":  # the probe adapter with its machine field saying i386
+        data = bytearray(probe["adapter"].read_bytes())
+        pe = struct.unpack_from("<I", data, 0x3C)[0]
+        struct.pack_into("<H", data, pe + 4, 0x14C)
+        out.write_bytes(bytes(data))
+    elif kind == "no-observe":
+        subprocess.run([mingw, "-O2", "-shared", "-DPROBE_NO_OBSERVE", "-I", str(REPO / "shim"),
+                        "-I", str(REPO / "shim" / "inject"), "-o", str(out), str(REPO / "tests/inject/probe_adapter.c")],
+                       check=True)
+    elif kind == "missing":
+        out = probe["dir"] / "no-such-adapter.dll"
+    return out
+
+
+async def _failing_run(tmp_path: Path, group: dict, seconds: float = 60) -> tuple[object, Path, str]:
+    """Runs one group whose every start fails; returns (the supervisor, the run, the run's error)."""
+    from w3async.runtime.runfolder import RunError
+    from w3async.runtime.supervisor import Supervisor
+
+    data = null_recipe([group], supervisor={"start_timeout_s": 60, "max_start_failures": 2}, stop={"seconds": seconds})
+    run = tmp_path / "run"
+    sup = Supervisor(recipe_from_dict(data), run)
+    with pytest.raises(RunError) as e:
+        await sup.run()
+    return sup, run, str(e.value)
+
+
+@pytest.mark.parametrize("kind,cause,says", [
+    ("not-pe", "inject", "not a PE file (no MZ header)"),
+    ("wrong-bitness", "inject", "i386 (32-bit) and the game is x86-64 (64-bit) (wrong bitness"),
+    ("no-observe", "inject", "the adapter exports no w3a_observe"),
+    ("missing", "inject", "no such file"),
+])
+async def test_an_adapter_that_cannot_be_injected_fails_its_slot_with_the_cause(tmp_path, probe, mingw, kind, cause, says):
+    bad = _bad_dll(probe, kind, mingw)
+    sup, run, err = await _failing_run(tmp_path, probe_group(probe, adapter=bad))
+    assert "every game slot failed" in err and says in err and bad.name in err, err
+    exits = [e for e in events(run) if e["event"] == "game_exit"]
+    assert len(exits) == 2 and all(e["cause"] == cause and e["returncode"] == 69 for e in exits), exits
+    assert "Traceback" not in "".join(game_logs(run).values())
+    assert_nothing_left(sup, run)
+
+
+@pytest.mark.parametrize("env,inject,code,says", [
+    ({"W3P_DLLMAIN": "hang"}, {"timeout_s": 2}, 69, "LoadLibrary did not return within 2000 ms (a hang in its DllMain"),
+    ({"W3P_DLLMAIN": "false"}, {}, 69, "LoadLibrary failed in the game (its DllMain returned FALSE"),
+    ({"W3P_FAULT": "attach-export"}, {}, 70, "could not attach: the game exports no probe_missing"),
+    ({"W3P_FAULT": "attach-address"}, {"addresses": {"probe_missing": "nosuch.dll+0x10"}}, 70,
+     "address probe_missing (W3H_ADDR_probe_missing) is not in the game"),
+    ({}, {"step_point": "PeekMessageA"}, 69, "the step point PeekMessageA is not imported by the game's .exe"),
+    ({}, {"step_point": "GetTickCount"}, 69, "W3H_STEP_POINT=GetTickCount: not a call the hook can make the step point"),
+    ({}, {"draw": False, "draw_calls": ["Polygon"]}, 69, "W3H_DRAW_CALLS names Polygon, which is not a draw call the hook knows"),
+])
+async def test_injection_that_fails_in_the_game_fails_its_slot_with_the_cause(tmp_path, probe, env, inject, code, says):
+    sup, run, err = await _failing_run(tmp_path, probe_group(probe, env=env, **inject))
+    assert "every game slot failed" in err and says in err, err
+    exits = [e for e in events(run) if e["event"] == "game_exit"]
+    assert len(exits) == 2 and all(e["returncode"] == code for e in exits), exits
+    assert {e["cause"] for e in exits} == {"inject" if code == 69 else "adapter"}
+    assert_nothing_left(sup, run)
+
+
+@pytest.mark.parametrize("fault,cause,says", [
+    ("crash-act", "adapter", r"the adapter .*probe_adapter.dll crashed in w3a_act: access violation \(0xc0000005\) "
+                             r"writing address 0x0 at probe_adapter.dll\+0x[0-9a-f]+"),
+    ("crash-observe", "adapter", r"crashed in w3a_observe: access violation"),
+    ("fail-act", "adapter", r"adapter failed: fault injected at step 3"),
+    ("hang-act", "hang", None),
+])
+async def test_an_adapter_that_fails_mid_game_restarts_its_game(tmp_path, probe, fault, cause, says):
+    """Faults after the first post: the game is restarted by cause, the run goes on."""
+    data = null_recipe([probe_group(probe, env={"W3P_FAULT": fault})],
+                       supervisor={"start_timeout_s": 60, "hang_timeout_s": 2.0}, stop={"seconds": 14})
+    sup, stats = await run_recipe(data, tmp_path / "run")
+    run = tmp_path / "run"
+    assert stats["games"][0]["causes"].get(cause, 0) >= 2, (stats["games"][0], game_logs(run)[0][-600:])
+    if says:
+        assert re.search(says, game_logs(run)[0]), game_logs(run)[0][-800:]
+        exits = [e for e in events(run) if e["event"] == "game_exit"]
+        assert exits and re.search(says, exits[0]["stderr"]), exits[0]
+    assert_nothing_left(sup, run)
+
+
+
+
+async def test_an_address_from_the_recipe_reaches_the_adapter(tmp_path, probe):
+    rva = _export_rva(probe["game"], "probe_state")
+    data = null_recipe([probe_group(probe, addresses={"probe_state": f"exe+{hex(rva)}"})],
+                       supervisor={"start_timeout_s": 60}, stop={"steps": 200})
+    sup, stats = await run_recipe(data, tmp_path / "run")
+    assert stats["restarts"] == {} and stats["agent_steps"] >= 200
+    wrong = dict(probe_group(probe, addresses={"probe_state": f"exe+{hex(rva + 8)}"}))
+    sup2, run2, err = await _failing_run(tmp_path / "wrong", wrong)
+    assert "address probe_state resolves to" in err
+
+
+def _export_rva(pe_path: Path, name: str) -> int:
+    """The RVA of an export, read from the PE file's export directory."""
+    b = pe_path.read_bytes()
+    pe = struct.unpack_from("<I", b, 0x3C)[0]
+    n_sec = struct.unpack_from("<H", b, pe + 6)[0]
+    opt = pe + 24
+    opt_size = struct.unpack_from("<H", b, pe + 20)[0]
+    exp_rva = struct.unpack_from("<I", b, opt + 112)[0]  # PE32+: data directory 0
+    secs = [struct.unpack_from("<IIII", b, opt + opt_size + 40 * i + 8) for i in range(n_sec)]
+
+    def off(rva: int) -> int:
+        for vsize, va, rawsize, raw in secs:
+            if va <= rva < va + max(vsize, rawsize):
+                return raw + rva - va
+        raise ValueError(rva)
+
+    e = off(exp_rva)
+    n_names, funcs, names, ords = struct.unpack_from("<IIII", b, e + 24)
+    for i in range(n_names):
+        s = off(struct.unpack_from("<I", b, off(names) + 4 * i)[0])
+        if b[s:b.index(b"\0", s)].decode() == name:
+            return struct.unpack_from("<I", b, off(funcs) + 4 * struct.unpack_from("<H", b, off(ords) + 2 * i)[0])[0]
+    return 0
+
+
+def _games_of_slot(slot: int, exe: str) -> list[int]:
+    """Live processes of the run's slot whose command line names exe (the launcher and
+    the game carry the same environment: Windows hands it down)."""
+    from w3async.runtime.procs import with_env
+
+    out = []
+    for pid in with_env("W3S_SLOT", str(slot)):
+        try:
+            if exe in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
+                out.append(pid)
+        except OSError:
+            pass
+    return out
+
+
+@pytest.mark.parametrize("victim", ["launcher", "game"])
+async def test_the_launcher_or_the_game_killed_ends_both_and_restarts(tmp_path, probe, victim):
+    """SIGKILL to the launcher takes its game down with it (its job object, then the
+    process group); SIGKILL to the game ends the launcher with it. Either way the slot
+    restarts and nothing of the killed start is left."""
+    import asyncio
+    import os
+    import signal
+
+    from w3async.procstat import alive
+    from w3async.runtime.supervisor import Supervisor
+
+    data = null_recipe([probe_group(probe)], supervisor={"start_timeout_s": 60}, stop={"seconds": 20})
+    run = tmp_path / "run"
+    sup = Supervisor(recipe_from_dict(data), run)
+    task = asyncio.ensure_future(sup.run())
+    game, launcher = [], []
+    for _ in range(300):  # until the game has stepped
+        await asyncio.sleep(0.1)
+        game, launcher = _games_of_slot(0, "probe_game.exe"), _games_of_slot(0, "w3inject.exe")
+        if game and launcher and sup.counters.agent_steps > 100:
+            break
+    assert game and launcher, "the injected game did not start"
+    os.kill((launcher if victim == "launcher" else game)[0], signal.SIGKILL)
+    for _ in range(100):
+        await asyncio.sleep(0.1)
+        if not any(alive(p) for p in game + launcher):
+            break
+    gone = not any(alive(p) for p in game + launcher)
+    stats = await task
+    assert gone, f"after the {victim} was killed, {[p for p in game + launcher if alive(p)]} lived on"
+    assert sum(stats["games"][0]["causes"].values()) >= 1
+    starts = [e for e in events(run) if e["event"] == "game_start"]
+    assert len(starts) >= 2  # restarted
+    assert_nothing_left(sup, run)

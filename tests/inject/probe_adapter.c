@@ -4,6 +4,8 @@
  * game through its own order function.
  *
  * W3P_EPISODE_STEPS=N  steps per episode (default 50)
+ * W3P_DLLMAIN=hang|false  DllMain hangs, or returns FALSE (LoadLibrary fails)
+ * Built with -DPROBE_NO_OBSERVE it lacks w3a_observe (the launcher refuses it).
  * W3P_FAULT=where      misbehave, for the fault tests: attach-export (look up an export
  *                      the game does not have), attach-address (a recipe address that is
  *                      not there), crash-observe, crash-act (an access violation), hang-act
@@ -14,6 +16,18 @@
 #include <string.h>
 
 #include "w3h.h"
+
+#include <windows.h>
+
+BOOL WINAPI DllMain(HINSTANCE self, DWORD reason, LPVOID reserved)
+{
+    (void)self, (void)reserved;
+    const char *m = getenv("W3P_DLLMAIN");
+    if (reason == DLL_PROCESS_ATTACH && m && !strcmp(m, "hang"))
+        for (;;)
+            Sleep(1000);
+    return !(reason == DLL_PROCESS_ATTACH && m && !strcmp(m, "false"));
+}
 
 typedef struct probe_state_t {
     volatile long long passes, frames, orders, last_order, background;
@@ -62,6 +76,7 @@ static volatile int *volatile bad; /* a null pointer the compiler cannot see thr
 
 static int faulty(const char *where) { return !strcmp(fault, where) && steps >= (uint64_t)fault_step; }
 
+#ifndef PROBE_NO_OBSERVE
 W3A_EXPORT void w3a_observe(w3s_row *r, uint32_t i)
 {
     if (faulty("crash-observe"))
@@ -85,6 +100,8 @@ W3A_EXPORT void w3a_observe(w3s_row *r, uint32_t i)
         memset(r->mask[h] + n, 0, W3S_HEAD_MAX - n);
     }
 }
+
+#endif
 
 W3A_EXPORT void w3a_act(const w3s_row *r, uint32_t i)
 {

@@ -28,6 +28,8 @@ STARTING, RUNNING, RESTARTING, FAILED, STOPPED = (SlotState.STARTING, SlotState.
 
 # A start that failed for lack of a resource is retried; anything else would fail again.
 _TRANSIENT_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM, errno.ENOSPC, errno.EINTR, errno.EBUSY}
+# Exit codes with a cause of their own (an injected game's launcher, hook and adapter).
+_EXIT_CAUSES = {layout.EXIT_INJECT: "inject", layout.EXIT_ADAPTER: "adapter"}
 
 
 class GameKeeper:
@@ -144,6 +146,8 @@ class GameKeeper:
             cause = "recycle"
         elif code < 0:
             cause = "crash"
+        elif code in _EXIT_CAUSES:
+            cause = _EXIT_CAUSES[code]
         else:
             cause = "exit"
         how = f"signal {signal.Signals(-code).name}" if code < 0 else f"code {code}"
