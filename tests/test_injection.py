@@ -120,7 +120,6 @@ async def _failing_run(tmp_path: Path, group: dict, seconds: float = 60) -> tupl
     ("not-pe", "inject", "not a PE file (no MZ header)"),
     ("wrong-bitness", "inject", "i386 (32-bit) and the game is x86-64 (64-bit) (wrong bitness"),
     ("no-observe", "inject", "the adapter exports no w3a_observe"),
-    ("missing", "inject", "no such file"),
 ])
 async def test_an_adapter_that_cannot_be_injected_fails_its_slot_with_the_cause(tmp_path, probe, mingw, kind, cause, says):
     bad = _bad_dll(probe, kind, mingw)
@@ -130,6 +129,24 @@ async def test_an_adapter_that_cannot_be_injected_fails_its_slot_with_the_cause(
     assert len(exits) == 2 and all(e["cause"] == cause and e["returncode"] == 69 for e in exits), exits
     assert "Traceback" not in "".join(game_logs(run).values())
     assert_nothing_left(sup, run)
+
+
+def test_a_recipe_whose_injection_cannot_work_is_refused_before_anything_starts(tmp_path, probe, mingw):
+    """Preflight (before `python -m w3async run` makes anything): the adapter missing,
+    not a PE file, 32-bit, a program; a native runtime; each named by its key."""
+    from w3async.runtime.preflight import preflight
+
+    cases = [
+        (probe_group(probe, adapter=_bad_dll(probe, "missing", mingw)), "games[0].inject.adapter", "does not exist"),
+        (probe_group(probe, adapter=_bad_dll(probe, "not-pe", mingw)), "games[0].inject.adapter", "is not a PE file"),
+        (probe_group(probe, adapter=_bad_dll(probe, "wrong-bitness", mingw)), "games[0].inject.adapter",
+         "is a DLL for i386 (32-bit); the launcher and the hook are x86-64"),
+        ({**probe_group(probe), "runtime": "native"}, "games[0].runtime = 'native'", "runs under Wine"),
+        (probe_group(probe, adapter=probe["game"]), "games[0].inject.adapter", "is a program, not a DLL"),
+    ]
+    for k, (group, key, says) in enumerate(cases):
+        problems = preflight(recipe_from_dict(null_recipe([group], stop={"seconds": 5})), tmp_path / f"run{k}")
+        assert [p for p in problems if key in p and says in p], problems
 
 
 @pytest.mark.parametrize("env,inject,code,says", [

@@ -52,3 +52,66 @@ def launch(inject: InjectSection, game: Path, values: dict[str, str]) -> tuple[P
     }
     env.update({f"W3H_ADDR_{k}": v for k, v in inject.addresses.items()})
     return LAUNCHER, args, env, str(game.parent)
+
+
+def _pe_machine(path: Path) -> tuple[int | None, bool, str | None]:
+    """(machine, is a DLL, problem) from a PE file's headers; problem names what is wrong."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError as e:
+        return None, False, f"cannot be read ({e.strerror})"
+    if head[:2] != b"MZ" or len(head) < 0x40:
+        return None, False, "is not a PE file (no MZ header)"
+    pe = int.from_bytes(head[0x3C:0x40], "little")
+    if head[pe:pe + 4] != b"PE\0\0":
+        return None, False, "is not a PE file (no PE signature in its first 4 KiB)"
+    machine = int.from_bytes(head[pe + 4:pe + 6], "little")
+    chars = int.from_bytes(head[pe + 22:pe + 24], "little")
+    return machine, bool(chars & 0x2000), None
+
+
+MACHINES = {0x8664: "x86-64 (64-bit)", 0x14C: "i386 (32-bit)", 0xAA64: "ARM64"}
+
+
+def check(recipe) -> list[str]:
+    """Problems with the recipe's injected groups, found before anything starts: the
+    runtime, the launcher and hook built, the adapter a 64-bit DLL, the game 64-bit.
+    (The launcher checks the same again at every start, and the adapter's exports.)"""
+    problems = []
+    for i, g in enumerate(recipe.games):
+        if g.inject is None:
+            continue
+        key = f"games[{i}].inject"
+        if g.runtime != "wine":
+            problems.append(f"games[{i}].runtime = {g.runtime!r}: an injected game ([games.inject]) runs under Wine: "
+                            f"set runtime = \"wine\"")
+        for part in (LAUNCHER, HOOK):
+            if not part.exists():
+                problems.append(f"{key}: {part} is not built (make build, with mingw-w64: "
+                                f"apt-get install gcc-mingw-w64-x86-64)")
+        if not g.inject.adapter:
+            problems.append(f"{key}.adapter = '': name the adapter DLL (w3h.h; docs/hooking.md)")
+            continue
+        adapter = repo_path(g.inject.adapter)
+        if not adapter.is_file():
+            problems.append(f"{key}.adapter = {g.inject.adapter!r}: {adapter} does not exist (make build, or fix the path)")
+            continue
+        machine, is_dll, problem = _pe_machine(adapter)
+        if problem:
+            problems.append(f"{key}.adapter = {g.inject.adapter!r}: {adapter} {problem}")
+        elif machine != 0x8664:
+            problems.append(f"{key}.adapter = {g.inject.adapter!r}: {adapter} is a DLL for "
+                            f"{MACHINES.get(machine, hex(machine))}; the launcher and the hook are x86-64 (64-bit)")
+        elif not is_dll:
+            problems.append(f"{key}.adapter = {g.inject.adapter!r}: {adapter} is a program, not a DLL")
+        game = recipe.binary_path(g)
+        if game.is_file():
+            machine, _, problem = _pe_machine(game)
+            if not problem and machine != 0x8664:
+                problems.append(f"games[{i}].binary = {g.binary!r}: {game} is a program for "
+                                f"{MACHINES.get(machine, hex(machine))}; injection is built for x86-64 games only "
+                                f"(docs/hooking.md, \"32-bit games\")")
+        if g.inject.cwd and not repo_path(g.inject.cwd).is_dir():
+            problems.append(f"{key}.cwd = {g.inject.cwd!r}: {repo_path(g.inject.cwd)} is not a folder")
+    return problems
