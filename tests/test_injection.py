@@ -140,13 +140,30 @@ def test_a_recipe_whose_injection_cannot_work_is_refused_before_anything_starts(
         (probe_group(probe, adapter=_bad_dll(probe, "missing", mingw)), "games[0].inject.adapter", "does not exist"),
         (probe_group(probe, adapter=_bad_dll(probe, "not-pe", mingw)), "games[0].inject.adapter", "is not a PE file"),
         (probe_group(probe, adapter=_bad_dll(probe, "wrong-bitness", mingw)), "games[0].inject.adapter",
-         "is a DLL for i386 (32-bit); the launcher and the hook are x86-64"),
+         "is a DLL for i386 (32-bit); the game is x86-64 (64-bit) (wrong bitness)"),
         ({**probe_group(probe), "runtime": "native"}, "games[0].runtime = 'native'", "runs under Wine"),
         (probe_group(probe, adapter=probe["game"]), "games[0].inject.adapter", "is a program, not a DLL"),
     ]
     for k, (group, key, says) in enumerate(cases):
         problems = preflight(recipe_from_dict(null_recipe([group], stop={"seconds": 5})), tmp_path / f"run{k}")
         assert [p for p in problems if key in p and says in p], problems
+
+
+def test_a_32_bit_game_needs_32_bit_wine_and_a_32_bit_adapter(tmp_path, probe):
+    """The probe with its machine field saying i386 (nothing runs): preflight names what
+    a 32-bit game needs here (docs/hooking.md, "32-bit games")."""
+    from w3async.runtime import inject
+    from w3async.runtime.preflight import preflight
+
+    game = tmp_path / "probe32.exe"
+    data = bytearray(probe["game"].read_bytes())
+    struct.pack_into("<H", data, struct.unpack_from("<I", data, 0x3C)[0] + 4, 0x14C)
+    game.write_bytes(bytes(data))
+    group = {**probe_group(probe), "binary": str(game)}
+    problems = preflight(recipe_from_dict(null_recipe([group], stop={"seconds": 5})), tmp_path / "run")
+    assert [p for p in problems if "is a DLL for x86-64 (64-bit); the game is i386 (32-bit) (wrong bitness)" in p]
+    if not inject.WINE32_LIBS.is_dir():
+        assert [p for p in problems if "a 32-bit game needs 32-bit Wine" in p and "apt-get install wine32" in p]
 
 
 @pytest.mark.parametrize("env,inject,code,says", [

@@ -19,6 +19,11 @@ from w3async.runtime.wine import windows_path
 BUILD_WIN64 = REPO_ROOT / "build" / "win64"
 LAUNCHER = BUILD_WIN64 / "w3inject.exe"
 HOOK = BUILD_WIN64 / "w3hook.dll"
+AMD64, I386 = 0x8664, 0x14C
+# The launcher and hook of a game's bitness (shim/Makefile builds win32 where i686 mingw is).
+BUILDS = {AMD64: BUILD_WIN64, I386: REPO_ROOT / "build" / "win32"}
+MACHINES = {AMD64: "x86-64 (64-bit)", I386: "i386 (32-bit)", 0xAA64: "ARM64"}
+WINE32_LIBS = Path("/usr/lib/i386-linux-gnu/wine")  # Debian's wine32 (multiarch i386)
 
 
 def repo_path(path: str) -> Path:
@@ -38,7 +43,10 @@ def launch(inject: InjectSection, game: Path, values: dict[str, str]) -> tuple[P
     """(the launcher, its arguments, the hook's environment, the working folder) for
     starting `game` with inject's hook settings; values fill the args' placeholders."""
     adapter = windows_path(repo_path(inject.adapter))
-    args = ["--timeout-ms", str(int(inject.timeout_s * 1000)), "--hook", windows_path(HOOK), "--adapter", adapter]
+    machine, _, _ = _pe_machine(game)
+    build = BUILDS.get(machine, BUILD_WIN64)
+    args = ["--timeout-ms", str(int(inject.timeout_s * 1000)), "--hook", windows_path(build / HOOK.name),
+            "--adapter", adapter]
     cwd = windows_path(repo_path(inject.cwd)) if inject.cwd else windows_path(game.parent)
     args += ["--cwd", cwd, "--", windows_path(game)] + [fill(a, values) for a in inject.args]
     env = {
@@ -51,7 +59,7 @@ def launch(inject: InjectSection, game: Path, values: dict[str, str]) -> tuple[P
         "W3H_MODULES": ",".join(inject.modules),
     }
     env.update({f"W3H_ADDR_{k}": v for k, v in inject.addresses.items()})
-    return LAUNCHER, args, env, str(game.parent)
+    return build / LAUNCHER.name, args, env, str(game.parent)
 
 
 def _pe_machine(path: Path) -> tuple[int | None, bool, str | None]:
@@ -71,13 +79,11 @@ def _pe_machine(path: Path) -> tuple[int | None, bool, str | None]:
     return machine, bool(chars & 0x2000), None
 
 
-MACHINES = {0x8664: "x86-64 (64-bit)", 0x14C: "i386 (32-bit)", 0xAA64: "ARM64"}
-
-
 def check(recipe) -> list[str]:
     """Problems with the recipe's injected groups, found before anything starts: the
-    runtime, the launcher and hook built, the adapter a 64-bit DLL, the game 64-bit.
-    (The launcher checks the same again at every start, and the adapter's exports.)"""
+    runtime, the launcher and hook built for the game's bitness, the adapter a DLL of
+    that bitness. (The launcher checks the same again at every start, and the
+    adapter's exports.)"""
     problems = []
     for i, g in enumerate(recipe.games):
         if g.inject is None:
@@ -86,10 +92,20 @@ def check(recipe) -> list[str]:
         if g.runtime != "wine":
             problems.append(f"games[{i}].runtime = {g.runtime!r}: an injected game ([games.inject]) runs under Wine: "
                             f"set runtime = \"wine\"")
-        for part in (LAUNCHER, HOOK):
+        game = recipe.binary_path(g)
+        machine = _pe_machine(game)[0] if game.is_file() else AMD64
+        if machine not in BUILDS:
+            problems.append(f"games[{i}].binary = {g.binary!r}: {game} is a program for "
+                            f"{MACHINES.get(machine, hex(machine))}; injection is built for x86-64 and i386 games")
+            continue
+        for part in (BUILDS[machine] / LAUNCHER.name, BUILDS[machine] / HOOK.name):
             if not part.exists():
-                problems.append(f"{key}: {part} is not built (make build, with mingw-w64: "
-                                f"apt-get install gcc-mingw-w64-x86-64)")
+                how = "gcc-mingw-w64-x86-64" if machine == AMD64 else "gcc-mingw-w64-i686"
+                problems.append(f"{key}: {part} is not built for this {MACHINES[machine]} game (make build, with "
+                                f"apt-get install {how})")
+        if machine == I386 and not WINE32_LIBS.is_dir() and not Path(recipe.runtime.wine).is_dir():
+            problems.append(f"games[{i}].binary = {g.binary!r}: a 32-bit game needs 32-bit Wine, and {WINE32_LIBS} "
+                            f"is missing (dpkg --add-architecture i386; apt-get update; apt-get install wine32)")
         if not g.inject.adapter:
             problems.append(f"{key}.adapter = '': name the adapter DLL (w3h.h; docs/hooking.md)")
             continue
@@ -97,21 +113,14 @@ def check(recipe) -> list[str]:
         if not adapter.is_file():
             problems.append(f"{key}.adapter = {g.inject.adapter!r}: {adapter} does not exist (make build, or fix the path)")
             continue
-        machine, is_dll, problem = _pe_machine(adapter)
+        got, is_dll, problem = _pe_machine(adapter)
         if problem:
             problems.append(f"{key}.adapter = {g.inject.adapter!r}: {adapter} {problem}")
-        elif machine != 0x8664:
+        elif got != machine:
             problems.append(f"{key}.adapter = {g.inject.adapter!r}: {adapter} is a DLL for "
-                            f"{MACHINES.get(machine, hex(machine))}; the launcher and the hook are x86-64 (64-bit)")
+                            f"{MACHINES.get(got, hex(got))}; the game is {MACHINES[machine]} (wrong bitness)")
         elif not is_dll:
             problems.append(f"{key}.adapter = {g.inject.adapter!r}: {adapter} is a program, not a DLL")
-        game = recipe.binary_path(g)
-        if game.is_file():
-            machine, _, problem = _pe_machine(game)
-            if not problem and machine != 0x8664:
-                problems.append(f"games[{i}].binary = {g.binary!r}: {game} is a program for "
-                                f"{MACHINES.get(machine, hex(machine))}; injection is built for x86-64 games only "
-                                f"(docs/hooking.md, \"32-bit games\")")
         if g.inject.cwd and not repo_path(g.inject.cwd).is_dir():
             problems.append(f"{key}.cwd = {g.inject.cwd!r}: {repo_path(g.inject.cwd)} is not a folder")
     return problems
