@@ -100,6 +100,16 @@ def _bad_dll(probe: dict, kind: str, mingw: str) -> Path:
                        check=True)
     elif kind == "missing":
         out = probe["dir"] / "no-such-adapter.dll"
+    elif kind == "missing-dep":  # the probe adapter importing a DLL that is then deleted
+        dep = probe["dir"] / "w3gone.dll"
+        (probe["dir"] / "w3gone.c").write_text("__declspec(dllexport) int w3gone(void) { return 1; }\n")
+        subprocess.run([mingw, "-shared", "-o", str(dep), str(probe["dir"] / "w3gone.c")], check=True)
+        (probe["dir"] / "uses_gone.c").write_text('#include "probe_adapter.c"\nint w3gone(void);\n'
+                                                  "int probe_uses_gone(void) { return w3gone(); }\n")
+        subprocess.run([mingw, "-O2", "-shared", "-I", str(REPO / "shim"), "-I", str(REPO / "shim" / "inject"),
+                        "-I", str(REPO / "tests" / "inject"), "-o", str(out), str(probe["dir"] / "uses_gone.c"),
+                        str(dep)], check=True)
+        dep.unlink()
     return out
 
 
@@ -120,6 +130,7 @@ async def _failing_run(tmp_path: Path, group: dict, seconds: float = 60) -> tupl
     ("not-pe", "inject", "not a PE file (no MZ header)"),
     ("wrong-bitness", "inject", "i386 (32-bit) and the game is x86-64 (64-bit) (wrong bitness"),
     ("no-observe", "inject", "the adapter exports no w3a_observe"),
+    ("missing-dep", "inject", "it imports w3gone.dll, which is not found"),
 ])
 async def test_an_adapter_that_cannot_be_injected_fails_its_slot_with_the_cause(tmp_path, probe, mingw, kind, cause, says):
     bad = _bad_dll(probe, kind, mingw)
