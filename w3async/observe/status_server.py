@@ -9,14 +9,15 @@ thread tails the run's logs, builds the /status and /games bodies once, and serv
 those bytes to every request until the next one; /metrics and /series are built at most
 once per snapshot, on first demand; a replay is converted once per file change.
 
-The limits (docs/status.md, "Limits"): a request costs one dict lookup and a write of
-bytes already built, and the thread answers at most `total_rate` requests a second
-(`ip_rate` per client address): beyond that a request waits its turn, and one that
-would wait longer than `max_wait_s` gets 429 after `reject_delay_s` (so a client
-looping on 429s is held to one a second per connection). Connections beyond
-`max_connections` get a fixed 503 and are closed at once. A connection that sends no
-complete request within `idle_timeout_s` of opening or of its last answer is closed.
-The Host header must name the bound address (421 otherwise: DNS rebinding).
+The limits (docs/status.md, "Limits"; their figures and checks in http_limits.py): a
+request costs one dict lookup and a write of bytes already built, and the thread
+answers at most `total_rate` requests a second (`ip_rate` per client address): beyond
+that a request waits its turn, and one that would wait longer than `max_wait_s` gets
+429 after `reject_delay_s` (so a client looping on 429s is held to one a second per
+connection). Connections beyond `max_connections` get a fixed 503 and are closed at
+once. A connection that sends no complete request within `idle_timeout_s` of opening or
+of its last answer is closed. The Host header must name the bound address (421
+otherwise: DNS rebinding).
 """
 
 from __future__ import annotations
