@@ -62,23 +62,41 @@ async def test_eight_injected_games_step_checked_and_leave_nothing(tmp_path, pro
     assert_nothing_left(sup, run)
 
 
-async def test_the_games_clock_advances_exactly_step_ms_a_step(tmp_path, probe):
+@pytest.mark.parametrize("step_thread", ["main", "first"])
+async def test_the_games_clock_advances_exactly_step_ms_a_step(tmp_path, probe, step_thread):
     """The probe prints what QueryPerformanceCounter and GetTickCount told it at every
     pass of its loop (one pass a step, its Sleep(1) being the step point): exactly
     step_ms of game time a pass, however long the supervisor took to answer."""
     step_ms = 37
-    data = null_recipe([probe_group(probe, args=["--print", "200"], step_ms=step_ms)],
+    data = null_recipe([probe_group(probe, args=["--print", "200"], step_ms=step_ms, step_thread=step_thread)],
                        supervisor={"start_timeout_s": 120, "round_period_ms": 5}, stop={"steps": 300})
     sup, _ = await run_recipe(data, tmp_path / "run")
     log = game_logs(tmp_path / "run")[0]
     freq = int(re.search(r"probe: frequency (\d+)", log).group(1))
-    passes = [tuple(map(int, m)) for m in re.findall(r"pass (\d+) qpc (-?\d+) tick (\d+) frames (\d+)", log)]
+    passes = [tuple(map(int, m)) for m in re.findall(r"pass (\d+) qpc (-?\d+) tick (\d+) frames (\d+) ", log)]
     assert len(passes) >= 150, log[-800:]
     # pass 0 reads the clock before the first step; every pass after reads one step later
     for k, qpc, tick, frames in passes[1:]:
         assert qpc == step_ms * freq // 1000, (k, qpc)
         assert tick == step_ms, (k, tick)
         assert frames == (k * step_ms) // (1000 // 60) or abs(frames - k * step_ms * 60 / 1000) <= 1, (k, frames)
+    assert_nothing_left(sup, tmp_path / "run")
+
+
+async def test_background_threads_sleep_in_game_time(tmp_path, probe):
+    """Two threads of the probe sleep 5 ms at a time: parked on the clock while the game
+    waits for its orders, each wakes once a step (game time jumps a step at a time),
+    never in wall time, and the game neither deadlocks nor spins."""
+    data = null_recipe([probe_group(probe, args=["--print", "150", "--threads", "2"], step_ms=20)],
+                       supervisor={"start_timeout_s": 120, "round_period_ms": 20}, stop={"steps": 200})
+    sup, stats = await run_recipe(data, tmp_path / "run")
+    log = game_logs(tmp_path / "run")[0]
+    rows = [tuple(map(int, m)) for m in re.findall(r"pass (\d+) qpc -?\d+ tick \d+ frames \d+ background (\d+)", log)]
+    assert len(rows) >= 100 and stats["restarts"] == {}, log[-500:]
+    (k0, bg0), (k1, bg1) = rows[5], rows[-1]
+    # each of the two threads wakes once a step (+-2 for where each was when a row printed)
+    assert abs((bg1 - bg0) - 2 * (k1 - k0)) <= 4, (rows[5], rows[-1])
+    assert bg0 < 1000, rows[:6]  # nothing spun at the start either
     assert_nothing_left(sup, tmp_path / "run")
 
 
@@ -255,19 +273,28 @@ def _export_rva(pe_path: Path, name: str) -> int:
     return 0
 
 
-def _games_of_slot(slot: int, exe: str) -> list[int]:
-    """Live processes of the run's slot whose command line names exe (the launcher and
-    the game carry the same environment: Windows hands it down)."""
-    from w3async.runtime.procs import with_env
+def _processes_of_run(table_name: str, exe: str) -> list[int]:
+    """Live processes of this run (their environment names its table: the launcher and the
+    game carry the same environment, Windows hands it down) whose argv[0] ends with exe."""
+    from w3async.runtime.procs import mentioning
 
     out = []
-    for pid in with_env("W3S_SLOT", str(slot)):
-        try:
-            if exe in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
+    for pid in mentioning(table_name.lstrip("/").encode()):
+        try:  # argv[0]: the launcher's arguments name the game too
+            if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace").endswith(exe):
                 out.append(pid)
         except OSError:
             pass
     return out
+
+
+def _describe(pid: int) -> str:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        return f"state {stat[0]} ppid {stat[1]} pgid {stat[2]}: {cmd[:120]}"
+    except OSError:
+        return "gone"
 
 
 @pytest.mark.parametrize("victim", ["launcher", "game"])
@@ -289,18 +316,21 @@ async def test_the_launcher_or_the_game_killed_ends_both_and_restarts(tmp_path, 
     game, launcher = [], []
     for _ in range(300):  # until the game has stepped
         await asyncio.sleep(0.1)
-        game, launcher = _games_of_slot(0, "probe_game.exe"), _games_of_slot(0, "w3inject.exe")
+        game, launcher = (_processes_of_run(sup.table.name, "probe_game.exe"),
+                          _processes_of_run(sup.table.name, "w3inject.exe"))
         if game and launcher and sup.counters.agent_steps > 100:
             break
     assert game and launcher, "the injected game did not start"
-    os.kill((launcher if victim == "launcher" else game)[0], signal.SIGKILL)
+    assert len(game) == 1 and len(launcher) == 1, (game, launcher)
+    killed = (launcher if victim == "launcher" else game)[0]
+    os.kill(killed, signal.SIGKILL)
     for _ in range(100):
         await asyncio.sleep(0.1)
         if not any(alive(p) for p in game + launcher):
             break
-    gone = not any(alive(p) for p in game + launcher)
+    left = {p: _describe(p) for p in game + launcher if alive(p)}
     stats = await task
-    assert gone, f"after the {victim} was killed, {[p for p in game + launcher if alive(p)]} lived on"
+    assert not left, f"after the {victim} ({killed}) was killed, these lived on: {left}"
     assert sum(stats["games"][0]["causes"].values()) >= 1
     starts = [e for e in events(run) if e["event"] == "game_start"]
     assert len(starts) >= 2  # restarted

@@ -64,6 +64,9 @@ class InjectSection:
     step_point: Str = "Sleep"
     """The imported call the game makes once a frame, where a step happens (Sleep,
     SleepEx, a timed wait, SwapBuffers, BitBlt, StretchDIBits, PeekMessageA/W)."""
+    step_thread: Annotated[Str, choice(lambda: ("main", "first"))] = "main"
+    """Which thread's step point calls are steps: the game's main thread, or the first
+    thread to call the step point (a game whose frame runs on a thread of its own)."""
     step_ms: Int = Field(50, ge=1, le=3_600_000)
     """Game time a step advances the virtual clock by."""
     clock: Bool = True

@@ -6,7 +6,8 @@
  * the same seed and orders give the same game.
  *
  * Who waits how, once the first step has happened:
- * - the step thread (the one that calls the step point): its own sleeps and timed
+ * - the step thread (the game's main thread, or with W3H_STEP_THREAD=first the first
+ *   thread to call the step point): its own sleeps and timed
  *   waits cannot be waited out in game time (only it advances the clock), so they
  *   return at once, timed out, unless the call is the step point itself: then it
  *   makes steps until its timeout is covered (at least one);
@@ -14,7 +15,8 @@
  *   reaches its end (no polling); a timed wait on handles polls them every
  *   park_slice_ms of wall time until they are signalled or game time reaches its
  *   timeout (seeds/000 measured the polls' wineserver cost: a known limit).
- * Before the first step every thread's sleeps and timed waits return at once.
+ * Before the first step (the game's start-up) sleeps and timed waits that are not the
+ * step point run in wall time: the game's clock reads its start until then.
  */
 #include "hook.h"
 
@@ -25,6 +27,7 @@ static uint64_t g_qpc0;         /* the real counter at attach, in 100 ns units *
 static uint64_t g_tick0_ms;     /* GetTickCount64 at attach */
 static uint64_t g_ft0;          /* system time at attach, FILETIME units (100 ns) */
 static volatile LONG g_step_tid;
+static volatile LONG g_stepped; /* 0 until the first step */
 static SRWLOCK g_park_lock = SRWLOCK_INIT;
 static CONDITION_VARIABLE g_park_cv = CONDITION_VARIABLE_INIT;
 
@@ -93,15 +96,20 @@ uint64_t hk_clock_now(void)
 void hk_clock_advance(uint32_t ms)
 {
     AcquireSRWLockExclusive(&g_park_lock);
+    g_stepped = 1;
     InterlockedExchangeAdd64(&g_ticks, (LONG64)(ms * TICKS_PER_MS));
     ReleaseSRWLockExclusive(&g_park_lock);
     WakeAllConditionVariable(&g_park_cv);
 }
 
+void hk_set_step_thread(DWORD tid)
+{
+    g_step_tid = (LONG)tid;
+}
+
 int hk_is_step_thread(void)
 {
-    LONG t = g_step_tid;
-    return t == 0 || (DWORD)t == GetCurrentThreadId();
+    return (DWORD)g_step_tid == GetCurrentThreadId();
 }
 
 int hk_claim_step_thread(const char *name)
@@ -109,7 +117,7 @@ int hk_claim_step_thread(const char *name)
     if (!hk_is_step_point(name))
         return 0;
     LONG me = (LONG)GetCurrentThreadId();
-    InterlockedCompareExchange(&g_step_tid, me, 0);
+    InterlockedCompareExchange(&g_step_tid, me, 0); /* W3H_STEP_THREAD=first: the first caller */
     return g_step_tid == me;
 }
 
@@ -201,7 +209,7 @@ static DWORD WINAPI h_SleepEx(DWORD ms, BOOL alertable)
         steps_for(ms);
         return 0;
     }
-    if (ms == 0 || ms == INFINITE)
+    if (ms == 0 || ms == INFINITE || !g_stepped) /* before the first step: wall time (start-up) */
         return r_SleepEx(ms, alertable);
     if (hk_is_step_thread()) /* the clock is frozen for it: the time has passed at once */
         return r_SleepEx(0, alertable);
@@ -216,6 +224,8 @@ typedef DWORD (*wait_fn)(void *ctx, DWORD ms);
 static DWORD game_wait(const char *name, DWORD timeout, wait_fn wait, void *ctx)
 {
     if (timeout == 0 || timeout == INFINITE)
+        return wait(ctx, timeout);
+    if (!g_stepped && !hk_is_step_point(name)) /* before the first step: wall time (start-up) */
         return wait(ctx, timeout);
     DWORD r = wait(ctx, 0);
     if (r != WAIT_TIMEOUT)

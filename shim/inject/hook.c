@@ -15,6 +15,7 @@
 #include "hook.h"
 
 #include <stdarg.h>
+#include <tlhelp32.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -374,6 +375,34 @@ static void init_reals(void)
     r_wglSwapBuffers = gl ? (BOOL(WINAPI *)(HDC))(void *)GetProcAddress(gl, "wglSwapBuffers") : NULL;
 }
 
+/* The game's main thread: while the hook loads, the game's threads are its main thread,
+ * suspended, and the launcher's loading thread (this one); the earliest created other
+ * than this one. 0 when none is found. */
+static DWORD main_thread(void)
+{
+    DWORD pid = GetCurrentProcessId(), me = GetCurrentThreadId(), best = 0;
+    ULONGLONG best_t = ~0ULL;
+    HANDLE snap = CreateToolhelp32Snapshot(TH32CS_SNAPTHREAD, 0);
+    if (snap == INVALID_HANDLE_VALUE)
+        return 0;
+    THREADENTRY32 te = {.dwSize = sizeof(te)};
+    for (BOOL ok = Thread32First(snap, &te); ok; ok = Thread32Next(snap, &te)) {
+        if (te.th32OwnerProcessID != pid || te.th32ThreadID == me)
+            continue;
+        HANDLE t = OpenThread(THREAD_QUERY_LIMITED_INFORMATION, FALSE, te.th32ThreadID);
+        FILETIME c, e, k, u;
+        ULONGLONG ct = ~0ULL - 1;
+        if (t && GetThreadTimes(t, &c, &e, &k, &u))
+            ct = ((ULONGLONG)c.dwHighDateTime << 32) | c.dwLowDateTime;
+        if (t)
+            CloseHandle(t);
+        if (ct < best_t)
+            best_t = ct, best = te.th32ThreadID;
+    }
+    CloseHandle(snap);
+    return best;
+}
+
 static void setup(void)
 {
     hk_cfg *c = &hk_config;
@@ -381,6 +410,10 @@ static void setup(void)
     c->step_ms = (uint32_t)env_long("W3H_STEP_MS", 50, 1, 3600 * 1000);
     c->draw = (int)env_long("W3H_DRAW", 1, 0, 1);
     c->park_slice_ms = (uint32_t)env_long("W3H_PARK_SLICE_MS", 5, 1, 1000);
+    const char *st = getenv("W3H_STEP_THREAD");
+    if (st && *st && strcmp(st, "main") && strcmp(st, "first"))
+        hk_fatal(W3S_EXIT_INJECT, "setting W3H_STEP_THREAD=%s: expected main or first", st);
+    c->step_first = st && !strcmp(st, "first");
     const char *sp = getenv("W3H_STEP_POINT");
     snprintf(c->step_point, sizeof(c->step_point), "%s", sp && *sp ? sp : "Sleep");
     const char *ad = getenv("W3H_ADAPTER");
@@ -401,6 +434,13 @@ static void setup(void)
     }
     init_reals();
     hk_clock_init();
+    if (!c->step_first) {
+        DWORD tid = main_thread();
+        if (!tid)
+            hk_fatal(W3S_EXIT_INJECT, "cannot find the game's main thread (W3H_STEP_THREAD=first makes the first "
+                     "thread to call the step point the step thread)");
+        hk_set_step_thread(tid);
+    }
     set_on(HK_LOADER | (c->clock ? HK_CLOCK | HK_WAIT : 0));
     spf->on = 1;
     if (!c->draw) {

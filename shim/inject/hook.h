@@ -29,6 +29,7 @@ typedef struct hk_cfg {
     char step_point[64]; /* W3H_STEP_POINT: an import the game calls once a frame */
     int draw;          /* W3H_DRAW, default 1 */
     uint32_t park_slice_ms; /* W3H_PARK_SLICE_MS: a parked wait's poll period, default 5 */
+    int step_first; /* W3H_STEP_THREAD=first: the first thread to call the step point steps */
 } hk_cfg;
 
 extern hk_cfg hk_config;
@@ -42,6 +43,8 @@ void hk_clock_advance(uint32_t ms);
 /* Whether the calling thread is the one that makes the steps, or no step has happened
  * yet: its waits cannot be waited out in game time, they return at once. */
 int hk_is_step_thread(void);
+/* The thread that makes the steps (W3H_STEP_THREAD=main: the game's main thread). */
+void hk_set_step_thread(DWORD tid);
 /* Whether name is the step point and the calling thread makes the steps: the first
  * thread to call the step point makes every step after. */
 int hk_claim_step_thread(const char *name);

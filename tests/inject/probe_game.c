@@ -94,8 +94,9 @@ int main(int argc, char **argv)
         BitBlt(screen, 0, 0, 320, 240, back, 0, 0, SRCCOPY);
         DWORD tick = GetTickCount();
         if (probe_state.passes < print) {
-            printf("pass %lld qpc %lld tick %lu frames %lld\n", probe_state.passes,
-                   (long long)(now.QuadPart - prev.QuadPart), (unsigned long)(tick - tick_prev), probe_state.frames);
+            printf("pass %lld qpc %lld tick %lu frames %lld background %lld\n", probe_state.passes,
+                   (long long)(now.QuadPart - prev.QuadPart), (unsigned long)(tick - tick_prev), probe_state.frames,
+                   probe_state.background);
             fflush(stdout);
         }
         prev = now;

@@ -52,6 +52,7 @@ def launch(inject: InjectSection, game: Path, values: dict[str, str]) -> tuple[P
     env = {
         "W3H_ADAPTER": adapter,
         "W3H_STEP_POINT": inject.step_point,
+        "W3H_STEP_THREAD": inject.step_thread,
         "W3H_STEP_MS": str(inject.step_ms),
         "W3H_CLOCK": "1" if inject.clock else "0",
         "W3H_DRAW": "1" if inject.draw else "0",

@@ -124,14 +124,18 @@ class GameKeeper:
         return " | ".join(lines[-n:])
 
     def _end_strays(self, s: Slot) -> None:
-        """End what the slot's game left running: its process group, and (native games)
-        any process that carries this start's segment in its environment, its own
-        session or not. Wine's processes are the prefix's and end with the run."""
+        """End what the slot's game left running: its process group, and any process
+        that carries this start's segment in its environment, its own session or not (a
+        native game's helpers; an injected game, which Wine starts outside the
+        launcher's process group). Wine's own processes are the prefix's and end with
+        the run."""
         if s.proc is None:
             return
         procs.killpg(s.proc.pid, signal.SIGKILL)
-        if s.runtime.name == "native" and s.segment:
-            for pid in procs.mentioning(f"W3S_SHM={s.segment}\0".encode()):
+        if s.segment:
+            key = "W3S_SHM" if s.runtime.name == "native" else "W3S_SHM_PATH"
+            value = s.segment if s.runtime.name == "native" else windows_path(self.host.table.segment(s.index).path)
+            for pid in procs.mentioning(f"{key}={value}\0".encode()):
                 procs.kill(pid)
 
     def _on_exit(self, s: Slot) -> None:
