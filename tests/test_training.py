@@ -234,7 +234,7 @@ async def test_league_and_game_churn_never_breaks_a_round(tmp_path, null_native,
     data = learn_recipe(
         count=4, lanes=2, env={"W3N_EPISODE_STEPS": "4"},
         network={"d_model": 16, "n_heads": 2, "n_layers": 1},
-        inference={"n_slots": 3},
+        inference={"n_nets": 3},
         league={"snapshot_every": 1, "latest_share": 0.0, "max_snapshots": 6},
         learner={"update_epochs": 1, "minibatch_seqs": 4, "update_pause_ms": 0},
         trajectories={"seq_len": 4, "seqs_per_batch": 4},

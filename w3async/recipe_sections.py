@@ -171,8 +171,8 @@ class InferenceSection:
     """"cpu", or "cuda" (streams and graphs; only where torch sees a GPU)."""
     num_threads: Int = Field(1, ge=1)
     """torch threads of the inference worker (on 2 cores: 1, and 1 for the learner)."""
-    n_slots: Int = Field(3, ge=1)
-    """Networks held: slot 0 the current policy, the rest past snapshots (league)."""
+    n_nets: Int = Field(3, ge=1)
+    """Networks held: net 0 the current policy, the rest past snapshots (league)."""
     seed: Int = Field(0, ge=0)
     """Seeds the networks' initial weights and the action sampling."""
 

@@ -84,7 +84,7 @@ class Training:
         self.control, self.recipe, self.run_dir = control, r, Path(control.run_dir)
         self.counts = control.counters  # agent steps and rounds: the run's, one place
         n_rows = control.n_rows
-        n_nets = getattr(r.inference, "n_nets", None) or r.inference.n_slots  # recipes.py: n_slots until renamed
+        n_nets = r.inference.n_nets
         self.engine = InferenceEngine(control.spec, r.network, device=r.inference.device, n_nets=n_nets,
                                       max_rows=n_rows, n_table_rows=n_rows, num_threads=r.inference.num_threads,
                                       seed=r.inference.seed)

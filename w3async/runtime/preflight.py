@@ -280,7 +280,7 @@ def memory_bytes(recipe: Recipe) -> int:
     if recipe.supervisor.policy == "network" and recipe.trajectories is not None:
         n_rows = sum(g.count * g.lanes * g.sides for g in recipe.games)
         need += n_rows * (recipe.trajectories.seq_len + 1) * _step_bytes()
-        need += network_params(recipe) * 4 * (_n_nets(recipe) + 4)
+        need += network_params(recipe) * 4 * (recipe.inference.n_nets + 4)
     return need
 
 
@@ -352,7 +352,7 @@ def check_resources(recipe: Recipe) -> list[str]:
         if recipe.supervisor.policy == "network" and recipe.network is not None:
             n = recipe.network
             net = (f"; the networks: network.d_model = {n.d_model}, network.n_layers = {n.n_layers}, "
-                   f"network.ff_mult = {n.ff_mult}, inference.n_slots = {_n_nets(recipe)}, "
+                   f"network.ff_mult = {n.ff_mult}, inference.n_nets = {recipe.inference.n_nets}, "
                    f"trajectories.seq_len = {recipe.trajectories.seq_len}")
         problems.append(f"games: the run needs {_mib(mem)} of memory ({n_rows:,} rows; {groups}{net}) but "
                         f"{_mib(avail)} is available: lower games.count, games.lanes or the network's sizes")
@@ -371,11 +371,6 @@ def check_resources(recipe: Recipe) -> list[str]:
 
 def preflight(recipe: Recipe, run_dir: Path, runs_dir: Path | None = None) -> list[str]:
     """Every check above: the problems, all of them, or [] when the run may start."""
-    return (check_binaries(recipe) + inject.check(recipe) + check_build(recipe) + check_device(recipe) + check_folders(recipe, run_dir, runs_dir)
+    return (check_binaries(recipe) + inject.check(recipe) + check_build(recipe) + check_device(recipe)
+            + check_folders(recipe, run_dir, runs_dir)
             + check_status(recipe) + check_resources(recipe))
-
-
-def _n_nets(recipe) -> int:
-    """The engine's networks (recipes.py still calls the key inference.n_slots: its rename
-    to n_nets is pending; either is read)."""
-    return getattr(recipe.inference, "n_nets", None) or recipe.inference.n_slots
