@@ -62,13 +62,16 @@ async def test_eight_injected_games_step_checked_and_leave_nothing(tmp_path, pro
     assert_nothing_left(sup, run)
 
 
-@pytest.mark.parametrize("step_thread", ["main", "first"])
-async def test_the_games_clock_advances_exactly_step_ms_a_step(tmp_path, probe, step_thread):
+@pytest.mark.parametrize("step_thread,step_point", [("main", "Sleep"), ("first", "Sleep"), ("main", "BitBlt"),
+                                                    ("main", "export:probe_frame")])
+async def test_the_games_clock_advances_exactly_step_ms_a_step(tmp_path, probe, step_thread, step_point):
     """The probe prints what QueryPerformanceCounter and GetTickCount told it at every
-    pass of its loop (one pass a step, its Sleep(1) being the step point): exactly
-    step_ms of game time a pass, however long the supervisor took to answer."""
+    pass of its loop (one pass a step: its Sleep(1), its BitBlt or its own exported
+    probe_frame being the step point): exactly step_ms of game time a pass, however long
+    the supervisor took to answer."""
     step_ms = 37
-    data = null_recipe([probe_group(probe, args=["--print", "200"], step_ms=step_ms, step_thread=step_thread)],
+    data = null_recipe([probe_group(probe, args=["--print", "200"], step_ms=step_ms, step_thread=step_thread,
+                                    step_point=step_point)],
                        supervisor={"start_timeout_s": 120, "round_period_ms": 5}, stop={"steps": 300})
     sup, _ = await run_recipe(data, tmp_path / "run")
     log = game_logs(tmp_path / "run")[0]
@@ -203,6 +206,7 @@ def test_a_32_bit_game_needs_32_bit_wine_and_a_32_bit_adapter(tmp_path, probe):
      "address probe_missing (W3H_ADDR_probe_missing) is not in the game"),
     ({}, {"step_point": "PeekMessageA"}, 69, "the step point PeekMessageA is not imported by the game's .exe"),
     ({}, {"step_point": "GetTickCount"}, 69, "W3H_STEP_POINT=GetTickCount: not a call the hook can make the step point"),
+    ({}, {"step_point": "export:probe_nothing"}, 69, "the step point export:probe_nothing: the game's .exe exports no"),
     ({}, {"draw": False, "draw_calls": ["Polygon"]}, 69, "W3H_DRAW_CALLS names Polygon, which is not a draw call the hook knows"),
 ])
 async def test_injection_that_fails_in_the_game_fails_its_slot_with_the_cause(tmp_path, probe, env, inject, code, says):

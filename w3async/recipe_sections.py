@@ -63,7 +63,8 @@ class InjectSection:
     """The game's working folder ('': the .exe's folder)."""
     step_point: Str = "Sleep"
     """The imported call the game makes once a frame, where a step happens (Sleep,
-    SleepEx, a timed wait, SwapBuffers, BitBlt, StretchDIBits, PeekMessageA/W)."""
+    SleepEx, a timed wait, SwapBuffers, BitBlt, StretchDIBits, PeekMessageA/W), or
+    "export:NAME", a function the .exe exports (a breakpoint at its first byte)."""
     step_thread: Annotated[Str, choice(lambda: ("main", "first"))] = "main"
     """Which thread's step point calls are steps: the game's main thread, or the first
     thread to call the step point (a game whose frame runs on a thread of its own)."""

@@ -2,7 +2,8 @@
  * first instruction (docs/hooking.md).
  *
  * In DllMain it reads its settings (W3H_*), patches the import tables of the game's
- * .exe (and of the DLLs W3H_MODULES names) and returns; nothing else runs under the
+ * .exe (and of the DLLs W3H_MODULES names), or arms the breakpoint of an exported step
+ * point (trap.c), and returns; nothing else runs under the
  * loader lock. At the first call of the step point it attaches to the table (the
  * shim, w3s.c) and calls the adapter's w3a_attach; at every call after, one step:
  * the adapter observes, the rows are posted and answered, the adapter acts, the
@@ -420,8 +421,9 @@ static void setup(void)
     if (!ad || !*ad)
         hk_fatal(W3S_EXIT_INJECT, "W3H_ADAPTER is not set: the adapter DLL's path (the launcher's --adapter)");
     snprintf(g_adapter_path, sizeof(g_adapter_path), "%s", ad);
-    hk_fn *spf = find_fn(c->step_point);
-    if (!can_be_step_point(spf)) {
+    const char *export = !strncmp(c->step_point, "export:", 7) ? c->step_point + 7 : NULL;
+    hk_fn *spf = export ? NULL : find_fn(c->step_point);
+    if (!export && !can_be_step_point(spf)) {
         char known[512] = "";
         for (int i = 0; i < hk_n_clock_fns; i++)
             if (can_be_step_point(&hk_clock_fns[i]))
@@ -429,8 +431,8 @@ static void setup(void)
         for (int i = 0; i < N_FNS; i++)
             if (can_be_step_point(&g_fns[i]))
                 strcat(strcat(known, ", "), g_fns[i].name);
-        hk_fatal(W3S_EXIT_INJECT, "W3H_STEP_POINT=%s: not a call the hook can make the step point (one of: %s)",
-                 c->step_point, known);
+        hk_fatal(W3S_EXIT_INJECT, "W3H_STEP_POINT=%s: not a call the hook can make the step point (one of: %s; "
+                 "or export:NAME, a function the .exe exports)", c->step_point, known);
     }
     init_reals();
     hk_clock_init();
@@ -442,12 +444,17 @@ static void setup(void)
         hk_set_step_thread(tid);
     }
     set_on(HK_LOADER | (c->clock ? HK_CLOCK | HK_WAIT : 0));
-    spf->on = 1;
+    if (spf)
+        spf->on = 1;
     if (!c->draw) {
         const char *calls = getenv("W3H_DRAW_CALLS");
         set_draw_off(calls && *calls ? calls : "BitBlt,StretchBlt,StretchDIBits,SetDIBitsToDevice,SwapBuffers,wglSwapBuffers");
     }
     int step_found = 0;
+    if (export) {
+        hk_trap_install(export);
+        step_found = 1;
+    }
     patch_imports(GetModuleHandleW(NULL), &step_found);
     const char *mods = getenv("W3H_MODULES");
     if (mods && *mods) {

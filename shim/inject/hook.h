@@ -54,6 +54,9 @@ void hk_step(void);
 /* Whether name is the configured step point. */
 int hk_is_step_point(const char *name);
 
+/* trap.c: the step point at a function the .exe exports ("export:NAME"). */
+void hk_trap_install(const char *name);
+
 void hk_log(const char *fmt, ...);
 void hk_fatal(int code, const char *fmt, ...);
 

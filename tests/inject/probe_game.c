@@ -24,6 +24,14 @@ typedef struct probe_state_t {
 
 __declspec(dllexport) probe_state_t probe_state;
 
+/* Called once a pass of the loop: a step point by export (W3H_STEP_POINT=export:probe_frame). */
+static volatile long long probe_frames_called;
+
+__declspec(dllexport) __attribute__((noinline)) void probe_frame(long long pass)
+{
+    probe_frames_called = pass;
+}
+
 __declspec(dllexport) void probe_order(long long v)
 {
     probe_state.orders++;
@@ -102,6 +110,7 @@ int main(int argc, char **argv)
         prev = now;
         tick_prev = tick;
         probe_state.passes++;
+        probe_frame(probe_state.passes);
         if (passes >= 0 && probe_state.passes >= passes)
             break;
         Sleep(1);
