@@ -1,0 +1,199 @@
+"""Injection's cost: the injected duel against the linked duel under Wine, and drawing's CPU.
+
+In one invocation, in interleaved windows (linked, injected, injected drawing, linked,
+...), each window a fresh run of the supervisor in this process (uvloop, the random
+policy) on the same games and lanes:
+
+- linked: `build/win64/duel.exe`, the duel built against the shim, under Wine;
+- injected: `build/win64/duel_rt.exe`, the unmodified real-time duel, through the
+  launcher with the hook and the duel's adapter (recipes/duel-injected.toml's
+  settings), drawing off (draw = false, draw_calls FillRect, Ellipse, Rectangle, BitBlt);
+- injected, drawing: the same with draw = true (its GDI drawing into a memory bitmap
+  every frame).
+
+Every run: N processes x 1 lane, sides = 1 (W3D_SIDES agent,ai:easy), the same time
+limit. After every slot has posted and a warm-up, a window of --window seconds is
+measured: agent steps/s, and the CPU time (utime + stime, /proc) of the processes
+carrying the run's marker (its table's name, in W3S_SHM_PATH: the games, the
+launchers, the prefix's services, and the prefix's wineserver, which the run's first
+game starts), sampled every 0.5 s, per agent step, in three columns: the game
+processes (duel.exe / duel_rt.exe), the wineserver, and the rest of the prefix (the
+launchers, services.exe, explorer.exe, ...). The issue's target: injected >= 80% of
+the linked duel's agent steps/s.
+
+    python bench/inject_bench.py                     # 3 windows of each kind, 12 s each
+    python bench/inject_bench.py --pairs 4 --window 15 --games 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from w3async.recipes import recipe_from_dict  # noqa: E402
+from w3async.runtime import procs  # noqa: E402
+from w3async.runtime.slots import SlotState  # noqa: E402
+
+WIN64 = REPO / "build" / "win64"
+TIME_LIMIT = "6000"  # turns, both games
+DRAW_CALLS = ["FillRect", "Ellipse", "Rectangle", "BitBlt"]
+KINDS = ("linked", "injected", "injected, drawing")
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def recipe(kind: str, games: int, window_s: float) -> dict:
+    """One run's recipe: kind's games, 1 lane and 1 agent side each, the random policy."""
+    env = {"W3D_SIDES": "agent,ai:easy", "W3D_REWARD": "shaped", "W3D_TIME_LIMIT": TIME_LIMIT}
+    group = {"binary": str(WIN64 / "duel.exe"), "runtime": "wine", "count": games, "lanes": 1, "sides": 1,
+             "env": env}
+    if kind != "linked":
+        group["binary"] = str(WIN64 / "duel_rt.exe")
+        group["inject"] = {"adapter": str(WIN64 / "duel_adapter.dll"),
+                           "args": ["--sides", "human,ai:easy", "--seed", "{seed}", "--lane", "{lane}",
+                                    "--time-limit", TIME_LIMIT, "--quiet"],
+                           "step_point": "Sleep", "step_ms": 1000, "draw": kind == "injected, drawing",
+                           "draw_calls": DRAW_CALLS}
+    return {"name": "inject-bench", "game": "duel", "games": [group],
+            "supervisor": {"policy": "random", "progress_s": 0, "start_timeout_s": 90},
+            "stop": {"seconds": 0}}
+
+
+def cpu_by_process(marker: bytes) -> dict[int, tuple[str, float]]:
+    """pid -> (its program, utime + stime in seconds) of every live process carrying marker."""
+    out = {}
+    for pid in procs.mentioning(marker):
+        f = procs.stat_fields(pid)
+        try:
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            continue
+        if f and len(f) > 12:
+            out[pid] = (comm, (int(f[11]) + int(f[12])) / CLK_TCK)
+    return out
+
+
+def column(comm: str) -> str:
+    if comm.startswith("wineserver"):
+        return "wineserver"
+    if comm in ("duel.exe", "duel_rt.exe"):
+        return "game"
+    return "prefix"
+
+
+async def window(kind: str, games: int, warm_s: float, window_s: float) -> dict:
+    """One fresh run of kind; the figures of its measured window."""
+    from w3async.runtime.supervisor import Supervisor  # noqa: PLC0415
+
+    run_dir = Path(tempfile.mkdtemp(prefix="w3a-injbench-"))
+    sup = Supervisor(recipe_from_dict(recipe(kind, games, window_s)), run_dir / "run")
+    task = asyncio.create_task(sup.run())
+    try:
+        t = time.monotonic()
+        while not (sup.slots and all(s.state == SlotState.RUNNING for s in sup.slots)):
+            if task.done() or time.monotonic() - t > 120:
+                raise RuntimeError(f"{kind}: the games did not all post within 120 s")
+            await asyncio.sleep(0.2)
+        await asyncio.sleep(warm_s)
+        marker = sup.table.name.lstrip("/").encode()
+        first: dict[int, tuple[str, float]] = cpu_by_process(marker)
+        last = dict(first)
+        steps0, t0 = sup.agent_steps, time.monotonic()
+        while time.monotonic() - t0 < window_s:
+            await asyncio.sleep(0.5)
+            last.update(cpu_by_process(marker))  # a process that ends keeps its last sample
+        steps, dt = sup.agent_steps - steps0, time.monotonic() - t0
+        restarts = sum(s.restarts for s in sup.slots)
+    finally:
+        sup.request_stop()
+        stats = await task
+        shutil.rmtree(run_dir, ignore_errors=True)
+    cpu = {"game": 0.0, "wineserver": 0.0, "prefix": 0.0}
+    for pid, (comm, s) in last.items():
+        cpu[column(comm)] += s - first.get(pid, (comm, 0.0))[1]
+    left = getattr(sup, "leftovers", None) or {}
+    return dict(kind=kind, steps_s=steps / dt, steps=steps, cpu=cpu, restarts=restarts, bad_rows=stats["bad_rows"],
+                left=bool(left.get("processes") or left.get("wine")))
+
+
+async def bench(pairs: int, games: int, warm_s: float, window_s: float, kinds: tuple[str, ...]) -> list[dict]:
+    out = []
+    for k in range(pairs):
+        for kind in kinds:
+            r = await window(kind, games, warm_s, window_s)
+            print(f"  window {k + 1}/{pairs} {kind:<18} {r['steps_s']:>10,.0f} agent steps/s  "
+                  f"game {1e6 * r['cpu']['game'] / max(r['steps'], 1):6.1f} us/step", flush=True)
+            out.append(r)
+    return out
+
+
+def table(rows: list[dict], kinds: tuple[str, ...]) -> None:
+    by = {k: [r for r in rows if r["kind"] == k] for k in kinds}
+    linked = statistics.median(r["steps_s"] for r in by["linked"]) if by.get("linked") else None
+    print()
+    print("| game | agent steps/s (median) | windows | ratio to linked | game us/step | wineserver us/step "
+          "| rest of prefix us/step | restarts | bad rows |")
+    print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for kind in kinds:
+        rs = by[kind]
+        if not rs:
+            continue
+        med = statistics.median(r["steps_s"] for r in rs)
+        steps = sum(r["steps"] for r in rs)
+        us = {c: 1e6 * sum(r["cpu"][c] for r in rs) / max(steps, 1) for c in ("game", "wineserver", "prefix")}
+        ratio = f"{med / linked:.2f}" if linked else ""
+        wins = " ".join(f"{r['steps_s'] / 1000:.1f}k" for r in rs)
+        print(f"| {kind} | {med:,.0f} | {wins} | {ratio} | {us['game']:.1f} | {us['wineserver']:.1f} | "
+              f"{us['prefix']:.1f} | {sum(r['restarts'] for r in rs)} | {sum(r['bad_rows'] for r in rs)} |")
+    on, off = by.get("injected, drawing"), by.get("injected")
+    if on and off:
+        per = {name: sum(r["cpu"]["game"] for r in rs) / max(sum(r["steps"] for r in rs), 1)
+               for name, rs in (("on", on), ("off", off))}
+        print(f"\ndrawing: the injected game's CPU per step {1e6 * per['on']:.1f} us on, {1e6 * per['off']:.1f} us off "
+              f"(drawing off saves {100 * (1 - per['off'] / per['on']):.0f}%)" if per["on"] else "")
+    if linked:
+        inj = statistics.median(r["steps_s"] for r in off) if off else 0
+        print(f"target: injected >= 80% of linked: {inj / linked:.1%} "
+              f"({'met' if inj >= 0.8 * linked else 'MISSED'})")
+    if any(r["left"] for r in rows):
+        print("WARNING: a run's shutdown reported leftovers")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--pairs", type=int, default=3, help="windows of each kind, interleaved")
+    ap.add_argument("--window", type=float, default=12.0, help="seconds measured per window")
+    ap.add_argument("--warm", type=float, default=2.0, help="seconds after every game posted, before the window")
+    ap.add_argument("--games", type=int, default=4, help="game processes (1 lane, 1 agent side each)")
+    ap.add_argument("--no-draw", action="store_true", help="skip the drawing-on windows")
+    a = ap.parse_args()
+    if not (shutil.which("wine") or shutil.which("wine64")):
+        print("inject_bench: wine is missing (apt-get install wine64): not run")
+        return 0
+    missing = [x for x in ("duel.exe", "duel_rt.exe", "duel_adapter.dll", "w3inject.exe", "w3hook.dll")
+               if not (WIN64 / x).exists()]
+    if missing:
+        print(f"inject_bench: {', '.join(missing)} not built (make build with mingw-w64): not run")
+        return 0
+    kinds = KINDS[:2] if a.no_draw else KINDS
+    import uvloop  # noqa: PLC0415
+
+    print(f"inject_bench: {a.games} Wine processes x 1 lane x 1 agent side (agent vs ai:easy), random policy, "
+          f"{a.pairs} x {len(kinds)} interleaved windows of {a.window:g} s; load {os.getloadavg()[0]:.2f}", flush=True)
+    rows = uvloop.run(bench(a.pairs, a.games, a.warm, a.window, kinds))
+    table(rows, kinds)
+    print(f"load average at the end: {os.getloadavg()[0]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
