@@ -42,7 +42,8 @@ from .conftest import BUILD, REPO
 T0 = 1_790_000_000.0  # a fixed start: the logs' times are T0 + offsets
 
 STATUS_KEYS = {
-    "schema", "time", "run", "steps", "games", "inference", "learner", "league", "evaluation", "episodes", "checkpoint"}
+    "schema", "time", "run", "steps", "games", "inference", "learner", "league", "evaluation", "episodes", "checkpoint",
+    "best"}
 SUB_KEYS = {
     "run": {"name", "dir", "recipe", "pid", "started", "uptime_s", "live", "ended", "error"},
     "steps": {"agent_steps", "per_s", "per_s_60s"},
@@ -149,6 +150,8 @@ def check_status_schema(st: dict) -> None:
     assert set(st["episodes"]["train"]) == TALLY_KEYS
     if st["checkpoint"] is not None:
         assert set(st["checkpoint"]) == {"name", "path", "saved_at", "age_s", "bytes"}
+    if st["best"] is not None:
+        assert {"path", "updates", "score", "games", "lo", "hi", "levels", "saved_at"} <= set(st["best"])
     json.dumps(st, allow_nan=False)  # no NaN reaches the page
 
 

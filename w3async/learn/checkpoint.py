@@ -113,6 +113,31 @@ def save_checkpoint(
     return ckdir / name
 
 
+def save_best(run_dir: Path, *, learner: dict, counters: dict, league: dict, recipe: dict, best: dict) -> Path:
+    """Write checkpoints/best.pt (best.py: the best policy so far by evaluation), a
+    checkpoint with a `best` record, atomically like every checkpoint. `latest` is not
+    touched: a resume goes on from the last checkpoint."""
+    from w3async.learn.best import BEST_PT  # noqa: PLC0415
+
+    ckdir = Path(run_dir) / CKPT_DIR
+    try:
+        ckdir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise CheckpointWriteError(ckdir, describe(e), e.errno) from e
+    payload = {"format": FORMAT, "learner": learner, "counters": dict(counters), "league": league,
+               "recipe": recipe, "saved_at": time.time(), "best": best}
+    atomic_save(payload, ckdir / BEST_PT)
+    return ckdir / BEST_PT
+
+
+def load_checkpoint(path: Path | str) -> dict:
+    """One checkpoint file (a ckpt-*.pt or best.pt), its `path` key added; CheckpointLoadError
+    (the file and why) when it is missing, unreadable or not a checkpoint."""
+    ckpt = _load(Path(path))
+    ckpt["path"] = str(path)
+    return ckpt
+
+
 def _load(path: Path) -> dict:
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)

@@ -52,7 +52,7 @@ class EpisodeTally:
                       eval=is_eval, result=result, steps=int(b.step[k]),
                       **{"return": round(float(self.row_return[row]), 4)}, policy_version=version)
         if is_eval:
-            self.window[label].append(1.0 if result == "win" else 0.0)
+            self.window[label].append(result)  # best.py's rule reads the results
             self.totals[label][result] += 1
             self.since_checkpoint[label][result] += 1
 
@@ -61,14 +61,15 @@ class EpisodeTally:
 
     def win_rates(self) -> dict:
         """{label: rate over the window, n, the run's totals} of each evaluation opponent."""
-        return {k: dict(rate=round(float(np.mean(v)), 4) if v else None, n=len(v),
+        return {k: dict(rate=round(v.count("win") / len(v), 4) if v else None, n=len(v),
                         totals=dict(self.totals[k])) for k, v in sorted(self.window.items())}
 
-    def evaluation_line(self, version: int, checkpoint: str) -> None:
-        """The checkpoint's `evaluation` line: the results since the last one, the win rates."""
+    def evaluation_line(self, version: int, checkpoint: str, score: float | None = None) -> None:
+        """The checkpoint's `evaluation` line: the results since the last one, the win
+        rates, and best.py's score of the windows (None until every level has a full one)."""
         summary = {k: dict(v) for k, v in self.since_checkpoint.items()}
         self.log.info("evaluation", updates=version, checkpoint=checkpoint, since_last=summary,
-                      win_rate=self.win_rates())
+                      win_rate=self.win_rates(), score=score)
         self.since_checkpoint.clear()
 
 

@@ -42,7 +42,8 @@ import torch
 
 from w3async import games
 from w3async.sync import layout
-from w3async.learn.checkpoint import CKPT_DIR, CheckpointError, describe, save_checkpoint
+from w3async.learn.best import BestKeeper
+from w3async.learn.checkpoint import CKPT_DIR, CheckpointError, describe, save_best, save_checkpoint
 from w3async.sync.gather import Batch
 from w3async.learn.inference import InferenceEngine
 from w3async.learn.league import League, OpponentNets
@@ -111,6 +112,10 @@ class Training:
             if s.group.role == "train" and s.group.sides == 2:
                 self.row_league[rows[1::2]] = True
         self.tally = EpisodeTally(n_rows, r.evaluation.window)
+        game = games.get(r.game)
+        eval_labels = {self.row_label[s.row0] for s in control.games if s.group.role == "eval"}
+        levels = [lv for lv in game.eval_levels if lv in eval_labels] + sorted(eval_labels - set(game.eval_levels))
+        self.best = BestKeeper(self.run_dir, levels, r.evaluation.window)  # best.pt by evaluation (best.py)
         self.round_tally = RoundTally()
         self.last_checkpoint: str | None = None
         self.nonfinite_outputs = 0  # rounds whose network output was not finite (must stay 0)
@@ -147,6 +152,7 @@ class Training:
         """The latest checkpoint into the learner, league and counters (resume.restore), or
         CheckpointLoadError (nothing is written before or by this)."""
         ckpt = restore(self.run_dir, self.learner, self.league, self.counts, self.tally)
+        self.best.load()  # best.pt's score: a resumed run replaces it only with a better one
         if ckpt is not None:
             self.learning.updates_done = self.learner.version
             self.last_checkpoint = ckpt["path"]
@@ -211,20 +217,29 @@ class Training:
         that the logs hold exactly what the counters count). Raises CheckpointWriteError
         (the previous checkpoint intact)."""
         version = self.learner.version
-        counters = call_on_loop(self._loop, lambda: self._capture(version))
-        path = save_checkpoint(self.run_dir, learner=self.learner.state_dict(), counters=counters,
-                               league=self.league.state_dict(), recipe=recipe_to_dict(self.recipe),
-                               keep=self.recipe.checkpoint.keep)
+        counters, best = call_on_loop(self._loop, lambda: self._capture(version))
+        parts = dict(learner=self.learner.state_dict(), counters=counters, league=self.league.state_dict(),
+                     recipe=recipe_to_dict(self.recipe))
+        path = save_checkpoint(self.run_dir, **parts, keep=self.recipe.checkpoint.keep)
         self.last_checkpoint = str(path)
         self._saved = (version, counters["agent_steps"], counters["episodes"])
+        if best is not None:  # the policy of this checkpoint beats best.pt's by the rule
+            save_best(self.run_dir, **parts, best=best)
+            self.best.accept(best)
+            self._event("info", "best", updates=version, score=best["score"], previous=best["previous_score"],
+                        levels={k: v["win_rate"] for k, v in best["levels"].items()}, games=best["games"])
         return path
 
-    def _capture(self, version: int) -> dict:
+    def _capture(self, version: int) -> tuple[dict, dict | None]:
         """The counters and the logs' sizes, consistent with each other: the rounds
         answered so far are flushed into inference.jsonl and this checkpoint's
-        evaluation line is written first. Runs on the loop thread (or with no loop)."""
+        evaluation line is written first; and the best.pt record when this policy beats
+        the best so far (best.py's rule over the same windows). Runs on the loop thread
+        (or with no loop)."""
         self.flush_round_stats()
-        self.tally.evaluation_line(version, str(self.run_dir / CKPT_DIR / f"ckpt-{version:08d}.pt"))
+        best = self.best.candidate(self.tally.window, version, self.counts.agent_steps)
+        self.tally.evaluation_line(version, str(self.run_dir / CKPT_DIR / f"ckpt-{version:08d}.pt"),
+                                   score=self.best.score_now(self.tally.window))
         c = self.counters()
         c["logs"] = {}
         for name in LOGS:
@@ -232,7 +247,7 @@ class Training:
                 c["logs"][name] = os.stat(self.run_dir / name).st_size
             except OSError:
                 c["logs"][name] = 0
-        return c
+        return c, best
 
     # ---- rounds (the loop thread) -----------------------------------------------------
 

@@ -89,6 +89,25 @@ def _iso(t: float | None) -> str | None:
     return datetime.fromtimestamp(t, timezone.utc).isoformat().replace("+00:00", "Z") if t else None
 
 
+def _best(ck: Path) -> dict | None:
+    """checkpoints/best.json (learn/best.py: the record of best.pt), as /status's `best`;
+    None when there is none or it does not read."""
+    try:
+        rec = json.loads((ck / "best.json").read_text())
+        st = os.stat(ck / "best.pt")
+    except (OSError, ValueError):
+        return None
+    if not isinstance(rec, dict):
+        return None
+    levels = rec.get("levels") if isinstance(rec.get("levels"), dict) else {}
+    return dict(path=str(ck / "best.pt"), updates=rec.get("updates"), agent_steps=rec.get("agent_steps"),
+                score=_f(rec.get("score"), 4), games=rec.get("games"), wins=rec.get("wins"), lo=_f(rec.get("lo"), 4),
+                hi=_f(rec.get("hi"), 4), window=rec.get("window"),
+                levels={k: {f: v.get(f) for f in ("games", "wins", "losses", "draws", "win_rate", "lo", "hi")}
+                        for k, v in levels.items() if isinstance(v, dict)},
+                saved_at=_iso(st.st_mtime), age_s=_f(time.time() - st.st_mtime, 1), bytes=st.st_size)
+
+
 class RunView:
     """A run's status from its files and, when live, snapshots of its StatusSource
     (`feed()`, or `sample()` on the source's own loop). One thread uses a view."""
@@ -107,7 +126,7 @@ class RunView:
         self._steps_per_s: float | None = None
         self._rounds_per_s: float | None = None
         self._scan_at = -1e9
-        self._folder: dict = dict(checkpoint=None, snapshots=0, latest_snapshot=None)
+        self._folder: dict = dict(checkpoint=None, best=None, snapshots=0, latest_snapshot=None)
         self._replays: tuple[tuple, str | None] = ((), None)  # the replay folders' mtimes, their newest file
         self._replay_dirs: dict[str, tuple[str, ...]] | None = None  # the run's game's, once recipe.json names it
         self._recipe_games: list[dict] | None = None
@@ -142,8 +161,9 @@ class RunView:
             self.series.t0 = now
 
     def _scan_folder(self) -> dict:
-        out = dict(checkpoint=None, snapshots=0, latest_snapshot=None)
+        out = dict(checkpoint=None, best=None, snapshots=0, latest_snapshot=None)
         ck = self.run_dir / "checkpoints"
+        out["best"] = _best(ck)
         try:
             name = (ck / "latest").read_text().strip()
             st = os.stat(ck / name)
@@ -316,6 +336,7 @@ class RunView:
             episodes=dict(total=len(ep), eval=sum(t.games for t in s.levels.values()),
                           train=s.train.as_dict(), last_eval_replay=self.latest_replay()),
             checkpoint=self._folder["checkpoint"],
+            best=self._folder["best"],
         )
 
     def latest_replay(self) -> str | None:

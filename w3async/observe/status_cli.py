@@ -49,6 +49,11 @@ def summary(st: dict, games: list[dict]) -> list[str]:
     if st["checkpoint"]:
         ck = st["checkpoint"]
         lines.append(f"ckpt     {ck['name']} saved {ck['saved_at']} ({ck['age_s']} s ago)")
+    b = st.get("best")
+    if b:
+        lv = ", ".join(f"{k} {e['win_rate']} [{e['lo']}, {e['hi']}]" for k, e in b["levels"].items())
+        lines.append(f"best     best.pt of update {b['updates']}: score {b['score']} over the last {b['window']} "
+                     f"games a level ({lv}; 95% Wilson)")
     bad = [g for g in games if g["state"] in ("failed", "restarting") or g["restarts"]]
     for g in bad[:10]:
         causes = ", ".join(f"{c} {n}" for c, n in g["causes"].items())

@@ -116,6 +116,12 @@ function showStatus(st) {
       `${fmt(100 * e.win_rate, 0)}% (${fmt(e.recent_win_rate === null ? null : 100 * e.recent_win_rate, 0)}%)`]);
   }
   if (st.checkpoint) cards.push(["checkpoint", `${st.checkpoint.name} (${fmtTime(st.checkpoint.age_s)} ago)`]);
+  const b = st.best;
+  if (b) {
+    const lv = Object.entries(b.levels || {}).map(([l, e]) =>
+      `${l.split(":").pop()} ${fmt(100 * e.win_rate, 0)}% [${fmt(100 * e.lo, 0)}-${fmt(100 * e.hi, 0)}]`).join(", ");
+    cards.push([`best.pt (update ${b.updates}, last ${b.window} games a level)`, `${fmt(100 * b.score, 0)}%: ${lv}`]);
+  }
   document.getElementById("summary").replaceChildren(...cards.map(([l, v]) => card(l, v)));
 }
 

@@ -1,0 +1,131 @@
+"""The best policy of a run: `checkpoints/best.pt`, chosen by evaluation win rate.
+
+The rule (one number, the same at every checkpoint): the score is the mean over the
+run's evaluation levels (the labels of its `role = "eval"` groups, e.g. ai:easy and
+ai:normal) of the win rate over each level's last `evaluation.window` games; a draw or a
+truncated game counts as not won. It exists only once every level has a full window, so
+a score never rests on a handful of games (nor, after a resume, on the few games played
+since: the windows start empty). At each checkpoint the current policy becomes best.pt
+when its score is strictly above the best so far.
+
+    keeper = BestKeeper(run_dir, levels=("ai:easy", "ai:normal"), window=50)
+    keeper.load()                               # on resume: the best so far from best.pt
+    rec = keeper.candidate(windows, version, agent_steps)   # None: no full window, or not better
+    if rec: save_best(run_dir, ..., best=rec); keeper.accept(rec)
+
+best.pt is a checkpoint (checkpoint.py's format, written atomically the same way) with a
+`best` record: the score, the update and agent steps it was taken at, and per level the
+games, wins, losses, draws, win rate and its 95% Wilson interval. `checkpoints/best.json`
+holds the same record for /status and the dashboard (best.pt is authoritative: a crash
+between the two leaves best.json one best behind, never ahead).
+
+The games of a window were played by the policies of the last few updates, not only by
+the one saved: the score is the recent policy's, the usual compromise of keeping the
+best by a running evaluation (`python -m w3async eval` measures the saved one alone).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from w3async import files
+
+BEST_PT = "best.pt"
+BEST_JSON = "best.json"
+RULE = "mean over the evaluation levels of the win rate over each level's last `window` games, once every level has a full window"
+
+
+def wilson(wins: int, games: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval of a proportion (E. B. Wilson 1927; z = 1.96: 95%).
+    (0, 1) for no games. Unlike the normal approximation it stays inside [0, 1] and is
+    not empty at 0 or n wins."""
+    if games <= 0:
+        return 0.0, 1.0
+    p = wins / games
+    denom = 1.0 + z * z / games
+    centre = (p + z * z / (2 * games)) / denom
+    half = z * math.sqrt(p * (1 - p) / games + z * z / (4 * games * games)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def level_record(results: Iterable[str]) -> dict:
+    """A level's games ("win", "loss", "draw", "truncated") as counts, win rate and 95%
+    Wilson interval."""
+    results = list(results)
+    n = len(results)
+    wins, losses, draws = results.count("win"), results.count("loss"), results.count("draw")
+    lo, hi = wilson(wins, n)
+    return dict(games=n, wins=wins, losses=losses, draws=draws, truncated=n - wins - losses - draws,
+                win_rate=round(wins / n, 4) if n else None, lo=round(lo, 4), hi=round(hi, 4))
+
+
+def score(windows: Mapping[str, Iterable[str]], levels: Iterable[str], window: int) -> dict | None:
+    """The rule's score of the current windows: {score, levels: {label: level_record},
+    games, wins, lo, hi (the pooled games' Wilson interval)}; None unless every level has
+    a full window (or when there are no levels)."""
+    levels = tuple(levels)
+    if not levels:
+        return None
+    per = {}
+    for lvl in levels:
+        res = list(windows.get(lvl, ()))[-window:]
+        if len(res) < window:
+            return None
+        per[lvl] = level_record(res)
+    games = sum(r["games"] for r in per.values())
+    wins = sum(r["wins"] for r in per.values())
+    lo, hi = wilson(wins, games)
+    return dict(score=round(sum(r["win_rate"] for r in per.values()) / len(per), 4), window=window, levels=per,
+                games=games, wins=wins, lo=round(lo, 4), hi=round(hi, 4))
+
+
+class BestKeeper:
+    """The best score so far of one run and the rule that replaces it."""
+
+    def __init__(self, run_dir: Path | str, levels: Iterable[str], window: int):
+        self.run_dir, self.levels, self.window = Path(run_dir), tuple(levels), int(window)
+        self.best: dict | None = None  # the record of best.pt (None: none yet)
+
+    @property
+    def path(self) -> Path:
+        from w3async.learn.checkpoint import CKPT_DIR  # noqa: PLC0415 (checkpoint imports torch)
+
+        return self.run_dir / CKPT_DIR / BEST_PT
+
+    def load(self) -> dict | None:
+        """The best so far from best.pt (a resume), or None when there is none. Raises
+        CheckpointLoadError (the file and why) for a best.pt that does not load: a
+        resume must not overwrite it with a worse policy behind the user's back."""
+        from w3async.learn.checkpoint import CheckpointLoadError, load_checkpoint  # noqa: PLC0415
+
+        if not self.path.exists():
+            return None
+        ckpt = load_checkpoint(self.path)
+        rec = ckpt.get("best")
+        if not isinstance(rec, dict) or not isinstance(rec.get("score"), (int, float)):
+            raise CheckpointLoadError(self.path, "a best.pt without its `best` record (score)")
+        self.best = rec
+        return rec
+
+    def score_now(self, windows: Mapping[str, Iterable[str]]) -> float | None:
+        """The rule's score of the current windows (None until every level has a full one)."""
+        s = score(windows, self.levels, self.window)
+        return None if s is None else s["score"]
+
+    def candidate(self, windows: Mapping[str, Iterable[str]], version: int, agent_steps: int) -> dict | None:
+        """The record for the current policy when its score beats the best so far, else None."""
+        s = score(windows, self.levels, self.window)
+        if s is None or (self.best is not None and not s["score"] > self.best["score"]):
+            return None
+        return dict(s, updates=int(version), agent_steps=int(agent_steps), rule=RULE, saved_at=time.time(),
+                    previous_score=None if self.best is None else self.best["score"])
+
+    def accept(self, rec: dict) -> None:
+        """rec is best.pt now (written): best.json mirrors it for the status reader."""
+        import json  # noqa: PLC0415
+
+        self.best = rec
+        files.atomic_write_text(self.path.with_name(BEST_JSON), json.dumps(dict(rec, path=str(self.path))) + "\n")
