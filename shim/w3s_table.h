@@ -55,6 +55,7 @@
 #define W3S_EXIT_LOST 68    /* the supervisor went away */
 #define W3S_EXIT_INJECT 69  /* the launcher could not inject the hook or the adapter (shim/inject) */
 #define W3S_EXIT_ADAPTER 70 /* the adapter failed or crashed inside an injected game */
+#define W3S_EXIT_KILLED 71  /* the launcher's game ended without exiting (killed from outside) */
 
 typedef struct w3s_header {
     uint64_t magic;

@@ -86,6 +86,18 @@ async def test_the_games_clock_advances_exactly_step_ms_a_step(tmp_path, probe, 
     assert_nothing_left(sup, tmp_path / "run")
 
 
+async def test_a_game_that_exits_by_itself_is_a_recycle_not_a_kill(tmp_path, probe):
+    """The probe ends its loop after 150 passes and returns from main (exit 0 through
+    ExitProcess): the hook marks it a clean exit, the launcher exits 0, the supervisor
+    recycles the slot, uncounted."""
+    data = null_recipe([probe_group(probe, args=["--passes", "150"])],
+                       supervisor={"start_timeout_s": 60, "min_uptime_s": 0}, stop={"seconds": 10})
+    sup, stats = await run_recipe(data, tmp_path / "run")
+    causes = stats["games"][0]["causes"]
+    assert causes.get("recycle", 0) >= 2 and set(causes) == {"recycle"}, (causes, game_logs(tmp_path / "run")[0][-400:])
+    assert_nothing_left(sup, tmp_path / "run")
+
+
 async def test_background_threads_sleep_in_game_time(tmp_path, probe):
     """Two threads of the probe sleep 5 ms at a time: parked on the clock while the game
     waits for its orders, each wakes once a step (game time jumps a step at a time),
@@ -326,6 +338,12 @@ async def test_the_launcher_or_the_game_killed_ends_both_and_restarts(tmp_path, 
             break
     assert game and launcher, "the injected game did not start"
     assert len(game) == 1 and len(launcher) == 1, (game, launcher)
+    prefix = next(rt.prefix for rt in sup.runtimes.values() if getattr(rt, "prefix", None))
+    wine_own = {p for p in prefix.processes() if p not in game + launcher}
+    assert wine_own, "the prefix's own processes (wineserver, services.exe, explorer.exe) are not running"
+    # none of Wine's own processes is in the game's process group: a game's exit ends its group
+    groups = {p: os.getpgid(p) for p in wine_own if alive(p)}
+    assert launcher[0] not in groups.values(), {p: _describe(p) for p, g in groups.items() if g == launcher[0]}
     killed = (launcher if victim == "launcher" else game)[0]
     os.kill(killed, signal.SIGKILL)
     for _ in range(100):
@@ -333,9 +351,14 @@ async def test_the_launcher_or_the_game_killed_ends_both_and_restarts(tmp_path, 
         if not any(alive(p) for p in game + launcher):
             break
     left = {p: _describe(p) for p in game + launcher if alive(p)}
+    lost = {p for p in wine_own if not alive(p)}  # Wine's own processes outlive a game's end
     stats = await task
     assert not left, f"after the {victim} ({killed}) was killed, these lived on: {left}"
-    assert sum(stats["games"][0]["causes"].values()) >= 1
+    assert not lost, f"Wine's own processes {lost} ended with the game"
+    causes = stats["games"][0]["causes"]
+    # never a recycle: a game killed under its launcher exits 0 under Wine, and the launcher
+    # says so (exit 71), or the keeper finds the game gone behind a launcher that missed it
+    assert causes.get("crash", 0) >= 1 and "recycle" not in causes, causes
     starts = [e for e in events(run) if e["event"] == "game_start"]
     assert len(starts) >= 2  # restarted
     assert_nothing_left(sup, run)

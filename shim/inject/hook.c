@@ -27,6 +27,7 @@
 hk_cfg hk_config;
 
 static HMODULE g_self, g_adapter;
+static HANDLE g_clean; /* the launcher's event: set on every exit the game or the hook chose */
 static w3s_conn *g_conn;
 static w3h_host g_host;
 static uint64_t g_steps;
@@ -549,6 +550,8 @@ static void stop(int code, const char *why)
     if (why)
         hk_log("%s", why);
     w3s_detach(g_conn);
+    if (g_clean)
+        SetEvent(g_clean);
     TerminateProcess(GetCurrentProcess(), (UINT)code);
 }
 
@@ -595,7 +598,11 @@ BOOL WINAPI DllMain(HINSTANCE self, DWORD reason, LPVOID reserved)
         DisableThreadLibraryCalls(self);
         /* A crash must end the game, never wait on a dialog. */
         SetErrorMode(SEM_FAILCRITICALERRORS | SEM_NOGPFAULTERRORBOX | SEM_NOOPENFILEERRORBOX);
+        const char *ev = getenv("W3H_CLEAN_EVENT");
+        g_clean = ev && *ev ? (HANDLE)(ULONG_PTR)strtoull(ev, NULL, 10) : NULL;
         setup();
+    } else if (reason == DLL_PROCESS_DETACH && g_clean) {
+        SetEvent(g_clean); /* the game exits by itself (ExitProcess): not a kill */
     }
     return TRUE;
 }

@@ -3,6 +3,11 @@
  *
  *   w3inject.exe [--timeout-ms N] [--cwd DIR] --hook HOOK.dll [--adapter ADAPTER.dll]
  *                [--dll OTHER.dll]... -- GAME.exe [ARGS]...
+ *   w3inject.exe --desktop
+ *
+ * --desktop makes the prefix's desktop (Wine starts explorer.exe for it) and exits: the
+ * runtime runs it once, in a session of its own, before any game, so that the desktop
+ * process is not in a game's process group (a game's exit ends its group).
  *
  * The game is created suspended; each DLL is loaded into it in order (the hook first,
  * then the adapter) by a thread started in the game at LoadLibraryW with the DLL's path
@@ -224,6 +229,12 @@ int wmain(int argc, wchar_t **argv)
     const wchar_t *cwd = NULL;
     int i = 1;
     SetErrorMode(SEM_FAILCRITICALERRORS | SEM_NOGPFAULTERRORBOX | SEM_NOOPENFILEERRORBOX);
+    if (argc == 2 && !wcscmp(argv[1], L"--desktop")) {
+        HDC dc = CreateCompatibleDC(NULL); /* what a game's first drawing does: the desktop starts */
+        if (dc)
+            DeleteDC(dc);
+        return GetDesktopWindow() ? 0 : 1;
+    }
     for (; i < argc; i++) {
         const wchar_t *a = argv[i];
         if (!wcscmp(a, L"--")) {
@@ -277,6 +288,15 @@ int wmain(int argc, wchar_t **argv)
         lim.BasicLimitInformation.LimitFlags = JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE;
         SetInformationJobObject(job, JobObjectExtendedLimitInformation, &lim, sizeof(lim));
     }
+    /* The hook sets this event when the game exits by itself (or when asked to stop): a
+     * game killed from outside (SIGKILL under Wine) ends with code 0 and the event unset. */
+    SECURITY_ATTRIBUTES inherit = {sizeof(inherit), NULL, TRUE};
+    HANDLE clean = CreateEventW(&inherit, TRUE, FALSE, NULL);
+    if (clean) {
+        wchar_t v[32];
+        swprintf(v, 32, L"%llu", (unsigned long long)(ULONG_PTR)clean);
+        SetEnvironmentVariableW(L"W3H_CLEAN_EVENT", v);
+    }
     STARTUPINFOW si;
     memset(&si, 0, sizeof(si));
     si.cb = sizeof(si);
@@ -300,6 +320,11 @@ int wmain(int argc, wchar_t **argv)
     WaitForSingleObject(pi.hProcess, INFINITE);
     DWORD code = 0;
     GetExitCodeProcess(pi.hProcess, &code);
+    if (code == 0 && clean && WaitForSingleObject(clean, 0) != WAIT_OBJECT_0) {
+        fprintf(stderr, "w3inject: the game ended without exiting (killed from outside: a signal, or another "
+                        "process's TerminateProcess)\n");
+        code = W3S_EXIT_KILLED;
+    }
     if (code >= 0xC0000000u) /* an exception nobody handled: say which, the supervisor logs stderr */
         fprintf(stderr, "w3inject: the game crashed: exception 0x%08lx%s\n", (unsigned long)code,
                 code == 0xC0000005u ? " (access violation)" : code == 0xC00000FDu ? " (stack overflow)" : "");

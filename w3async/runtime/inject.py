@@ -14,10 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from w3async.recipe_sections import REPO_ROOT, InjectSection
-from w3async.runtime.wine import windows_path
+from w3async.runtime.wine import LAUNCHER, windows_path
 
-BUILD_WIN64 = REPO_ROOT / "build" / "win64"
-LAUNCHER = BUILD_WIN64 / "w3inject.exe"
+BUILD_WIN64 = LAUNCHER.parent
 HOOK = BUILD_WIN64 / "w3hook.dll"
 AMD64, I386 = 0x8664, 0x14C
 # The launcher and hook of a game's bitness (shim/Makefile builds win32 where i686 mingw is).

@@ -28,8 +28,19 @@ STARTING, RUNNING, RESTARTING, FAILED, STOPPED = (SlotState.STARTING, SlotState.
 
 # A start that failed for lack of a resource is retried; anything else would fail again.
 _TRANSIENT_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM, errno.ENOSPC, errno.EINTR, errno.EBUSY}
+def wine_own(pid: int) -> bool:
+    """A process of Wine itself (wineserver, C:\\windows\\...\\services.exe, explorer.exe, ...):
+    it may carry the environment of the game that happened to start it, and it is the
+    prefix's, ended with the run, never with a game."""
+    try:
+        argv0 = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[0].decode(errors="replace")
+    except OSError:
+        return False
+    return argv0.lower().startswith("c:\\windows\\") or os.path.basename(argv0).startswith("wineserver")
+
+
 # Exit codes with a cause of their own (an injected game's launcher, hook and adapter).
-_EXIT_CAUSES = {layout.EXIT_INJECT: "inject", layout.EXIT_ADAPTER: "adapter"}
+_EXIT_CAUSES = {layout.EXIT_INJECT: "inject", layout.EXIT_ADAPTER: "adapter", layout.EXIT_KILLED: "crash"}
 
 
 class GameKeeper:
@@ -80,6 +91,7 @@ class GameKeeper:
         s.seq_sum = 0
         s.posted = False
         s.segment = segment.name
+        s.game_pid = 0
         self.groups.add(s.proc.pid)
         s.pidfd = os.pidfd_open(s.proc.pid)
         self.host.loop.add_reader(s.pidfd, self.host.barrier, "game_exit", self._on_exit, s)
@@ -136,7 +148,8 @@ class GameKeeper:
             key = "W3S_SHM" if s.runtime.name == "native" else "W3S_SHM_PATH"
             value = s.segment if s.runtime.name == "native" else windows_path(self.host.table.segment(s.index).path)
             for pid in procs.mentioning(f"{key}={value}\0".encode()):
-                procs.kill(pid)
+                if not wine_own(pid):
+                    procs.kill(pid)
 
     def _on_exit(self, s: Slot) -> None:
         """The slot's process exited (its pidfd is readable)."""
@@ -243,6 +256,20 @@ class GameKeeper:
                     self.kill(s, "hang", {"phase": "start", "idle_s": round(idle, 1)})
                 elif s.posted and answered and idle > sv.hang_timeout_s:
                     self.kill(s, "hang", {"phase": "step", "idle_s": round(idle, 1)})
+                elif s.group.inject and s.posted and answered and idle > 1.0 and not self._game_alive(s):
+                    # Wine's launcher may miss its game's death (a SIGKILL): end the start now
+                    self.kill(s, "crash", {"phase": "step", "idle_s": round(idle, 1),
+                                           "reason": "the injected game ended and its launcher did not see it"})
+
+    def _game_alive(self, s: Slot) -> bool:
+        """An injected start's game process is alive (found once by its segment in its
+        environment: the launcher's and Wine's own processes excluded)."""
+        if s.game_pid and procs.alive(s.game_pid):
+            return True
+        marker = f"W3S_SHM_PATH={windows_path(self.host.table.segment(s.index).path)}\0".encode()
+        found = [p for p in procs.mentioning(marker) if p != s.proc.pid and not wine_own(p)]
+        s.game_pid = found[0] if found else 0
+        return bool(found)
 
     def summary(self) -> str:
         states = collections.Counter(s.state for s in self.host.slots)

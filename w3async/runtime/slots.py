@@ -53,6 +53,7 @@ class Slot:
     posted: bool = False  # has this start posted a row yet
     restart_handle: object = None
     segment: str = ""  # this start's segment: every process the game starts carries its name
+    game_pid: int = 0  # an injected start's game process (its launcher is proc), once seen
     short_streak: int = 0  # starts in a row that lived less than min_uptime_s (the backoff's exponent)
     restart_times: collections.deque = field(default_factory=collections.deque)  # counted in the budget
 

@@ -31,6 +31,9 @@ from w3async.sync.doorbells import Doorbells, fifo_pair, shared_obs_fifo
 from w3async.sync.table import GameSegment
 
 READY_MARK = ".w3async-ready"
+# The injection launcher (shim/inject/launcher.c): its --desktop mode starts the prefix's
+# desktop before any game (WineRuntime.ensure_prefix).
+LAUNCHER = Path(__file__).resolve().parents[2] / "build" / "win64" / "w3inject.exe"
 BOOT_TIMEOUT_S = 180.0
 
 DLL_OVERRIDES = "mscoree,mshtml,winemenubuilder.exe=d;winebus.sys,winehid.sys,wineusb.sys,winebth.sys=d"
@@ -234,6 +237,22 @@ def _boot(prefix: WinePrefix) -> None:
     (prefix.path / READY_MARK).write_text(f"{prefix.build.loader}\n")
 
 
+def start_services(prefix: WinePrefix) -> None:
+    """Start the prefix's own processes before any game, each in a session of its own and
+    with no game's environment: a persistent wineserver (services.exe and the rest follow
+    it) and the desktop (explorer.exe). Started by the first game instead, they would
+    carry its environment, and the desktop would sit in its process group: that game's
+    exit would end it."""
+    quiet = dict(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        subprocess.run([prefix.build.server, "-p"], env=prefix.env(), timeout=BOOT_TIMEOUT_S, **quiet)
+        if LAUNCHER.exists():
+            subprocess.run(prefix.command(str(LAUNCHER), ["--desktop"]), env=prefix.env(), timeout=BOOT_TIMEOUT_S,
+                           **quiet)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise WineError(f"Wine prefix {prefix.path}: starting its services failed: {e}")
+
+
 def processes_with_env(key: str, value: str) -> list[int]:
     """Pids of live processes (zombies excluded) with key=value in their environment."""
     return procs.with_env(key, value)
@@ -264,6 +283,7 @@ class WineRuntime:
     def ensure_prefix(self) -> WinePrefix:
         if self.prefix is None:
             self.prefix = acquire_prefix(self.cfg)
+            start_services(self.prefix)
         return self.prefix
 
     def doorbells(self, run_dir: Path, slot: int) -> Doorbells:

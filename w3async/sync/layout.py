@@ -36,6 +36,7 @@ EXIT_CHECK = 67
 EXIT_LOST = 68
 EXIT_INJECT = 69
 EXIT_ADAPTER = 70
+EXIT_KILLED = 71
 EXIT_NAMES = {
     EXIT_ATTACH: "could not attach to the table or its doorbells",
     EXIT_LAYOUT: "attached with the wrong layout version",
@@ -43,6 +44,7 @@ EXIT_NAMES = {
     EXIT_LOST: "lost the supervisor",
     EXIT_INJECT: "could not be injected (the launcher named the DLL and the cause)",
     EXIT_ADAPTER: "its adapter failed or crashed",
+    EXIT_KILLED: "was killed from outside (its launcher saw it end without exiting)",
 }
 
 HEADER_DTYPE = np.dtype(
