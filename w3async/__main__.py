@@ -1,5 +1,7 @@
 """`python -m w3async run RECIPE [--run NAME] [--set key=value ...]`, and
-`python -m w3async status runs/<run>` (a live or a finished run's summary).
+`python -m w3async status runs/<run>` (a live or a finished run's summary), and
+`python -m w3async eval CHECKPOINT [--games N] [--levels easy,normal,hard] [--seed S]
+[--parallel P]` (a checkpoint against each evaluation level: learn/evaluate.py).
 
 Bad input (a broken recipe or `--set`, a missing binary, a device or a folder this
 machine lacks, sizes beyond its limits: recipes.py and preflight.py, all checked
@@ -31,6 +33,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="override a recipe value, e.g. --set stop.seconds=30 (repeatable)")
     st = sub.add_parser("status", help="summarise a live or finished run from its folder")
     st.add_argument("run_dir", help="the run folder, runs/<run>")
+    from w3async.learn.evaluate import add_arguments  # noqa: PLC0415 (no torch until it runs)
+
+    add_arguments(sub.add_parser("eval", help="play a checkpoint against each evaluation level"))
     return p
 
 
@@ -42,6 +47,10 @@ def main(argv: list[str] | None = None) -> int:
         from w3async.observe.status_cli import main as status_main  # noqa: PLC0415
 
         return status_main(args.run_dir)
+    if args.command == "eval":
+        from w3async.learn.evaluate import run_eval  # noqa: PLC0415
+
+        return run_eval(args, console)
     return 2
 
 

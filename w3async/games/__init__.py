@@ -5,6 +5,7 @@
     g.spec                          # GameSpec: type ids, action heads (the network sizes itself)
     g.opponent_of(group.env)        # "ai:easy", "self", ...: the label of a group's second side
     g.eval_levels                   # the evaluation opponents' labels, in the plots' order
+    g.eval_env(env, level, seed)    # a group's env made to play that level at fixed seeds
     g.replay_dir, g.replay_view     # where a run's replays are, the dashboard viewer's JSON of one
     g.parity                        # the replay parity tool's module, or None
 
@@ -55,6 +56,10 @@ class Game:
     replay_view: Callable[[Path], dict | None] | None = None
     """A replay file -> the viewer's JSON (w3async.observe.replay_view), or None when the
     file is not this game's. Raises ValueError/OSError for a file of this game that is broken."""
+    eval_env: Callable[[dict, str, int], dict] | None = None
+    """(a group's environment, an evaluation level, a base seed) -> the environment of a
+    group that plays that level at fixed seeds (`python -m w3async eval`); None: the game
+    cannot make one (eval then plays only the levels of the checkpoint's eval groups)."""
     parity: str | None = None
     """The module of the game's replay parity tool (`python -m w3async.replay_parity`
     dispatches to it; docs/games.md says what it provides), or None."""

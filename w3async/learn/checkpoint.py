@@ -33,6 +33,7 @@ Errors are typed, with the file and the cause (issue 9, items 7 and 9):
 from __future__ import annotations
 
 import io
+import re
 import time
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -144,7 +145,8 @@ def _load(path: Path) -> dict:
     except OSError as e:
         raise CheckpointLoadError(path, describe(e), e.errno) from e
     except Exception as e:  # noqa: BLE001 (torch raises many kinds for a corrupt file)
-        raise CheckpointLoadError(path, f"not a readable checkpoint ({describe(e)})") from e
+        first = " ".join(re.sub(r"\x1b\[[0-9;]*m", "", str(e)).split("\n")[0].split())[:160]  # torch's: paragraphs, colours
+        raise CheckpointLoadError(path, f"not a readable checkpoint ({type(e).__name__}: {first})") from e
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
         raise CheckpointLoadError(path, f"not a w3async checkpoint of format {FORMAT}")
     missing = [k for k in ("learner", "counters", "league") if not isinstance(ckpt.get(k), dict)]

@@ -53,13 +53,16 @@ class Supervisor:
     table and the answerer (a checkpoint is loaded there, or the run refused) and installs
     the signal handlers; `await run()` sets up if that was not done, starts the games and
     returns when the run ends, after `close()`; `await close()` is the shutdown (idempotent).
-    `policy`, when given, answers every batch instead of the recipe's policy."""
+    `policy`, when given, answers every batch instead of the recipe's policy; `answerer`,
+    when given, makes the answerer from the run's RunControl (either replaces the recipe's)."""
 
-    def __init__(self, recipe: Recipe, run_dir: Path, policy: Callable | None = None):
+    def __init__(self, recipe: Recipe, run_dir: Path, policy: Callable | None = None,
+                 answerer: Callable[[RunControl], Answerer] | None = None):
         self.recipe = recipe
         self.run_dir = Path(run_dir)
         self.spec = games.get(recipe.game).spec
         self._policy = policy
+        self._make_answerer = answerer
         self.slots: list[Slot] = []
         self.table: Table | None = None
         self.gatherer = None
@@ -119,7 +122,9 @@ class Supervisor:
             self.slots.append(Slot(i, g, self.runtimes[g.runtime], r.binary_path(g), row0, nrows,
                                    self.run_dir / "games" / f"slot-{i}.log"))
         self.control = RunControl(self)
-        if self._policy is not None:
+        if self._make_answerer is not None:  # e.g. learn/evaluate.py's, for `w3async eval`
+            self.answerer = self._make_answerer(self.control)
+        elif self._policy is not None:
             self.answerer = PolicyAnswerer(self.control, self._policy)
         elif r.supervisor.policy == "network":
             from w3async.learn.training import Training  # noqa: PLC0415 (torch only where a network answers)

@@ -24,6 +24,14 @@ def opponent_of(env: dict) -> str:
     return sides[1] if len(sides) > 1 and sides[1] != "agent" else "self"
 
 
+def eval_env(env: dict, level: str, seed: int) -> dict:
+    """A group's environment made to play `level` ("ai:hard") at fixed seeds: win/loss
+    rewards, W3D_SEED set, no replays recorded; the rest (W3D_TIME_LIMIT, W3D_MAP, ...) kept."""
+    out = {k: v for k, v in env.items() if not k.startswith("W3D_RECORD_")}
+    out.update(W3D_SIDES=f"agent,{level}", W3D_REWARD="win", W3D_SEED=str(seed))
+    return out
+
+
 def replay_view(path: Path) -> dict | None:
     from w3async.games.duel.viewer import replay_view as view  # noqa: PLC0415 (only when a replay is shown)
 
@@ -31,4 +39,4 @@ def replay_view(path: Path) -> dict | None:
 
 
 GAME = Game(name="duel", spec=DUEL_SPEC, opponent_of=opponent_of, eval_levels=AI_LEVELS, replay_dir=REPLAY_DIR,
-            replay_suffixes=(".w3dr", ".json"), replay_view=replay_view, parity="w3async.games.duel.parity")
+            replay_suffixes=(".w3dr", ".json"), replay_view=replay_view, eval_env=eval_env, parity="w3async.games.duel.parity")

@@ -1,0 +1,101 @@
+"""`python -m w3async eval`: a tiny duel checkpoint played against two levels for a few
+short games, the counts add up; a bad path, a file that is not a checkpoint and a
+checkpoint of another network shape are one clear line each and exit status 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from w3async.learn.checkpoint import save_checkpoint
+from w3async.learn.evaluate import EvalError, resolve
+from w3async.learn.learner import Learner, LearnerConfig
+from w3async.learn.network import Network
+from w3async.recipes import recipe_from_dict, recipe_to_dict
+from w3async import games
+
+from .conftest import REPO
+
+torch.set_num_threads(1)
+
+
+def duel_recipe(d_model: int = 16) -> dict:
+    env = {"W3D_REWARD": "win", "W3D_TIME_LIMIT": "400"}  # 20 steps a game: a few seconds in all
+    return {
+        "name": "tiny", "game": "duel",
+        "games": [{"binary": str(REPO / "build/native/duel"), "count": 1, "lanes": 2, "sides": 1, "nice": 0,
+                   "env": dict(env, W3D_SIDES="agent,ai:easy")},
+                  {"binary": str(REPO / "build/native/duel"), "count": 1, "lanes": 1, "sides": 1, "nice": 0,
+                   "role": "eval", "env": dict(env, W3D_SIDES="agent,ai:easy", W3D_SEED="9001")}],
+        "supervisor": {"policy": "network", "progress_s": 0},
+        "network": {"d_model": d_model, "n_heads": 2, "n_layers": 1},
+    }
+
+
+@pytest.fixture(scope="module")
+def duel_bin():
+    if not (REPO / "build/native/duel").exists():
+        subprocess.run(["make", "-s", "build"], cwd=REPO, check=True)
+
+
+def make_checkpoint(run_dir, d_model: int = 16, saved_as: int | None = None):
+    """A checkpoint of a fresh d_model network whose recipe says saved_as (default the same)."""
+    recipe = recipe_from_dict(duel_recipe(d_model))
+    learner = Learner(Network(games.get("duel").spec, recipe.network), LearnerConfig())
+    saved = recipe_to_dict(recipe_from_dict(duel_recipe(saved_as or d_model)))
+    return save_checkpoint(run_dir, learner=learner.state_dict(), counters={}, league={"snapshots": []}, recipe=saved)
+
+
+def eval_cli(*args, timeout=120):
+    return subprocess.run([sys.executable, "-m", "w3async", "eval", *map(str, args)], cwd=REPO, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_eval_plays_each_level_and_reports_intervals(tmp_path, duel_bin):
+    path = make_checkpoint(tmp_path / "run")
+    out = tmp_path / "eval.json"
+    p = eval_cli(tmp_path / "run", "--games", 3, "--levels", "easy,hard", "--parallel", 2, "--json", out)
+    assert p.returncode == 0, p.stderr
+    res = json.loads(out.read_text())
+    assert res["checkpoint"] == str(path)  # a run folder without best.pt: the latest checkpoint
+    assert list(res["levels"]) == ["ai:easy", "ai:hard"]
+    for lvl, r in res["levels"].items():
+        assert r["games"] == 3 and r["wins"] + r["losses"] + r["draws"] + r["truncated"] == 3
+        assert 0 <= r["lo"] <= r["hi"] <= 1
+    assert "ai:easy" in p.stdout and "95% interval" in p.stdout and "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize("case", ["missing", "not_a_checkpoint", "other_shape", "empty_folder", "bad_level"])
+def test_bad_checkpoints_are_one_clear_error(tmp_path, case):
+    if case == "missing":
+        arg, why = tmp_path / "nope.pt", "no such file or folder"
+    elif case == "not_a_checkpoint":
+        arg = tmp_path / "x.pt"
+        arg.write_text("hello")
+        why = "not a readable checkpoint"
+    elif case == "other_shape":
+        arg, why = make_checkpoint(tmp_path / "run", d_model=16, saved_as=32), "a checkpoint of another network"
+    elif case == "empty_folder":
+        (tmp_path / "run").mkdir()
+        arg, why = tmp_path / "run", "a folder with no checkpoint"
+    else:
+        arg, why = make_checkpoint(tmp_path / "run"), "level 'impossible'"
+    p = eval_cli(arg, "--games", 2, *(["--levels", "impossible"] if case == "bad_level" else []))
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert p.stderr.count("\n") == 1 and "Traceback" not in p.stderr, p.stderr
+    assert str(arg) in p.stderr and why in p.stderr, p.stderr
+
+
+def test_resolve_prefers_best_then_latest(tmp_path):
+    ck = tmp_path / "checkpoints"
+    ck.mkdir()
+    with pytest.raises(EvalError):
+        resolve(tmp_path)
+    (ck / "latest").write_text("ckpt-00000004.pt\n")
+    assert resolve(tmp_path) == ck / "ckpt-00000004.pt"
+    (ck / "best.pt").write_bytes(b"")
+    assert resolve(tmp_path) == ck / "best.pt" and resolve(ck) == ck / "best.pt"

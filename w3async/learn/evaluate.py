@@ -1,0 +1,377 @@
+"""`python -m w3async eval CHECKPOINT`: a checkpoint's policy against each evaluation level.
+
+    python -m w3async eval runs/fgself-1/checkpoints/best.pt --games 200
+    python -m w3async eval runs/fgself-1 --levels easy,normal --parallel 2   # its best.pt, else latest
+
+CHECKPOINT is a checkpoint file (ckpt-*.pt, best.pt) or a run folder (its
+checkpoints/best.pt, else the one checkpoints/latest names). The network and the games
+come from the recipe saved in the checkpoint (`--recipe` names another): for each level
+(the game's evaluation levels, e.g. the duel's ai:easy, ai:normal, ai:hard; `--levels`
+picks some, "easy" meaning "ai:easy") one group of `--parallel` game processes, made
+from the recipe's eval group for that level (else its first eval group, else its first
+group) by the game's `eval_env` (the duel: win/loss rewards, W3D_SEED, no replays).
+
+Fixed games: a lane's game seed is the game's function of (W3D_SEED, the lane's global
+number, its episode), so every lane plays its first few episodes and the run counts
+exactly those: `--games` split over the lanes, the same command line plays the same
+games. The policy samples its actions as in training (seeded by --seed, but a round's
+rows depend on timing: the actions are not bit-reproducible, the game seeds are).
+
+It runs through the Supervisor like any run (a run folder of its own under /tmp, kept
+with --keep), with `EvalAnswerer`: the checkpoint's network in an InferenceEngine, no
+learner, no trajectories, no checkpoints. It prints per level the games, wins, losses,
+draws (and truncated), the win rate and its 95% Wilson interval; `--json FILE` writes
+the same. A path that is not there, a file that is not a checkpoint or a checkpoint
+whose weights do not fit its network: one line naming the file and why, exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from w3async import games
+from w3async.files import atomic_write_text, describe
+from w3async.learn.best import BEST_PT, level_record
+from w3async.sync import layout
+from w3async.sync.gather import Batch
+
+
+def _short(text: str, limit: int = 240) -> str:
+    """A cause on one line (torch's messages run to paragraphs)."""
+    line = " ".join(text.split("\n")[0].split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+class EvalError(ValueError):
+    """Bad input to `eval`: the file (or folder) and what is wrong with it."""
+
+    def __init__(self, path, what: str):
+        self.path, self.what = str(path), what
+        super().__init__(f"{self.path}: {what}")
+
+
+# ---- the checkpoint ---------------------------------------------------------------------
+
+def resolve(arg: str | Path) -> Path:
+    """A checkpoint file, or a run folder's checkpoints/best.pt, else its latest."""
+    from w3async.learn.checkpoint import CKPT_DIR, POINTER  # noqa: PLC0415 (torch: not for the CLI's --help)
+
+    p = Path(arg)
+    if p.is_file():
+        return p
+    if not p.exists():
+        raise EvalError(p, "no such file or folder")
+    for ck in (p / CKPT_DIR, p):  # a run folder, or its checkpoints/ folder
+        if (ck / BEST_PT).is_file():
+            return ck / BEST_PT
+        if (ck / POINTER).is_file():
+            name = (ck / POINTER).read_text().strip()
+            if name and "/" not in name:
+                return ck / name
+    raise EvalError(p, f"a folder with no checkpoint ({CKPT_DIR}/{BEST_PT} or {CKPT_DIR}/{POINTER})")
+
+
+def load_policy(path: Path, recipe_path: str | None = None):
+    """(the recipe, the network with the checkpoint's weights, its policy version)."""
+    import torch  # noqa: PLC0415
+
+    from w3async.learn.checkpoint import CheckpointLoadError, load_checkpoint  # noqa: PLC0415
+    from w3async.learn.network import Network  # noqa: PLC0415
+    from w3async.recipes import RecipeError, load_recipe, recipe_from_dict, resolve_recipe_path  # noqa: PLC0415
+
+    try:
+        ckpt = load_checkpoint(path)
+    except CheckpointLoadError as e:
+        raise EvalError(path, _short(e.cause)) from e
+    try:
+        if recipe_path:
+            recipe = load_recipe(resolve_recipe_path(recipe_path))
+        else:
+            saved = {k: v for k, v in (ckpt.get("recipe") or {}).items() if k != "path"}
+            if not saved:
+                raise EvalError(path, "the checkpoint holds no recipe: name one with --recipe")
+            recipe = recipe_from_dict(saved, f"{path} (its recipe)")
+    except RecipeError as e:
+        raise EvalError(path, f"its recipe does not load: {e}") from e
+    learner = ckpt["learner"]
+    sd = learner.get("net") if isinstance(learner, dict) else None
+    if not isinstance(sd, dict):
+        raise EvalError(path, "the checkpoint holds no network weights (learner.net)")
+    torch.manual_seed(recipe.inference.seed)
+    net = Network(games.get(recipe.game).spec, recipe.network)
+    try:
+        net.load_state_dict(sd)
+    except Exception as e:  # noqa: BLE001 (size mismatches, missing or unexpected keys)
+        first = _short(describe(e))
+        n = recipe.network
+        raise EvalError(path, f"a checkpoint of another network: its weights do not fit the network of "
+                              f"{'--recipe ' + recipe_path if recipe_path else 'its recipe'} (game {recipe.game}, "
+                              f"d_model={n.d_model}, n_layers={n.n_layers}): {first}") from e
+    return recipe, net, int(learner.get("version", 0))
+
+
+# ---- the games ------------------------------------------------------------------------
+
+def _levels(game, recipe, wanted: list[str] | None) -> list[str]:
+    """The labels to play, in the game's order ("easy" is "ai:easy" where the game says so)."""
+    own = [games.get(recipe.game).opponent_of(g.env) for g in recipe.games if g.role == "eval"]
+    known = list(game.eval_levels) + [x for x in own if x not in game.eval_levels]
+    if game.eval_env is None:
+        known = [x for x in known if x in own]
+    if not wanted:
+        return known
+    out = []
+    for w in wanted:
+        hit = [x for x in known if x == w or x.split(":", 1)[-1] == w]
+        if not hit:
+            raise EvalError(recipe.path, f"level {w!r}: the game {game.name!r} plays {', '.join(known) or 'none'}")
+        out.append(hit[0])
+    return out
+
+
+def plan(recipe, levels: list[str], n_games: int, parallel: int, seed: int, env: dict[str, str],
+         lanes: int | None = None) -> tuple[dict, list[str]]:
+    """The eval run's recipe (a dict) and each group's level: `parallel` processes a
+    level, `lanes` lanes each (default: enough for one game a lane, at most 16)."""
+    from w3async.recipes import recipe_to_dict  # noqa: PLC0415
+
+    game = games.get(recipe.game)
+    rd = recipe_to_dict(recipe)
+    lanes = lanes or max(1, min(16, math.ceil(n_games / parallel)))
+    groups = []
+    for lvl in levels:
+        base = next((g for g in rd["games"] if g["role"] == "eval" and game.opponent_of(g["env"]) == lvl), None)
+        own = base is not None
+        base = base or next((g for g in rd["games"] if g["role"] == "eval"), rd["games"][0])
+        g = dict(base, count=parallel, lanes=lanes, role="eval", sides=base["sides"] if own else 1)
+        g["env"] = dict(game.eval_env(base["env"], lvl, seed) if game.eval_env else base["env"], **env)
+        if g.get("inject") is None:
+            g.pop("inject", None)
+        groups.append(g)
+    data = {k: rd[k] for k in ("game", "runtime", "network")}
+    data.update(name="eval", games=groups,
+                supervisor=dict(rd["supervisor"], policy="network", progress_s=0),
+                inference=dict(rd["inference"], n_nets=1), status={"enabled": False}, stop={})
+    return data, levels
+
+
+class EvalAnswerer:
+    """The supervisor's answerer for `eval` (runtime/answerer.py): every row through one
+    network (an InferenceEngine, net 0), each lane's first `quota` finished episodes
+    tallied by level; the run stops when every lane has its games."""
+
+    failure: str | None = None
+
+    def __init__(self, control, net, version: int, quota: np.ndarray, level_of_row: list[str]):
+        from w3async.learn.inference import InferenceEngine  # noqa: PLC0415
+
+        r = control.recipe
+        self.control = control
+        self.engine = InferenceEngine(control.spec, r.network, device=r.inference.device, n_nets=1,
+                                      max_rows=control.n_rows, n_table_rows=control.n_rows,
+                                      num_threads=r.inference.num_threads, seed=r.inference.seed)
+        self.engine.nets[0].load_state_dict(net.state_dict())
+        self.version = version
+        self.quota = quota  # per table row: episodes still to count
+        self.level = level_of_row
+        self.results: dict[str, list[str]] = {lv: [] for lv in dict.fromkeys(level_of_row)}
+        self._epoch = np.zeros(control.n_rows, np.int64)
+        self._loop = None
+
+    def start(self, loop) -> None:
+        self._loop = loop
+        self.engine.start()
+        self.engine.publish(self.engine.nets[0].state_dict(), self.version)
+
+    def submit(self, b: Batch) -> None:
+        n = b.n
+        rows = b.rows[:n].astype(np.int64)
+        end = (b.flags[:n] & (layout.FLAG_DONE | layout.FLAG_TRUNCATED)) != 0
+        for k in np.flatnonzero(end):
+            row = int(rows[k])
+            if self.quota[row] > 0:
+                self.quota[row] -= 1
+                r = float(b.reward[k])
+                res = "win" if r > 0 else "loss" if r < 0 else "draw"
+                if b.flags[k] & layout.FLAG_TRUNCATED and not b.flags[k] & layout.FLAG_DONE:
+                    res = "truncated"
+                self.results[self.level[row]].append(res)
+        if not self.quota.any():
+            self.control.request_stop()
+        try:
+            fut = self.engine.submit(b)
+        except Exception as e:  # noqa: BLE001 (the run stops with the cause)
+            self.failure = f"inference submit failed: {describe(e)}"
+            self.control.fail(self.failure)
+            return
+        self.control.hold(rows)
+        epochs = self._epoch[rows].copy()
+        loop = self._loop
+        fut.add_done_callback(lambda f: loop.call_soon_threadsafe(self._answered, f, rows, epochs))
+
+    def _answered(self, fut, rows: np.ndarray, epochs: np.ndarray) -> None:
+        try:
+            res = fut.result()
+        except Exception as e:  # noqa: BLE001
+            self.failure = f"inference round failed: {e!r}"
+            self.control.fail(self.failure)
+            return
+        keep = self._epoch[rows] == epochs  # a game restarted meanwhile: its rows' answer is stale
+        if not keep.all():
+            res = res._replace(rows=res.rows[keep], obs_seq=res.obs_seq[keep], actions=res.actions[keep],
+                               versions=res.versions[keep])
+        self.control.release(res.rows)
+        self.control.answer(res.rows, res.obs_seq, res.actions, res.versions)
+
+    def rows_reset(self, rows: slice) -> None:
+        self._epoch[rows] += 1
+        if self.engine.running:
+            self.engine.reset_rows(np.arange(rows.start, rows.stop))
+
+    def flush_round_stats(self) -> dict | None:
+        return None
+
+    def progress(self) -> str:
+        done = sum(len(v) for v in self.results.values())
+        return f"eval {done}/{done + int(self.quota.sum())} games"
+
+    def stop(self) -> None:
+        self.engine.stop()
+
+
+def _quotas(control, n_games: int, levels_of_group: list[str]) -> tuple[np.ndarray, list[str]]:
+    """Per table row: episodes to count (each level's n_games split over its agent rows
+    of side 0, lane by lane) and its level."""
+    quota = np.zeros(control.n_rows, np.int64)
+    level = [""] * control.n_rows
+    groups = list(dict.fromkeys(id(s.group) for s in control.games))
+    by_level: dict[str, list[int]] = {}
+    for s in control.games:
+        lvl = levels_of_group[groups.index(id(s.group))]
+        level[s.row0:s.row0 + s.nrows] = [lvl] * s.nrows
+        by_level.setdefault(lvl, []).extend(range(s.row0, s.row0 + s.nrows, s.group.sides))
+    for lvl, rows in by_level.items():
+        for i, row in enumerate(rows):
+            quota[row] = n_games // len(rows) + (1 if i < n_games % len(rows) else 0)
+    return quota, level
+
+
+def report(results: dict[str, list[str]]) -> dict:
+    return {lvl: level_record(res) for lvl, res in results.items()}
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def main(argv: list[str] | None = None) -> int:
+    from w3async.observe.logs import console  # noqa: PLC0415
+
+    p = argparse.ArgumentParser(prog="w3async eval", description=__doc__.split("\n")[0])
+    add_arguments(p)
+    return run_eval(p.parse_args(argv), console)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("checkpoint", help="a checkpoint file, or a run folder (its best.pt, else its latest)")
+    p.add_argument("--games", type=int, default=100, help="games per level (default 100)")
+    p.add_argument("--levels", default="", help="comma-separated levels (default: the game's evaluation levels)")
+    p.add_argument("--seed", type=int, default=9001, help="the games' base seed (default 9001)")
+    p.add_argument("--parallel", type=int, default=2, help="game processes per level (default 2)")
+    p.add_argument("--lanes", type=int, default=0, help="lanes per process (default: one game a lane, at most 16)")
+    p.add_argument("--recipe", default="", help="the network and games of this recipe, not the checkpoint's")
+    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra environment for every game, e.g. W3D_TIME_LIMIT=6000 (repeatable)")
+    p.add_argument("--json", default="", help="also write the results to this file")
+    p.add_argument("--keep", action="store_true", help="keep the eval run's folder (logs of each game)")
+
+
+def run_eval(args, console) -> int:
+    try:
+        if args.games < 1 or args.parallel < 1 or args.lanes < 0:
+            raise EvalError(args.checkpoint, "--games and --parallel must be >= 1, --lanes >= 0")
+        env = {}
+        for kv in args.env:
+            if "=" not in kv:
+                raise EvalError(args.checkpoint, f"--env {kv!r}: expected KEY=VALUE")
+            k, v = kv.split("=", 1)
+            env[k] = v
+        path = resolve(args.checkpoint)
+        recipe, net, version = load_policy(path, args.recipe or None)
+        game = games.get(recipe.game)
+        levels = _levels(game, recipe, [x.strip() for x in args.levels.split(",") if x.strip()])
+        if not levels:
+            raise EvalError(path, f"the game {game.name!r} has no evaluation levels and its recipe no eval group")
+        data, levels = plan(recipe, levels, args.games, args.parallel, args.seed, env, args.lanes or None)
+    except EvalError as e:
+        console(f"w3async: error: eval {e}")
+        return 2
+    return _play(args, path, data, levels, net, version, console)
+
+
+def _play(args, path: Path, data: dict, levels: list[str], net, version: int, console) -> int:
+    from w3async.recipes import RecipeError, recipe_from_dict  # noqa: PLC0415
+    from w3async.runtime.preflight import preflight  # noqa: PLC0415
+    from w3async.runtime.supervisor import RunError, Supervisor  # noqa: PLC0415
+
+    run_dir = Path(tempfile.mkdtemp(prefix="w3async-eval-")) / "run"
+    try:
+        recipe = recipe_from_dict(data, f"{path} (eval)")
+        problems = preflight(recipe, run_dir, run_dir.parent)
+        if problems:
+            console(f"w3async: error: eval {path}:\n  " + "\n  ".join(problems))
+            return 2
+    except RecipeError as e:
+        console(f"w3async: error: eval {e}")
+        return 2
+    made: list[EvalAnswerer] = []
+
+    def answerer(control):
+        quota, level = _quotas(control, args.games, levels)
+        made.append(EvalAnswerer(control, net, version, quota, level))
+        return made[0]
+
+    try:
+        import uvloop  # noqa: PLC0415
+
+        runner = uvloop.run
+    except ImportError:
+        runner = asyncio.run
+    sup = Supervisor(recipe, run_dir, answerer=answerer)
+    try:
+        runner(sup.run())
+    except RunError as e:
+        console(f"w3async: eval {path} stopped: {e}")
+        return 1
+    finally:
+        if not args.keep:
+            shutil.rmtree(run_dir.parent, ignore_errors=True)
+    ans = made[0]
+    out = report(ans.results)
+    short = int(ans.quota.sum())
+    restarts = sum(sup.stats().get("restarts", {}).values())
+    console(f"w3async: eval {path} (policy version {version}), {args.games} games a level at seed {args.seed}"
+            + (f"; {short} games not played (the run stopped early)" if short else "")
+            + (f"; {restarts} game restarts (a restarted lane plays its first seeds again)" if restarts else "")
+            + (f"; run folder {run_dir}" if args.keep else ""))
+    print(f"{'level':<12} {'games':>5} {'win':>5} {'loss':>5} {'draw':>5} {'trunc':>5} {'win rate':>9}  95% interval")
+    for lvl, r in out.items():
+        print(f"{lvl:<12} {r['games']:>5} {r['wins']:>5} {r['losses']:>5} {r['draws']:>5} {r['truncated']:>5} "
+              f"{_pct(r['win_rate']):>9}  [{_pct(r['lo'])}, {_pct(r['hi'])}]")
+    if args.json:
+        atomic_write_text(args.json, json.dumps(dict(checkpoint=str(path), version=version, games=args.games,
+                                                     seed=args.seed, levels=out), indent=1) + "\n")
+    return 0 if not short and not sup.error else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
