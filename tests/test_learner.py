@@ -233,3 +233,122 @@ def test_collected_logp_and_value_equal_the_learners_before_any_step(gru):
         assert (np.abs(tb.state0).sum(1) > 0).any()
     np.testing.assert_allclose(ev.logp.numpy(), tb.logp.reshape(-1), atol=1e-4)
     np.testing.assert_allclose(ev.value.numpy(), tb.value.reshape(-1), atol=1e-4)
+
+
+# ---- PPO hygiene: KL limit, schedules, value-target normalisation, gradient norm ----------
+
+def on_policy_batch(net: Network, n_seq=16, seq_len=4, seed=0, reward_scale=1.0) -> TrajBatch:
+    """fake_batch with two choices a head, random actions and rewards, and the logp and
+    value the net itself gives them (ratio 1 before the first step, as when collected)."""
+    from w3async.learn.network import Obs
+
+    rng = np.random.default_rng(seed)
+    tb = fake_batch(n_seq=n_seq, seq_len=seq_len, seed=seed)
+    tb.mask[..., :2] = 1
+    tb.action[..., :3] = rng.integers(0, 2, (n_seq, seq_len, 3))
+    tb.reward[:] = rng.standard_normal((n_seq, seq_len)) * reward_scale
+    flat = lambda a: torch.as_tensor(a).reshape(n_seq * seq_len, *a.shape[2:])  # noqa: E731
+    obs = Obs(flat(tb.glob), flat(tb.ent), flat(tb.ent_type).long(), flat(tb.n_ent).long(), flat(tb.mask).bool())
+    net.eval()
+    with torch.no_grad():
+        ev = net.evaluate(obs, flat(tb.action).long(), state0=None, first=flat(tb.first), seq_len=seq_len)
+    tb.logp[:] = ev.logp.numpy().reshape(n_seq, seq_len)
+    tb.value[:] = ev.value.numpy().reshape(n_seq, seq_len)
+    return tb
+
+
+@pytest.mark.parametrize("lr, target_kl, stops", [(0.05, 0.01, True), (1e-7, 0.01, False), (0.05, None, False)])
+def test_the_kl_limit_stops_an_update_that_moves_too_far(lr, target_kl, stops):
+    torch.manual_seed(0)
+    net = Network(SPEC, NET)
+    tb = on_policy_batch(net)
+    cfg = LearnerConfig(lr=lr, target_kl=target_kl, minibatch_seqs=4, update_epochs=4, max_grad_norm=100.0)
+    st = Learner(net, cfg).run_update(tb)
+    assert st.minibatches_planned == 16 and st.kl_stopped is stops
+    if stops:
+        assert st.minibatches < 16 and st.approx_kl > 0  # the last one run was over the limit
+    else:
+        assert st.minibatches == 16
+
+
+def test_lr_and_entropy_schedules_at_given_updates():
+    cfg = LearnerConfig(lr=1e-3, lr_schedule="linear", lr_min=1e-4, ent_coef=0.01, ent_schedule="linear",
+                        ent_coef_min=0.002, schedule_updates=4, minibatch_seqs=8, update_epochs=1)
+    learner = Learner(Network(SPEC, NET), cfg)
+    assert learner.coefficients(0.0) == pytest.approx((1e-3, 0.01))
+    assert learner.coefficients(0.5) == pytest.approx((5.5e-4, 0.006))
+    assert learner.coefficients(1.0) == learner.coefficients(3.0) == pytest.approx((1e-4, 0.002))  # the floor
+    seen = []
+    for i in range(6):
+        st = learner.run_update(fake_batch(n_seq=8, seed=i))
+        seen.append((st.lr, st.ent_coef))
+        assert learner.opt.param_groups[0]["lr"] == st.lr
+    # update k (version k-1 before it) runs at frac (k-1)/4
+    assert [round(x, 7) for x, _ in seen] == [1e-3, 7.75e-4, 5.5e-4, 3.25e-4, 1e-4, 1e-4]
+    assert [round(e, 6) for _, e in seen] == [0.01, 0.008, 0.006, 0.004, 0.002, 0.002]
+    # without a horizon of its own, the run's progress (Training.schedule_progress)
+    run = Learner(Network(SPEC, NET), LearnerConfig(lr=1e-3, lr_schedule="linear", minibatch_seqs=8))
+    run.progress = lambda: 0.25
+    assert run.coefficients() == pytest.approx((7.5e-4, run.cfg.ent_coef))
+    const = Learner(Network(SPEC, NET), LearnerConfig(lr=1e-3))
+    const.progress = lambda: 0.9
+    assert const.coefficients() == (1e-3, const.cfg.ent_coef)  # the default keeps today's behaviour
+
+
+def test_schedule_config_checks():
+    with pytest.raises(ValueError, match="lr_schedule='cosine'.*lr_min=0.1 must be <= lr"):
+        LearnerConfig(lr_schedule="cosine", lr_min=0.1, lr=1e-3)
+    with pytest.raises(ValueError, match="target_kl=0"):
+        LearnerConfig(target_kl=0.0)
+
+
+def test_return_norm_merges_batches_like_one():
+    from w3async.learn.ppo import ReturnNorm
+
+    rng = np.random.default_rng(0)
+    parts = [torch.as_tensor(rng.normal(5.0, 3.0, n)) for n in (10, 200, 37)]
+    rn = ReturnNorm(eps=0.0 + 1e-12)
+    for p in parts:
+        rn.update(p)
+    allx = torch.cat(parts)
+    assert float(rn.mean) == pytest.approx(float(allx.mean()), rel=1e-6)
+    assert float(rn.std) == pytest.approx(float(allx.std(unbiased=False)), rel=1e-6)
+    x = torch.tensor([1.0, 7.0])
+    assert torch.allclose(rn.denormalize(rn.normalize(x)), x)
+
+
+def test_value_target_normalisation_keeps_the_value_loss_in_scale_and_resumes():
+    torch.manual_seed(0)
+    losses = {}
+    for norm in (False, True):
+        net = Network(SPEC, NET)
+        learner = Learner(net, LearnerConfig(norm_value=norm, minibatch_seqs=8, update_epochs=1))
+        st = learner.run_update(on_policy_batch(net, reward_scale=100.0))
+        losses[norm] = st.v_loss
+        if norm:
+            assert st.value_std > 10 and st.value_mean is not None
+            again = Learner(Network(SPEC, NET), LearnerConfig(norm_value=True))
+            again.load_state_dict(learner.state_dict())
+            assert float(again.ret_norm.mean) == st.value_mean and float(again.ret_norm.std) == st.value_std
+        else:
+            assert st.value_mean is None
+    assert losses[False] > 100 * losses[True], losses  # returns of ~100s against ~1s
+
+
+def test_grad_norm_is_reported_before_clipping():
+    torch.manual_seed(0)
+    net = Network(SPEC, NET)
+    st = Learner(net, LearnerConfig(max_grad_norm=1e-3, minibatch_seqs=8, update_epochs=1)).run_update(
+        on_policy_batch(net, reward_scale=10.0))
+    assert np.isfinite(st.grad_norm) and st.grad_norm > 1e-3  # the norm before the clip to 1e-3
+
+
+def test_a_linear_schedule_needs_a_horizon_in_the_recipe():
+    from w3async.recipes import RecipeError, recipe_from_dict
+
+    with pytest.raises(RecipeError, match="learner.ent_schedule = 'linear' needs a horizon"):
+        recipe_from_dict({"name": "x", "learner": {"ent_schedule": "linear"}})
+    r = recipe_from_dict({"name": "x", "learner": {"lr_schedule": "linear", "lr_min": 1e-5, "target_kl": 0.02},
+                          "stop": {"minutes": 45}})
+    assert r.learner.lr_schedule == "linear" and r.learner.target_kl == 0.02
+    assert recipe_from_dict({"name": "x"}).learner.target_kl is None  # the defaults: today's update

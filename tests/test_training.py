@@ -380,3 +380,22 @@ every_updates = 3
                         text=True, timeout=60)
     assert st.returncode == 0 and f"learner  {final} updates" in st.stdout, st.stdout + st.stderr
     assert f"episodes {end['counters']['episodes']:,} " in st.stdout, st.stdout
+
+
+async def test_learner_lines_carry_the_schedules_kl_limit_and_value_norm(tmp_path, null_native):
+    """The [learner] switches through the harness: the lr decays over stop.updates (the
+    run's progress), each update line says its lr, entropy coefficient, KL stop, gradient
+    norm and return statistics; a checkpoint keeps the run's seconds."""
+    data = learn_recipe(count=2, stop={"updates": 4, "seconds": 90},
+                        learner={"lr_schedule": "linear", "lr_min": 1e-4, "ent_schedule": "linear",
+                                 "target_kl": 0.05, "norm_value": True})
+    await run(data, tmp_path / "run")
+    ups = lines(tmp_path / "run" / "learner.jsonl", "update")
+    assert [u["update"] for u in ups] == [1, 2, 3, 4]
+    # update k runs at progress (k - 1) / 4: lr 3e-3 -> 1e-4
+    assert [u["lr"] for u in ups] == pytest.approx([3e-3 - (3e-3 - 1e-4) * k / 4 for k in range(4)])
+    assert ups[0]["ent_coef"] == pytest.approx(0.003) and ups[-1]["ent_coef"] < 0.003
+    for u in ups:
+        assert {"kl_stopped", "minibatches", "minibatches_planned", "grad_norm", "value_mean", "value_std"} <= set(u)
+        assert u["minibatches"] <= u["minibatches_planned"] and u["value_std"] > 0
+    assert load_latest(tmp_path / "run")["counters"]["seconds"] > 0

@@ -275,8 +275,14 @@ def _groups_text(r: Any) -> str:
 
 
 def check_ranges(r: Any, problems: list[str]) -> None:
-    """What no single field says: the table's rows, over every group, fit its 32-bit count."""
+    """What no single field says: the table's rows, over every group, fit its 32-bit count;
+    a linear learner schedule has a horizon."""
     n_rows = sum(g.count * g.lanes * g.sides for g in r.games)
     if n_rows > MAX_ROWS:
         problems.append(f"games: {n_rows} rows ({_groups_text(r)}): the table holds at most {MAX_ROWS} "
                         f"(lower games.count or games.lanes)")
+    lr = r.learner
+    linear = [k for k in ("lr_schedule", "ent_schedule") if getattr(lr, k, "constant") == "linear"]
+    if linear and not getattr(lr, "schedule_updates", 0) and not r.stop.updates and not r.stop_after_s:
+        problems.append(f"learner.{linear[0]} = 'linear' needs a horizon: set learner.schedule_updates, "
+                        f"stop.updates, stop.minutes or stop.seconds")

@@ -86,6 +86,27 @@ class LearnerConfig:
     learner the rest (seeds/000: niced games let the server and learner go first)."""
     seed: int = 0
     """Seeds the minibatch order."""
+    target_kl: float | None = None
+    """The KL limit of an update: once a minibatch's approx_kl exceeds it, the update's
+    remaining minibatches (this epoch's and the later epochs') are skipped (CleanRL's and
+    Stable-Baselines3's target_kl; None: no limit, every minibatch runs)."""
+    lr_schedule: str = "constant"
+    """"constant" (lr throughout) or "linear": lr decays linearly to lr_min over the
+    schedule's horizon (schedule_updates, else the run's stop limit) and stays there."""
+    lr_min: float = 0.0
+    """The floor of the linear lr schedule."""
+    ent_schedule: str = "constant"
+    """"constant" (ent_coef throughout) or "linear": ent_coef decays linearly to
+    ent_coef_min over the same horizon."""
+    ent_coef_min: float = 0.0
+    """The floor of the linear entropy schedule."""
+    schedule_updates: int = 0
+    """The schedules' horizon in updates; 0: the run's stop limit (stop.updates, else the
+    run's time over stop.minutes/seconds, counted across resumes: Training.progress)."""
+    norm_value: bool = False
+    """Value-target normalisation: the value head learns (R - mean) / std with a running
+    mean and std of the returns (ppo.ReturnNorm, kept in checkpoints); its outputs are
+    turned back into returns for GAE. False: the value head predicts returns as they are."""
 
     def __post_init__(self) -> None:
         errors = []
@@ -102,7 +123,16 @@ class LearnerConfig:
                 errors.append(f"{k}={getattr(self, k)} must be >= 1")
         if not 0 <= self.thread_nice <= 19:
             errors.append(f"thread_nice={self.thread_nice} must be in 0..19")
-        for k in ("clip_coef", "ent_coef", "vf_coef", "update_pause_ms"):
+        for k in ("lr_schedule", "ent_schedule"):
+            if getattr(self, k) not in ("constant", "linear"):
+                errors.append(f"{k}={getattr(self, k)!r} must be 'constant' or 'linear'")
+        if self.target_kl is not None and not self.target_kl > 0:
+            errors.append(f"target_kl={self.target_kl} must be > 0 (or unset: no limit)")
+        if self.lr_min > self.lr:
+            errors.append(f"lr_min={self.lr_min} must be <= lr={self.lr}")
+        if self.ent_coef_min > self.ent_coef:
+            errors.append(f"ent_coef_min={self.ent_coef_min} must be <= ent_coef={self.ent_coef}")
+        for k in ("clip_coef", "ent_coef", "vf_coef", "update_pause_ms", "lr_min", "ent_coef_min", "schedule_updates"):
             if getattr(self, k) < 0:
                 errors.append(f"{k}={getattr(self, k)} must be >= 0")
         if errors:
@@ -127,6 +157,13 @@ class UpdateStats:
     staleness_mean: float  # updates between the acting policy and this one, mean over steps
     staleness_max: int
     padding_mean: float  # padded entities per step in the minibatches
+    lr: float = 0.0  # the learning rate of this update (lr_schedule)
+    ent_coef: float = 0.0  # the entropy coefficient of this update (ent_schedule)
+    minibatches_planned: int = 0  # minibatches the update would run without the KL limit
+    kl_stopped: bool = False  # target_kl skipped the update's remaining minibatches
+    grad_norm: float = 0.0  # the gradients' global norm before clipping, mean over minibatches
+    value_mean: float | None = None  # norm_value: the running mean and std of the returns
+    value_std: float | None = None
 
 
 class NonFiniteLossError(RuntimeError):
@@ -167,6 +204,8 @@ class Learner:
         self._niced: set[int] = set()  # native ids of the threads thread_nice was applied to
         self._stream = None  # CUDA only: the learner's own stream
         self.steps_trained = 0
+        self.ret_norm = ppo.ReturnNorm()  # used when cfg.norm_value
+        self.progress: Callable[[], float] | None = None  # the run's progress 0..1 (Training sets it)
 
     def _nice_this_thread(self) -> None:
         tid = threading.get_native_id()
@@ -184,13 +223,33 @@ class Learner:
 
     def state_dict(self) -> dict:
         return {"net": self.net.state_dict(), "opt": self.opt.state_dict(), "version": self.version,
-                "steps_trained": self.steps_trained, "rng": self.rng.bit_generator.state}
+                "steps_trained": self.steps_trained, "rng": self.rng.bit_generator.state,
+                "ret_norm": self.ret_norm.state_dict()}
 
     def load_state_dict(self, sd: dict) -> None:
         self.net.load_state_dict(sd["net"])
         self.opt.load_state_dict(sd["opt"])
         self.version, self.steps_trained = int(sd["version"]), int(sd["steps_trained"])
         self.rng.bit_generator.state = sd["rng"]
+        if "ret_norm" in sd:  # checkpoints before 2026-12-01 have none: the fresh statistics
+            self.ret_norm.load_state_dict(sd["ret_norm"])
+
+    # -- schedules -----------------------------------------------------------------------
+
+    def schedule_frac(self) -> float:
+        """How far the schedules are, 0..1: version / schedule_updates, else the run's
+        progress (Training.progress), else 0."""
+        if self.cfg.schedule_updates:
+            return min(self.version / self.cfg.schedule_updates, 1.0)
+        return min(max(self.progress(), 0.0), 1.0) if self.progress is not None else 0.0
+
+    def coefficients(self, frac: float | None = None) -> tuple[float, float]:
+        """(lr, ent_coef) at schedule progress frac (default: now)."""
+        cfg = self.cfg
+        f = self.schedule_frac() if frac is None else frac
+        lr = ppo.linear_schedule(cfg.lr, cfg.lr_min, f) if cfg.lr_schedule == "linear" else cfg.lr
+        ent = ppo.linear_schedule(cfg.ent_coef, cfg.ent_coef_min, f) if cfg.ent_schedule == "linear" else cfg.ent_coef
+        return lr, ent
 
     # -- the update ----------------------------------------------------------------------
 
@@ -207,7 +266,8 @@ class Learner:
         def flat(t: torch.Tensor) -> torch.Tensor:
             return t.index_select(0, i).reshape(n, *t.shape[2:])
 
-        mb = Minibatch({k: flat(b[k]) for k in ("glob", "n_ent", "mask", "action", "logp", "value", "adv", "ret", "first")})
+        mb = Minibatch({k: flat(b[k]) for k in ("glob", "n_ent", "mask", "action", "logp", "v_old", "adv", "v_target",
+                                                 "first")})
         mb["ent"] = flat(b["ent"][:, :, :bucket])
         mb["ent_type"] = flat(b["ent_type"][:, :, :bucket])
         mb["state0"] = b["state0"].index_select(0, i) if "state0" in b else None
@@ -233,6 +293,7 @@ class Learner:
         cfg, net = self.cfg, self.net
         n_seq, seq_len = tb.shape
         before = (copy.deepcopy(net.state_dict()), copy.deepcopy(self.opt.state_dict()))
+        ret_norm_before = self.ret_norm.state_dict()
         b = {
             "glob": self._to(tb.glob), "ent": self._to(tb.ent), "ent_type": self._to(tb.ent_type).long(),
             "n_ent": self._to(tb.n_ent).long(), "mask": self._to(tb.mask).bool(), "action": self._to(tb.action).long(),
@@ -240,15 +301,26 @@ class Learner:
         }
         if tb.state0 is not None:
             b["state0"] = self._to(tb.state0)
+        lr, ent_coef = self.coefficients()
+        for group in self.opt.param_groups:
+            group["lr"] = lr
         with torch.no_grad():
+            value, next_value = b["value"], self._to(tb.next_value)
+            if cfg.norm_value:  # the value head's outputs are normalised returns: back to returns for GAE
+                value, next_value = self.ret_norm.denormalize(value), self.ret_norm.denormalize(next_value)
             b["adv"], b["ret"] = ppo.gae(
-                self._to(tb.reward), b["value"], self._to(tb.next_value), self._to(tb.done), self._to(tb.truncated),
+                self._to(tb.reward), value, next_value, self._to(tb.done), self._to(tb.truncated),
                 cfg.gamma, cfg.gae_lambda,
             )
+            if cfg.norm_value:
+                self.ret_norm.update(b["ret"])
+                b["v_target"], b["v_old"] = self.ret_norm.normalize(b["ret"]), self.ret_norm.normalize(value)
+            else:
+                b["v_target"], b["v_old"] = b["ret"], value
         plan = [mb for _ in range(cfg.update_epochs) for mb in minibatch_plan(tb.n_ent, cfg.minibatch_seqs, self.rng, cfg.entity_pad)]
-        sums = torch.zeros(5, device=self.device)  # pg, v, entropy, kl, clip_frac
+        planned = len(plan)
+        sums = torch.zeros(6, device=self.device)  # pg, v, entropy, kl, clip_frac, grad norm
         bad = torch.full((), len(plan), device=self.device)  # index of the first non-finite loss
-        padding = sum(bucket * len(idx) * seq_len for idx, bucket in plan)  # entity places the minibatches hold
         pause_s = 0.0
         net.train()
         nxt = self._minibatch(b, *plan[0])
@@ -260,16 +332,19 @@ class Learner:
             )
             adv = ppo.normalize_advantages(mb["adv"]) if cfg.norm_adv else mb["adv"]
             pg, kl, clip_frac = ppo.policy_loss(new.logp, mb["logp"], adv, cfg.clip_coef)
-            v = ppo.value_loss(new.value, mb["value"], mb["ret"], cfg.vf_clip)
+            v = ppo.value_loss(new.value, mb["v_old"], mb["v_target"], cfg.vf_clip)
             ent = ppo.entropy_bonus(new.entropy)
-            loss = ppo.total_loss(pg, v, ent, cfg.vf_coef, cfg.ent_coef)
+            loss = ppo.total_loss(pg, v, ent, cfg.vf_coef, ent_coef)
             self.opt.zero_grad(set_to_none=True)
             loss.backward()
-            nn.utils.clip_grad_norm_(net.parameters(), cfg.max_grad_norm)
+            grad_norm = nn.utils.clip_grad_norm_(net.parameters(), cfg.max_grad_norm)
             self.opt.step()
             with torch.no_grad():
-                sums += torch.stack([pg, v, ent, kl, clip_frac]).detach()
+                sums += torch.stack([pg, v, ent, kl, clip_frac, grad_norm.to(pg)]).detach()
                 bad = torch.where(torch.isfinite(loss) | (bad < k), bad, torch.full_like(bad, k))
+            if cfg.target_kl is not None and ppo.kl_exceeded(float(kl), cfg.target_kl):  # a host read: only with a limit
+                plan = plan[: k + 1]
+                break
             if k + 1 < len(plan):
                 nxt = self._minibatch(b, *plan[k + 1])  # made before the pause, as seeds/000 found best
                 if self.device.type == "cuda":
@@ -278,27 +353,35 @@ class Learner:
                 self.pause()
                 pause_s += time.perf_counter() - t_p
         net.eval()
+        bad = torch.clamp(bad, max=len(plan))  # the sentinel "none" is the number of minibatches that ran
+        padding = sum(bucket * len(idx) * seq_len for idx, bucket in plan)  # entity places the minibatches held
         with torch.no_grad():
-            y, res = b["ret"], b["ret"] - b["value"]
+            y, res = b["ret"], b["ret"] - value
             ev = 1.0 - res.var(unbiased=False) / y.var(unbiased=False).clamp_min(1e-8)
             out = torch.cat([sums / len(plan), ev[None], bad[None].float()]).cpu().numpy()  # the one host read
         if out[-1] < len(plan):
             net.load_state_dict(before[0])
             self.opt.load_state_dict(before[1])
             k = int(out[-1])
+            if cfg.norm_value:
+                self.ret_norm.load_state_dict(ret_norm_before)
             raise NonFiniteLossError(
-                f"update {self.version + 1}: the loss of minibatch {k} of {len(plan)} (epoch "
-                f"{k // max(len(plan) // cfg.update_epochs, 1)}) was not finite; the update was rolled back "
+                f"update {self.version + 1}: the loss of minibatch {k} of {planned} (epoch "
+                f"{k // max(planned // cfg.update_epochs, 1)}) was not finite; the update was rolled back "
                 f"(check the rewards and observations of the batch, or lower lr={cfg.lr})"
             )
         stale = self.version - tb.version.astype(np.int64)
         self.version += 1
         self.steps_trained += tb.reward.size
-        n_real = float(tb.n_ent.sum()) * cfg.update_epochs
+        n_real = float(tb.n_ent.sum()) * len(plan) / planned * cfg.update_epochs  # of the minibatches that ran
         return UpdateStats(
             version=self.version, steps=int(tb.reward.size), minibatches=len(plan),
             pg_loss=float(out[0]), v_loss=float(out[1]), entropy=float(out[2]), approx_kl=float(out[3]),
-            clip_frac=float(out[4]), explained_var=float(out[5]), update_s=time.perf_counter() - t_start,
-            pause_s=pause_s, staleness_mean=float(stale.mean()), staleness_max=int(stale.max()),
-            padding_mean=(padding - n_real) / (tb.reward.size * cfg.update_epochs),
+            clip_frac=float(out[4]), grad_norm=float(out[5]), explained_var=float(out[6]),
+            update_s=time.perf_counter() - t_start, pause_s=pause_s, staleness_mean=float(stale.mean()),
+            staleness_max=int(stale.max()),
+            padding_mean=(padding - n_real) / (tb.reward.size * cfg.update_epochs * len(plan) / planned),
+            lr=lr, ent_coef=ent_coef, minibatches_planned=planned, kl_stopped=len(plan) < planned,
+            value_mean=float(self.ret_norm.mean) if cfg.norm_value else None,
+            value_std=float(self.ret_norm.std) if cfg.norm_value else None,
         )

@@ -85,3 +85,57 @@ def entropy_bonus(entropy: Tensor) -> Tensor:
 def total_loss(pg: Tensor, v: Tensor, ent: Tensor, vf_coef: float, ent_coef: float) -> Tensor:
     """L = L_clip - c2 * S + c1 * L_vf (PPO paper eq. 9, signs for minimising)."""
     return pg - ent_coef * ent + vf_coef * v
+
+
+def linear_schedule(start: float, end: float, frac: float) -> float:
+    """start at frac 0, end at frac >= 1, linear between (CleanRL's `anneal_lr`, with a
+    floor `end` instead of 0)."""
+    f = min(max(frac, 0.0), 1.0)
+    return start + (end - start) * f
+
+
+def kl_exceeded(approx_kl: float, target_kl: float | None) -> bool:
+    """The KL limit of an update (CleanRL's `target_kl`; Stable-Baselines3 checks it per
+    minibatch as here): True when the policy moved further than target_kl from the one
+    that collected the batch, and the update's remaining minibatches are skipped."""
+    return target_kl is not None and approx_kl > target_kl
+
+
+class ReturnNorm:
+    """Running mean and variance of the value targets (the returns), for value-target
+    normalisation (Andrychowicz et al. 2021, arXiv:2006.05990, "value normalisation"):
+    the value head predicts (R - mean) / std; the learner turns its outputs back into
+    returns for GAE. Batches merge with Chan et al.'s parallel variance formula.
+    Tensors of shape () so that the learner's state_dict carries them."""
+
+    def __init__(self, eps: float = 1e-4):
+        self.mean = torch.zeros((), dtype=torch.float64)
+        self.var = torch.ones((), dtype=torch.float64)
+        self.count = torch.full((), eps, dtype=torch.float64)
+
+    @property
+    def std(self) -> Tensor:
+        return self.var.clamp_min(1e-8).sqrt()
+
+    def update(self, x: Tensor) -> None:
+        x = x.detach().double().flatten().cpu()
+        n = x.numel()
+        if n == 0:
+            return
+        b_mean, b_var = x.mean(), x.var(unbiased=False)
+        delta, total = b_mean - self.mean, self.count + n
+        self.mean = self.mean + delta * n / total
+        self.var = (self.var * self.count + b_var * n + delta ** 2 * self.count * n / total) / total
+        self.count = total
+
+    def normalize(self, x: Tensor) -> Tensor:
+        return (x - self.mean.to(x)) / self.std.to(x)
+
+    def denormalize(self, x: Tensor) -> Tensor:
+        return x * self.std.to(x) + self.mean.to(x)
+
+    def state_dict(self) -> dict:
+        return {"mean": self.mean, "var": self.var, "count": self.count}
+
+    def load_state_dict(self, sd: dict) -> None:
+        self.mean, self.var, self.count = (sd[k].double().clone() for k in ("mean", "var", "count"))

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -95,6 +96,9 @@ class Training:
         self.learner = Learner(Network(control.spec, r.network), r.learner, device=r.inference.device,
                                pause=self.learning.pause)
         self.learner.net.load_state_dict(self.engine.nets[0].state_dict())
+        self.learner.progress = self.schedule_progress  # the lr and entropy schedules' horizon
+        self._seconds0 = 0.0  # the run's training seconds before this process (a checkpoint's)
+        self._t0 = time.monotonic()
         self.league = League(self.run_dir, r.league)
         self.opponents = OpponentNets(n_nets - 1, self.engine.load_net)
         # per table row
@@ -144,6 +148,7 @@ class Training:
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
+        self._t0 = time.monotonic()
         self.engine.start()
         self.engine.publish(self.learner.net.state_dict(), self.learner.version)
         self.learning.start(loop)
@@ -157,6 +162,8 @@ class Training:
             self.learning.updates_done = self.learner.version
             self.last_checkpoint = ckpt["path"]
             self._saved = (self.learner.version, self.counts.agent_steps, self.episodes)
+            seconds = ckpt["counters"].get("seconds", 0.0)
+            self._seconds0 = float(seconds) if isinstance(seconds, (int, float)) else 0.0
         return ckpt
 
     def _log_resume(self, ckpt: dict | None, cut: dict[str, int]) -> None:
@@ -209,7 +216,23 @@ class Training:
 
     def counters(self) -> dict:
         return dict(agent_steps=self.counts.agent_steps, episodes=self.episodes, updates=self.learner.version,
-                    eval_totals={k: dict(v) for k, v in self.tally.totals.items()})
+                    eval_totals={k: dict(v) for k, v in self.tally.totals.items()},
+                    seconds=round(self.run_seconds(), 3))
+
+    def run_seconds(self) -> float:
+        """Seconds the run has trained, its resumed parts included."""
+        return self._seconds0 + time.monotonic() - self._t0
+
+    def schedule_progress(self) -> float:
+        """The schedules' progress (learner.lr_schedule, ent_schedule) when they have no
+        horizon of their own: updates over stop.updates, else the run's seconds (across
+        resumes) over its time limit, else 0 (a recipe check refuses a linear schedule
+        without a horizon)."""
+        stop = self.recipe.stop
+        if stop.updates:
+            return self.learner.version / stop.updates
+        limit = self.recipe.stop_after_s
+        return self.run_seconds() / limit if limit else 0.0
 
     def checkpoint(self) -> Path:
         """Write a checkpoint: the learner, the league, and the counters with the size of
