@@ -63,6 +63,11 @@ int du_mkdirs(const char *path)
     return du_mkdir(buf) != 0 && errno != EEXIST ? -1 : 0;
 }
 
+/* W3D_DRAW_REWARD: each side's reward for a draw (default 0), set by du_config. A file
+ * static, not a du_cfg field, so that du_side_reward's callers (the adapter too) need
+ * no change. */
+static float du_draw_reward = 0.0f;
+
 int du_config(du_cfg *c, char *err, size_t errlen)
 {
     memset(c, 0, sizeof(*c));
@@ -101,6 +106,17 @@ int du_config(du_cfg *c, char *err, size_t errlen)
         fprintf(stderr, "duel: mkdir(%s) failed: %s (replays will not be written)\n", c->record_dir, strerror(errno));
     const char *share = getenv("W3D_RECORD_SHARE");
     c->record_share = share && *share ? strtod(share, NULL) : 1.0;
+    const char *draw = getenv("W3D_DRAW_REWARD");
+    du_draw_reward = 0.0f;
+    if (draw && *draw) {
+        char *end;
+        double d = strtod(draw, &end);
+        if (*end || !(d >= -1.0 && d <= 1.0)) {
+            snprintf(err, errlen, "duel: W3D_DRAW_REWARD=%s: must be a number in -1..1", draw);
+            return -1;
+        }
+        du_draw_reward = (float)d;
+    }
     return 0;
 }
 
@@ -160,6 +176,8 @@ float du_side_reward(const du_lane *l, int32_t prev[4], int s, int shaped)
     float r = 0.0f;
     if (l->winner >= 0 && l->winner < 2)
         r = l->winner == s ? 1.0f : -1.0f;
+    else if (l->winner == 2)
+        r = du_draw_reward;
     if (shaped) {
         const du_side *sd = &l->side[s];
         r += 0.0005f * (float)((sd->dmg_dealt - prev[0]) - (sd->dmg_taken - prev[1]));

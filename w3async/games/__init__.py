@@ -4,6 +4,7 @@
     g = games.get("duel")          # a Game; an unknown name lists the known ones
     g.spec                          # GameSpec: type ids, action heads (the network sizes itself)
     g.opponent_of(group.env)        # "ai:easy", "self", ...: the label of a group's second side
+    g.result_of(reward, group.env)  # an ended episode's "win", "loss" or "draw"
     g.eval_levels                   # the evaluation opponents' labels, in the plots' order
     g.eval_env(env, level, seed)    # a group's env made to play that level at fixed seeds
     g.replay_dir, g.replay_view     # where a run's replays are, the dashboard viewer's JSON of one
@@ -28,6 +29,11 @@ from pathlib import Path
 from typing import Callable
 
 from w3async.games.spec import GameSpec
+
+
+def sign_result(reward: float, env: dict) -> str:
+    """An episode's result from its last reward's sign: win, loss, or draw for 0."""
+    return "win" if reward > 0 else "loss" if reward < 0 else "draw"
 
 
 def no_opponent(env: dict) -> str:
@@ -56,6 +62,9 @@ class Game:
     replay_view: Callable[[Path], dict | None] | None = None
     """A replay file -> the viewer's JSON (w3async.observe.replay_view), or None when the
     file is not this game's. Raises ValueError/OSError for a file of this game that is broken."""
+    result_of: Callable[[float, dict], str] = sign_result
+    """(the last reward of an episode that ended, the group's environment) -> "win",
+    "loss" or "draw": how episodes.jsonl and the evaluation tallies read an outcome."""
     eval_env: Callable[[dict, str, int], dict] | None = None
     """(a group's environment, an evaluation level, a base seed) -> the environment of a
     group that plays that level at fixed seeds (`python -m w3async eval`); None: the game

@@ -80,6 +80,16 @@ def resolve(arg: str | Path) -> Path:
     raise EvalError(p, f"a folder with no checkpoint ({CKPT_DIR}/{BEST_PT} or {CKPT_DIR}/{POINTER})")
 
 
+def _no_nones(d):
+    """A saved recipe as TOML would have it: a None (a key left at its default of None,
+    e.g. learner.target_kl) is a key not written, which loads as that default."""
+    if isinstance(d, dict):
+        return {k: _no_nones(v) for k, v in d.items() if v is not None}
+    if isinstance(d, list):
+        return [_no_nones(v) for v in d]
+    return d
+
+
 def load_policy(path: Path, recipe_path: str | None = None):
     """(the recipe, the network with the checkpoint's weights, its policy version)."""
     import torch  # noqa: PLC0415
@@ -96,7 +106,7 @@ def load_policy(path: Path, recipe_path: str | None = None):
         if recipe_path:
             recipe = load_recipe(resolve_recipe_path(recipe_path))
         else:
-            saved = {k: v for k, v in (ckpt.get("recipe") or {}).items() if k != "path"}
+            saved = _no_nones({k: v for k, v in (ckpt.get("recipe") or {}).items() if k != "path"})
             if not saved:
                 raise EvalError(path, "the checkpoint holds no recipe: name one with --recipe")
             recipe = recipe_from_dict(saved, f"{path} (its recipe)")
@@ -184,6 +194,10 @@ class EvalAnswerer:
         self.quota = quota  # per table row: episodes still to count
         self.level = level_of_row
         self.results: dict[str, list[str]] = {lv: [] for lv in dict.fromkeys(level_of_row)}
+        game = games.get(r.game)
+        self.result_of = [None] * control.n_rows  # per row: the game's reading of an outcome, its group's env
+        for s in control.games:
+            self.result_of[s.row0:s.row0 + s.nrows] = [lambda rw, env=s.group.env: game.result_of(rw, env)] * s.nrows
         self._epoch = np.zeros(control.n_rows, np.int64)
         self._loop = None
 
@@ -200,8 +214,7 @@ class EvalAnswerer:
             row = int(rows[k])
             if self.quota[row] > 0:
                 self.quota[row] -= 1
-                r = float(b.reward[k])
-                res = "win" if r > 0 else "loss" if r < 0 else "draw"
+                res = self.result_of[row](float(b.reward[k]))
                 if b.flags[k] & layout.FLAG_TRUNCATED and not b.flags[k] & layout.FLAG_DONE:
                     res = "truncated"
                 self.results[self.level[row]].append(res)

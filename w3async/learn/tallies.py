@@ -40,11 +40,13 @@ class EpisodeTally:
         self.row_return[rows[first]] = 0.0
         self.row_return[rows] += b.reward[:n]
 
-    def finish(self, row: int, b: Batch, k: int, label: str, game: int, is_eval: bool, version: int) -> None:
+    def finish(self, row: int, b: Batch, k: int, label: str, game: int, is_eval: bool, version: int,
+               result_of=None) -> None:
         """Row `row` (batch index k) ended an episode against `label`: its line, and for
-        an evaluation row its result in the tallies."""
+        an evaluation row its result in the tallies. result_of(reward) reads the outcome
+        (the game's Game.result_of with its group's environment; default: the sign)."""
         r = float(b.reward[k])
-        result = "win" if r > 0 else "loss" if r < 0 else "draw"
+        result = result_of(r) if result_of is not None else "win" if r > 0 else "loss" if r < 0 else "draw"
         if b.flags[k] & layout.FLAG_TRUNCATED and not b.flags[k] & layout.FLAG_DONE:
             result = "truncated"
         self.count += 1

@@ -33,6 +33,7 @@ learner_thread.py, the engine, trajectories, learner and league in their own mod
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import time
 from dataclasses import replace
@@ -117,6 +118,9 @@ class Training:
                 self.row_league[rows[1::2]] = True
         self.tally = EpisodeTally(n_rows, r.evaluation.window)
         game = games.get(r.game)
+        # each slot's reading of an episode's outcome (its group's env: the duel's W3D_DRAW_REWARD)
+        self.slot_result = {s.index: functools.partial(game.result_of, env=s.group.env)
+                            for s in control.games}
         eval_labels = {self.row_label[s.row0] for s in control.games if s.group.role == "eval"}
         levels = [lv for lv in game.eval_levels if lv in eval_labels] + sorted(eval_labels - set(game.eval_levels))
         self.best = BestKeeper(self.run_dir, levels, r.evaluation.window)  # best.pt by evaluation (best.py)
@@ -314,8 +318,9 @@ class Training:
         fut.add_done_callback(lambda f: loop.call_soon_threadsafe(self._answered, f, rows, epochs))
         self.tally.add_rewards(b, rows)
         for row, k, label in ended:
-            self.tally.finish(row, b, k, label, int(self.row_game[row]), bool(self.row_role[row] == EVAL),
-                              int(self.learner.version))
+            slot = int(self.row_game[row])
+            self.tally.finish(row, b, k, label, slot, bool(self.row_role[row] == EVAL), int(self.learner.version),
+                              self.slot_result.get(slot))
         train = (self.row_role[rows] == TRAIN) & (self.row_net[rows] == 0)
         self.traj.record_obs(b, train)
 

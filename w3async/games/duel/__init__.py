@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from w3async.games import Game
+from w3async.games import Game, sign_result
 from w3async.games.duel.spec import DUEL_SPEC
 
 AI_LEVELS = ("ai:easy", "ai:normal", "ai:hard")
@@ -24,10 +24,25 @@ def opponent_of(env: dict) -> str:
     return sides[1] if len(sides) > 1 and sides[1] != "agent" else "self"
 
 
+def result_of(reward: float, env: dict) -> str:
+    """The last reward's outcome. With W3D_DRAW_REWARD set (a draw scored d for both
+    sides): the nearest of +1 win, -1 loss and d draw, so shaped rewards' last-step
+    increments do not change it while they stay under half the gap (d = -0.5 or 0.5
+    leaves 0.25 each way); d = -1 makes a draw a loss here too. Without it: the sign."""
+    d = env.get("W3D_DRAW_REWARD", "").strip()
+    if not d:
+        return sign_result(reward, env)
+    try:
+        draw = float(d)
+    except ValueError:  # the game refuses it at its start: nothing ends
+        return sign_result(reward, env)
+    return min((("win", 1.0), ("loss", -1.0), ("draw", draw)), key=lambda x: abs(reward - x[1]))[0]
+
+
 def eval_env(env: dict, level: str, seed: int) -> dict:
     """A group's environment made to play `level` ("ai:hard") at fixed seeds: win/loss
-    rewards, W3D_SEED set, no replays recorded; the rest (W3D_TIME_LIMIT, W3D_MAP, ...) kept."""
-    out = {k: v for k, v in env.items() if not k.startswith("W3D_RECORD_")}
+    rewards (a draw 0), W3D_SEED set, no replays recorded; the rest (W3D_TIME_LIMIT, W3D_MAP, ...) kept."""
+    out = {k: v for k, v in env.items() if not k.startswith("W3D_RECORD_") and k != "W3D_DRAW_REWARD"}
     out.update(W3D_SIDES=f"agent,{level}", W3D_REWARD="win", W3D_SEED=str(seed))
     return out
 
@@ -39,4 +54,4 @@ def replay_view(path: Path) -> dict | None:
 
 
 GAME = Game(name="duel", spec=DUEL_SPEC, opponent_of=opponent_of, eval_levels=AI_LEVELS, replay_dir=REPLAY_DIR,
-            replay_suffixes=(".w3dr", ".json"), replay_view=replay_view, eval_env=eval_env, parity="w3async.games.duel.parity")
+            replay_suffixes=(".w3dr", ".json"), replay_view=replay_view, result_of=result_of, eval_env=eval_env, parity="w3async.games.duel.parity")
