@@ -308,13 +308,13 @@ def verify(r: dict) -> dict:
             if not hit or hit[0]["cause"] != "crash" or hit[0]["returncode"] != -signal.SIGKILL:
                 problems.append(f"SIGKILL of slot {f['slot']}'s {f['kind']} (pid {f['pid']}) not logged as a crash: {hit}")
         elif f["kind"] in ("launcher", "game"):  # the slot's process is the launcher: it exits with its game
-            # Measured (2026-12-01, Wine 8): the launcher mostly exits 0 (recycle) when its
-            # game is SIGKILLed, but sometimes never returns from its wait: the hang watch
-            # then ends it (game_kill, hang). Either is an end of the start, recorded.
+            # A game SIGKILLed under its launcher: the launcher exits 71 (no clean-exit mark
+            # from the hook), or the hang watch finds the game gone behind a launcher that
+            # missed it (game_kill); either way a crash, never a recycle.
             hit = [e for e in ev if e["event"] in ("game_exit", "game_kill") and e.get("pid") == f["slot_pid"]]
-            if not hit:
+            if not hit or hit[0]["cause"] != "crash":
                 problems.append(f"SIGKILL of slot {f['slot']}'s {f['kind']} (pid {f['pid']}): its launcher "
-                                f"(pid {f['slot_pid']}) has no game_exit or game_kill")
+                                f"(pid {f['slot_pid']}) did not end as a crash: {hit}")
         else:
             hit = [e for e in ev if e["event"] == "game_kill" and e.get("pid") == f["pid"]]
             if not hit or hit[0]["cause"] != "hang":
