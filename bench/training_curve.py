@@ -6,6 +6,11 @@ on) and prints a markdown table of the win rate against each level over the last
 small SVG (no plotting library needed).
 
     python bench/training_curve.py runs/fgself-main --svg docs/fgself-curve.svg
+
+After the table, issue 12's figures of a run (`checks`): per level the win rate over the
+last 100 evaluation games; for easy the minute the last 50 first reached 85% and the
+lowest last-50 rate after it; the share of self-play games (current policy or a league
+snapshot as the opponent) that ended in a draw over the run's last 10 minutes.
 """
 
 from __future__ import annotations
@@ -37,6 +42,39 @@ def load(run: Path) -> tuple[float, dict[str, list[tuple[float, float]]]]:
         if e.get("event") == "episode" and e.get("eval") and e.get("result") != "truncated":
             out.setdefault(e["opponent"], []).append(((ts(e) - start) / 60, 1.0 if e["result"] == "win" else 0.0))
     return start, out
+
+
+def selfplay_results(run: Path, start: float) -> list[tuple[float, str]]:
+    """(minutes, result) of the self-play episodes: opponent self or league:<version>."""
+    out = []
+    for line in (run / "episodes.jsonl").read_text().splitlines():
+        e = json.loads(line)
+        if e.get("event") == "episode" and not e.get("eval") and (e.get("opponent") == "self"
+                                                                  or str(e.get("opponent", "")).startswith("league:")):
+            out.append(((ts(e) - start) / 60, e["result"]))
+    return out
+
+
+def checks(eps: dict[str, list[tuple[float, float]]], selfplay: list[tuple[float, str]], t_max: float) -> dict:
+    """Issue 12's figures (see the module docstring)."""
+    out: dict = {"last_100": {lv: curve(pts, 100, t_max) for lv, pts in sorted(eps.items())}}
+    easy = eps.get("ai:easy", [])
+    reached = None
+    lowest = None
+    for i in range(len(easy)):
+        window = [w for _, w in easy[max(0, i - 49): i + 1]]
+        if len(window) < 50:
+            continue
+        rate = sum(window) / 50
+        if reached is None and rate >= 0.85:
+            reached = easy[i][0]
+        elif reached is not None:
+            lowest = rate if lowest is None else min(lowest, rate)
+    out["easy_first_85"] = reached
+    out["easy_lowest_after"] = lowest
+    late = [r for m, r in selfplay if m >= t_max - 10]
+    out["selfplay_draws_last_10_min"] = (sum(r == "draw" for r in late) / len(late) if late else None, len(late))
+    return out
 
 
 def curve(points: list[tuple[float, float]], window: int, t: float) -> tuple[float | None, int]:
@@ -95,6 +133,14 @@ def main() -> int:
         if t >= t_max:
             break
         t = min(t + a.every, t_max)
+    start, _ = load(a.run)
+    c = checks(eps, selfplay_results(a.run, start), t_max)
+    pct = lambda x: "-" if x is None else f"{x:.0%}"  # noqa: E731
+    print("\nchecks: " + "; ".join(f"{lv} last 100 {pct(r)} ({n})" for lv, (r, n) in c["last_100"].items()))
+    first = c["easy_first_85"]
+    print(f"easy: last 50 first at 85% at minute {'-' if first is None else round(first, 1)}, "
+          f"lowest after {pct(c['easy_lowest_after'])}; self-play draws over the last 10 minutes "
+          f"{pct(c['selfplay_draws_last_10_min'][0])} of {c['selfplay_draws_last_10_min'][1]}")
     if a.svg:
         series = {lv: [(m, curve(eps[lv], a.window, m)[0]) for m, _ in eps[lv] if curve(eps[lv], a.window, m)[1] >= 10]
                   for lv in levels}
