@@ -504,6 +504,9 @@ static void *host_find_address(const char *name)
 
 static uint64_t host_game_time_ms(void) { return hk_clock_now() / 10000; }
 
+static volatile int g_finish; /* host->finish was called: exit 0 after this step */
+static void host_finish(void) { g_finish = 1; }
+
 static void *adapter_fn(const char *name, int required)
 {
     void *f = (void *)r_GetProcAddress(g_adapter, name);
@@ -531,7 +534,7 @@ static void attach(void)
     long row0 = 0;
     w3s_env_int("W3S_ROW0", 0, &row0, err, sizeof(err));
     g_host = (w3h_host){W3H_ABI, w3s_nrows(g_conn), (uint32_t)row0, hk_config.step_ms, GetModuleHandleW(NULL),
-                        host_find_export, host_find_address, host_log, host_fail, host_game_time_ms};
+                        host_find_export, host_find_address, host_log, host_fail, host_game_time_ms, host_finish};
     err[0] = 0;
     g_in_adapter = "w3a_attach";
     rc = g_ad.attach(&g_host, err, sizeof(err));
@@ -586,6 +589,8 @@ void hk_step(void)
                 g_ad.episode_end(i);
         g_in_adapter = NULL;
         g_steps++;
+        if (g_finish)
+            stop(W3S_EXIT_OK, NULL);
     }
     hk_clock_advance(hk_config.step_ms);
 }

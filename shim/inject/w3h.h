@@ -66,6 +66,10 @@ typedef struct w3h_host {
     void (*fail)(const char *fmt, ...);
     /* Game time in milliseconds since the hook attached (the virtual clock). */
     uint64_t (*game_time_ms)(void);
+    /* The game exits 0 after this step (w3a_detach called first): an episode quota, so
+     * that the supervisor recycles the process (its restart rules: a healthy recycle is
+     * not counted). */
+    void (*finish)(void);
 } w3h_host;
 
 /* 0 on success; nonzero with err filled (name the export, the address or the setting

@@ -77,3 +77,17 @@ async def test_a_replay_of_the_injected_game_plays_back_identically_in_the_linke
     broken = subprocess.run(cli + [str(replays[0]), "--env", "W3D_CUTS=0,128", "--env", "W3D_BREAK_STEP=9"],
                             capture_output=True, text=True, cwd=REPO, timeout=600)
     assert broken.returncode != 0 and "first at step 9" in broken.stdout, broken.stdout + broken.stderr
+
+
+async def test_an_episode_quota_recycles_the_injected_game(tmp_path, injected):
+    """W3D_EPISODES=2: the adapter calls host->finish() after its second episode, the game
+    exits 0 after that step, and the supervisor recycles it (uncounted)."""
+    data = duel_recipe([duel_group(2, 200, env={"W3D_EPISODES": "2"})],
+                       supervisor={"min_uptime_s": 0}, stop={"seconds": 12})
+    sup, stats = await run_recipe(data, tmp_path / "run")
+    run = tmp_path / "run"
+    for g in stats["games"].values():
+        assert g["causes"].get("recycle", 0) >= 2 and set(g["causes"]) == {"recycle"}, stats["games"]
+    exits = [e for e in events(run) if e["event"] == "game_exit"]
+    assert exits and all(e["returncode"] == 0 for e in exits)
+    assert_nothing_left(sup, run)

@@ -43,6 +43,7 @@ static struct {
     uint32_t decode_disc[2]; /* parts du_decode refused since the last post */
     du_rec rec;
     int recording;
+    uint64_t finished; /* episodes ended in this process (W3D_EPISODES) */
 } du_ad;
 
 static const char *du_ad_side_name(const du_ctl *c, int game, char *buf, int n)
@@ -205,6 +206,10 @@ W3A_EXPORT void w3a_episode_end(uint32_t i)
     if (du_ad.recording && du_rec_close(&du_ad.rec, &du_ad.w->lane, err, sizeof(err)))
         du_ad.host->log("%s", err);
     du_ad.recording = 0;
+    if (du_ad.cfg.episodes > 0 && ++du_ad.finished >= (uint64_t)du_ad.cfg.episodes) {
+        du_ad.host->finish(); /* W3D_EPISODES: exit 0 after this step, as agent mode does */
+        return;
+    }
     du_ad.rematch();
 }
 

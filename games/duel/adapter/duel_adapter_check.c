@@ -103,6 +103,8 @@ static void ck_fail(const char *fmt, ...)
 }
 
 static uint64_t ck_game_time_ms(void) { return ck.ms; }
+/* The check never sets W3D_EPISODES: an adapter that finishes is wrong here. */
+static void ck_finish(void) { ck_fail("the adapter called finish (W3D_EPISODES is not set in the check)"); }
 
 /* The reference: the linked duel's lane for the game's setup, as du_agent_main starts it. */
 static void ck_ref_start(void)
@@ -222,7 +224,7 @@ int main(int argc, char **argv)
     }
     uint32_t nrows = (c.ctl[0].kind == DU_CTL_AGENT) + (c.ctl[1].kind == DU_CTL_AGENT);
     w3h_host h = {W3H_ABI, nrows, 0, ck.step_ms, NULL, ck_find_export, ck_find_address, ck_log, ck_fail,
-                  ck_game_time_ms};
+                  ck_game_time_ms, ck_finish};
     ck.host = h;
     argv[5] = "duel_rt";
     int rc = duel_rt_main(argc - 5, argv + 5);
