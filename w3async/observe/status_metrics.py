@@ -68,6 +68,10 @@ class StatusCollector:
         yield _m("episodes_total", "counter", "finished episodes", [({}, st["episodes"]["total"])])
         yield _m("checkpoint_age_seconds", "gauge", "seconds since the latest checkpoint",
                  [({}, ck["age_s"] if ck else None)])
+        best = st.get("best")
+        yield _m("best_score", "gauge", "best.pt's score: mean over levels of the win rate over each level's window",
+                 [({}, best["score"] if best else None)])
+        yield _m("best_update", "gauge", "the update best.pt was taken at", [({}, best["updates"] if best else None)])
 
 
 def _m(name: str, kind: str, help_: str, samples: list[tuple[dict, object]]) -> Metric:
