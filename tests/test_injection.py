@@ -98,20 +98,30 @@ async def test_a_game_that_exits_by_itself_is_a_recycle_not_a_kill(tmp_path, pro
     assert_nothing_left(sup, tmp_path / "run")
 
 
-async def test_background_threads_sleep_in_game_time(tmp_path, probe):
-    """Two threads of the probe sleep 5 ms at a time: parked on the clock while the game
-    waits for its orders, each wakes once a step (game time jumps a step at a time),
-    never in wall time, and the game neither deadlocks nor spins."""
-    data = null_recipe([probe_group(probe, args=["--print", "150", "--threads", "2"], step_ms=20)],
+async def test_background_threads_sleep_and_wait_in_game_time(tmp_path, probe):
+    """Two threads of the probe sleep 5 ms at a time, two wait 5 ms at a time on an event
+    nobody sets: parked on the clock while the game waits for its orders, each wakes once
+    a step (game time jumps a step at a time), never in wall time, and the game neither
+    deadlocks nor spins. The answers come at most every 20 ms of wall time: a wait that
+    polled (every 5 ms) instead of parking would wake 4 times a step, parked it wakes once."""
+    data = null_recipe([probe_group(probe, args=["--print", "150", "--threads", "2", "--waiters", "2"], step_ms=20)],
                        supervisor={"start_timeout_s": 120, "round_period_ms": 20}, stop={"steps": 200})
     sup, stats = await run_recipe(data, tmp_path / "run")
     log = game_logs(tmp_path / "run")[0]
-    rows = [tuple(map(int, m)) for m in re.findall(r"pass (\d+) qpc -?\d+ tick \d+ frames \d+ background (\d+)", log)]
+    pattern = r"pass (\d+) qpc -?\d+ tick \d+ frames \d+ background (\d+) waited (\d+)"
+    rows = [tuple(map(int, m)) for m in re.findall(pattern, log)]
     assert len(rows) >= 100 and stats["restarts"] == {}, log[-500:]
-    (k0, bg0), (k1, bg1) = rows[5], rows[-1]
-    # each of the two threads wakes once a step (+-2 for where each was when a row printed)
+    (k0, bg0, w0), (k1, bg1, w1) = rows[5], rows[-1]
+    # each of the two sleepers and the two waiters wakes once a step (+-2 for where each was
+    # when a row printed)
     assert abs((bg1 - bg0) - 2 * (k1 - k0)) <= 4, (rows[5], rows[-1])
-    assert bg0 < 1000, rows[:6]  # nothing spun at the start either
+    assert abs((w1 - w0) - 2 * (k1 - k0)) <= 4, (rows[5], rows[-1])
+    assert bg0 < 1000 and w0 < 1000, rows[:6]  # nothing spun at the start either
+    # the hook's own count at the stop: the waiters woke about once a step each, parked
+    m = re.search(r"w3hook: (\d+) steps; other threads' timed waits woke (\d+) times parked, (\d+) times polling", log)
+    assert m, log[-400:]
+    steps, wakes, polls = map(int, m.groups())
+    assert polls == 0 and wakes <= 2 * 2 * steps + 10, m.group(0)  # polling every 5 ms would be ~4 a step each
     assert_nothing_left(sup, tmp_path / "run")
 
 

@@ -12,9 +12,11 @@
  *   return at once, timed out, unless the call is the step point itself: then it
  *   makes steps until its timeout is covered (at least one);
  * - every other thread: a Sleep parks on a condition variable until game time
- *   reaches its end (no polling); a timed wait on handles polls them every
- *   park_slice_ms of wall time until they are signalled or game time reaches its
- *   timeout (seeds/000 measured the polls' wineserver cost: a known limit).
+ *   reaches its end; a timed wait on handles parks on its handles and a semaphore
+ *   the steps release, until the handles are signalled or game time reaches its
+ *   timeout (no polling: seeds/000 measured the polls' wineserver cost). What cannot
+ *   take one more handle (a wait for all, 63 handles, a condition variable, an
+ *   alertable sleep) polls every park_slice_ms of wall time instead.
  * Before the first step (the game's start-up) sleeps and timed waits that are not the
  * step point run in wall time: the game's clock reads its start until then.
  */
@@ -30,6 +32,13 @@ static volatile LONG g_step_tid;
 static volatile LONG g_stepped; /* 0 until the first step */
 static SRWLOCK g_park_lock = SRWLOCK_INIT;
 static CONDITION_VARIABLE g_park_cv = CONDITION_VARIABLE_INIT;
+/* Timed waits on handles park on this semaphore beside their handles: every step
+ * releases one count per parked wait (a count left over wakes a later wait once, which
+ * looks at the clock and waits again). */
+static HANDLE g_tick;
+static volatile LONG g_parked;
+static volatile LONG64 g_park_wakes, g_polls; /* what the waits cost: hk_clock_stats */
+#define HK_WAIT_TICK 0xFFFF0001u
 
 #define TICKS_PER_MS 10000ULL
 
@@ -57,6 +66,7 @@ static BOOL(WINAPI *r_SleepConditionVariableSRW)(CONDITION_VARIABLE *, SRWLOCK *
 
 void hk_clock_init(void)
 {
+    g_tick = CreateSemaphoreW(NULL, 0, 0x7fffffff, NULL);
     /* The real functions are the hook's own imports: its import table is never patched. */
     r_QueryPerformanceCounter = QueryPerformanceCounter;
     r_QueryPerformanceFrequency = QueryPerformanceFrequency;
@@ -100,11 +110,20 @@ void hk_clock_advance(uint32_t ms)
     InterlockedExchangeAdd64(&g_ticks, (LONG64)(ms * TICKS_PER_MS));
     ReleaseSRWLockExclusive(&g_park_lock);
     WakeAllConditionVariable(&g_park_cv);
+    LONG parked = g_parked;
+    if (parked > 0 && g_tick)
+        ReleaseSemaphore(g_tick, parked, NULL);
 }
 
 void hk_set_step_thread(DWORD tid)
 {
     g_step_tid = (LONG)tid;
+}
+
+void hk_clock_stats(uint64_t *park_wakes, uint64_t *polls)
+{
+    *park_wakes = (uint64_t)g_park_wakes;
+    *polls = (uint64_t)g_polls;
 }
 
 int hk_is_step_thread(void)
@@ -218,30 +237,44 @@ static DWORD WINAPI h_SleepEx(DWORD ms, BOOL alertable)
 
 static void WINAPI h_Sleep(DWORD ms) { h_SleepEx(ms, FALSE); }
 
-/* A timed wait in game time; try(ctx, ms) is the real wait with a real timeout. */
-typedef DWORD (*wait_fn)(void *ctx, DWORD ms);
+/* A timed wait in game time. wait(ctx, ms, tick) is the real wait with a real timeout;
+ * with tick (a parkable wait: it has room for one more handle) it waits on tick too and
+ * returns HK_WAIT_TICK when that is what woke it. */
+typedef DWORD (*wait_fn)(void *ctx, DWORD ms, HANDLE tick);
 
-static DWORD game_wait(const char *name, DWORD timeout, wait_fn wait, void *ctx)
+static DWORD game_wait(const char *name, DWORD timeout, wait_fn wait, void *ctx, int parkable)
 {
     if (timeout == 0 || timeout == INFINITE)
-        return wait(ctx, timeout);
+        return wait(ctx, timeout, NULL);
     if (!g_stepped && !hk_is_step_point(name)) /* before the first step: wall time (start-up) */
-        return wait(ctx, timeout);
-    DWORD r = wait(ctx, 0);
+        return wait(ctx, timeout, NULL);
+    DWORD r = wait(ctx, 0, NULL);
     if (r != WAIT_TIMEOUT)
         return r;
     if (hk_claim_step_thread(name)) {
         steps_for(timeout);
-        return wait(ctx, 0);
+        return wait(ctx, 0, NULL);
     }
     if (hk_is_step_thread())
         return WAIT_TIMEOUT;
     uint64_t end = hk_clock_now() + (uint64_t)timeout * TICKS_PER_MS;
+    parkable = parkable && g_tick;
+    InterlockedIncrement(&g_parked);
     for (;;) {
-        r = wait(ctx, hk_config.park_slice_ms);
-        if (r != WAIT_TIMEOUT || hk_clock_now() >= end)
-            return r;
+        /* parked: until its handles or a step; else a poll every park_slice_ms */
+        r = parkable ? wait(ctx, INFINITE, g_tick) : wait(ctx, hk_config.park_slice_ms, NULL);
+        InterlockedIncrement64(parkable ? &g_park_wakes : &g_polls);
+        if (r == HK_WAIT_TICK || r == WAIT_TIMEOUT) {
+            if (hk_clock_now() >= end) {
+                r = WAIT_TIMEOUT;
+                break;
+            }
+            continue;
+        }
+        break;
     }
+    InterlockedDecrement(&g_parked);
+    return r;
 }
 
 typedef struct wait_args {
@@ -251,52 +284,81 @@ typedef struct wait_args {
     DWORD wake, flags;
 } wait_args;
 
-static DWORD w_multiple(void *p, DWORD ms)
+/* The handles with tick after them; 0 when there is no room. */
+static DWORD with_tick(const wait_args *a, HANDLE tick, HANDLE *out)
 {
-    wait_args *a = p;
-    return r_WaitForMultipleObjectsEx(a->n, a->h, a->all, ms, a->alertable);
+    if (a->n >= MAXIMUM_WAIT_OBJECTS - 1)
+        return 0;
+    for (DWORD i = 0; i < a->n; i++)
+        out[i] = a->h[i];
+    out[a->n] = tick;
+    return a->n + 1;
 }
 
-static DWORD w_msg(void *p, DWORD ms)
+static DWORD w_multiple(void *p, DWORD ms, HANDLE tick)
 {
     wait_args *a = p;
-    return r_MsgWaitForMultipleObjectsEx(a->n, a->h, ms, a->wake, a->flags);
+    HANDLE h[MAXIMUM_WAIT_OBJECTS];
+    if (!tick)
+        return r_WaitForMultipleObjectsEx(a->n, a->h, a->all, ms, a->alertable);
+    DWORD n = with_tick(a, tick, h);
+    DWORD r = r_WaitForMultipleObjectsEx(n, h, FALSE, ms, a->alertable);
+    return r == WAIT_OBJECT_0 + a->n ? HK_WAIT_TICK : r;
+}
+
+static DWORD w_msg(void *p, DWORD ms, HANDLE tick)
+{
+    wait_args *a = p;
+    HANDLE h[MAXIMUM_WAIT_OBJECTS];
+    if (!tick)
+        return r_MsgWaitForMultipleObjectsEx(a->n, a->h, ms, a->wake, a->flags);
+    DWORD n = with_tick(a, tick, h);
+    DWORD r = r_MsgWaitForMultipleObjectsEx(n, h, ms, a->wake, a->flags);
+    if (r == WAIT_OBJECT_0 + a->n)
+        return HK_WAIT_TICK;
+    return r == WAIT_OBJECT_0 + n ? WAIT_OBJECT_0 + a->n : r; /* input: its index without tick */
+}
+
+/* Room for the tick beside the handles, and no wait-for-all (which tick would change). */
+static int parkable(const wait_args *a)
+{
+    return !a->all && !(a->flags & MWMO_WAITALL) && a->n < MAXIMUM_WAIT_OBJECTS - 1;
 }
 
 static DWORD WINAPI h_WaitForSingleObjectEx(HANDLE h, DWORD ms, BOOL alertable)
 {
     wait_args a = {1, &h, FALSE, alertable, 0, 0};
-    return game_wait("WaitForSingleObjectEx", ms, w_multiple, &a);
+    return game_wait("WaitForSingleObjectEx", ms, w_multiple, &a, parkable(&a));
 }
 
 static DWORD WINAPI h_WaitForSingleObject(HANDLE h, DWORD ms)
 {
     wait_args a = {1, &h, FALSE, FALSE, 0, 0};
-    return game_wait("WaitForSingleObject", ms, w_multiple, &a);
+    return game_wait("WaitForSingleObject", ms, w_multiple, &a, parkable(&a));
 }
 
 static DWORD WINAPI h_WaitForMultipleObjectsEx(DWORD n, const HANDLE *h, BOOL all, DWORD ms, BOOL alertable)
 {
     wait_args a = {n, h, all, alertable, 0, 0};
-    return game_wait("WaitForMultipleObjectsEx", ms, w_multiple, &a);
+    return game_wait("WaitForMultipleObjectsEx", ms, w_multiple, &a, parkable(&a));
 }
 
 static DWORD WINAPI h_WaitForMultipleObjects(DWORD n, const HANDLE *h, BOOL all, DWORD ms)
 {
     wait_args a = {n, h, all, FALSE, 0, 0};
-    return game_wait("WaitForMultipleObjects", ms, w_multiple, &a);
+    return game_wait("WaitForMultipleObjects", ms, w_multiple, &a, parkable(&a));
 }
 
 static DWORD WINAPI h_MsgWaitForMultipleObjectsEx(DWORD n, const HANDLE *h, DWORD ms, DWORD wake, DWORD flags)
 {
     wait_args a = {n, h, FALSE, FALSE, wake, flags};
-    return game_wait("MsgWaitForMultipleObjectsEx", ms, w_msg, &a);
+    return game_wait("MsgWaitForMultipleObjectsEx", ms, w_msg, &a, parkable(&a));
 }
 
 static DWORD WINAPI h_MsgWaitForMultipleObjects(DWORD n, const HANDLE *h, BOOL all, DWORD ms, DWORD wake)
 {
     wait_args a = {n, h, FALSE, FALSE, wake, all ? MWMO_WAITALL : 0};
-    return game_wait("MsgWaitForMultipleObjects", ms, w_msg, &a);
+    return game_wait("MsgWaitForMultipleObjects", ms, w_msg, &a, parkable(&a));
 }
 
 typedef struct cv_args {
@@ -306,14 +368,16 @@ typedef struct cv_args {
 } cv_args;
 
 /* A condition variable's timed sleep: the real one returns FALSE with ERROR_TIMEOUT. */
-static DWORD w_cv_cs(void *p, DWORD ms)
+static DWORD w_cv_cs(void *p, DWORD ms, HANDLE tick)
 {
+    (void)tick; /* a condition variable takes no handle beside it: polled */
     cv_args *a = p;
     return r_SleepConditionVariableCS(a->cv, a->lock, ms) ? 0 : (GetLastError() == ERROR_TIMEOUT ? WAIT_TIMEOUT : WAIT_FAILED);
 }
 
-static DWORD w_cv_srw(void *p, DWORD ms)
+static DWORD w_cv_srw(void *p, DWORD ms, HANDLE tick)
 {
+    (void)tick;
     cv_args *a = p;
     return r_SleepConditionVariableSRW(a->cv, a->lock, ms, a->flags) ? 0 : (GetLastError() == ERROR_TIMEOUT ? WAIT_TIMEOUT : WAIT_FAILED);
 }
@@ -329,13 +393,13 @@ static BOOL cv_result(DWORD r)
 static BOOL WINAPI h_SleepConditionVariableCS(CONDITION_VARIABLE *cv, CRITICAL_SECTION *cs, DWORD ms)
 {
     cv_args a = {cv, cs, 0};
-    return cv_result(game_wait("SleepConditionVariableCS", ms, w_cv_cs, &a));
+    return cv_result(game_wait("SleepConditionVariableCS", ms, w_cv_cs, &a, 0));
 }
 
 static BOOL WINAPI h_SleepConditionVariableSRW(CONDITION_VARIABLE *cv, SRWLOCK *l, DWORD ms, ULONG flags)
 {
     cv_args a = {cv, l, flags};
-    return cv_result(game_wait("SleepConditionVariableSRW", ms, w_cv_srw, &a));
+    return cv_result(game_wait("SleepConditionVariableSRW", ms, w_cv_srw, &a, 0));
 }
 
 #define FN(name, kind) {#name, (void *)h_##name, (void **)&r_##name, kind, 0}

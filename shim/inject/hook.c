@@ -545,6 +545,10 @@ static void attach(void)
 
 static void stop(int code, const char *why)
 {
+    uint64_t wakes, polls;
+    hk_clock_stats(&wakes, &polls);
+    hk_log("%llu steps; other threads' timed waits woke %llu times parked, %llu times polling",
+           (unsigned long long)g_steps, (unsigned long long)wakes, (unsigned long long)polls);
     if (g_ad.detach) {
         g_in_adapter = "w3a_detach";
         g_ad.detach();

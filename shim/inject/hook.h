@@ -38,6 +38,9 @@ extern hk_cfg hk_config;
 void hk_clock_init(void);
 /* Game time in 100 ns units since the hook attached. */
 uint64_t hk_clock_now(void);
+/* How often the other threads' timed waits woke: parked (on their handles and the
+ * steps) and polled (waits that take no extra handle). */
+void hk_clock_stats(uint64_t *park_wakes, uint64_t *polls);
 /* Advances game time by ms and wakes the threads parked on it. */
 void hk_clock_advance(uint32_t ms);
 /* Whether the calling thread is the one that makes the steps, or no step has happened

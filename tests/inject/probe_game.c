@@ -9,6 +9,7 @@
  * --passes N  exit 0 after N passes of the loop (default: never)
  * --print N   print the clock at the first N passes (default 0)
  * --threads N start N threads that sleep 5 ms at a time in a loop (a game's background)
+ * --waiters N start N threads that wait 5 ms at a time on an event nobody sets
  * --child     start a copy of itself (a helper process), which sleeps forever
  * It exports its state (probe_state) and an order function (probe_order), as a
  * game's modding interface would.
@@ -19,7 +20,7 @@
 #include <windows.h>
 
 typedef struct probe_state_t {
-    volatile long long passes, frames, orders, last_order, background;
+    volatile long long passes, frames, orders, last_order, background, waited;
 } probe_state_t;
 
 __declspec(dllexport) probe_state_t probe_state;
@@ -48,9 +49,18 @@ static DWORD WINAPI background(void *arg)
     return 0;
 }
 
+static DWORD WINAPI waiter(void *arg)
+{
+    HANDLE never = arg;
+    for (;;)
+        if (WaitForSingleObject(never, 5) == WAIT_TIMEOUT)
+            InterlockedIncrement64(&probe_state.waited);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    long long passes = -1, print = 0, threads = 0;
+    long long passes = -1, print = 0, threads = 0, waiters = 0;
     int child = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--passes") && i + 1 < argc)
@@ -59,6 +69,8 @@ int main(int argc, char **argv)
             print = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
             threads = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--waiters") && i + 1 < argc)
+            waiters = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--child"))
             child = 1;
         else if (!strcmp(argv[i], "--sleeper")) {
@@ -80,6 +92,9 @@ int main(int argc, char **argv)
     }
     for (long long t = 0; t < threads; t++)
         CreateThread(NULL, 0, background, NULL, 0, NULL);
+    HANDLE never = CreateEventW(NULL, TRUE, FALSE, NULL);
+    for (long long t = 0; t < waiters; t++)
+        CreateThread(NULL, 0, waiter, never, 0, NULL);
     LARGE_INTEGER freq, now, last, prev;
     QueryPerformanceFrequency(&freq);
     QueryPerformanceCounter(&last);
@@ -102,9 +117,9 @@ int main(int argc, char **argv)
         BitBlt(screen, 0, 0, 320, 240, back, 0, 0, SRCCOPY);
         DWORD tick = GetTickCount();
         if (probe_state.passes < print) {
-            printf("pass %lld qpc %lld tick %lu frames %lld background %lld\n", probe_state.passes,
+            printf("pass %lld qpc %lld tick %lu frames %lld background %lld waited %lld\n", probe_state.passes,
                    (long long)(now.QuadPart - prev.QuadPart), (unsigned long)(tick - tick_prev), probe_state.frames,
-                   probe_state.background);
+                   probe_state.background, probe_state.waited);
             fflush(stdout);
         }
         prev = now;
