@@ -81,13 +81,18 @@ static void *ck_find_address(const char *name)
     return NULL;
 }
 
+static void ck_vlog(const char *fmt, va_list ap)
+{
+    fputs("adapter: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+}
+
 static void ck_log(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fputs("adapter: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    ck_vlog(fmt, ap);
     va_end(ap);
 }
 
@@ -95,9 +100,7 @@ static void ck_fail(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fputs("adapter: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    ck_vlog(fmt, ap);
     va_end(ap);
     exit(W3S_EXIT_ADAPTER);
 }
