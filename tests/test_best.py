@@ -109,4 +109,4 @@ async def test_a_run_keeps_best_pt_shows_it_and_a_resume_keeps_a_better_one(tmp_
     await run(data, run_dir)
     assert (ck / "latest").read_text() != latest  # it went on from the last checkpoint
     assert _sha(ck / "best.pt") == before
-    assert bestmod.BEST_PT == "best.pt"
+    assert bestmod.BEST_JSON == "best.json" and (ck / "best.json").exists()

@@ -33,8 +33,7 @@ from pathlib import Path
 
 from w3async import files
 
-BEST_PT = "best.pt"
-BEST_JSON = "best.json"
+BEST_JSON = "best.json"  # beside checkpoint.BEST_PT, for the status reader
 RULE = "mean over the evaluation levels of the win rate over each level's last `window` games, once every level has a full window"
 
 
@@ -91,7 +90,7 @@ class BestKeeper:
 
     @property
     def path(self) -> Path:
-        from w3async.learn.checkpoint import CKPT_DIR  # noqa: PLC0415 (checkpoint imports torch)
+        from w3async.learn.checkpoint import BEST_PT, CKPT_DIR  # noqa: PLC0415 (checkpoint imports torch)
 
         return self.run_dir / CKPT_DIR / BEST_PT
 

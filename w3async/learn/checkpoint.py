@@ -47,6 +47,7 @@ from w3async.runtime.answerer import RunFailure
 FORMAT = 1
 CKPT_DIR = "checkpoints"
 POINTER = "latest"
+BEST_PT = "best.pt"  # the best policy so far by evaluation (best.py keeps the rule)
 
 
 class CheckpointError(RunFailure):
@@ -118,7 +119,6 @@ def save_best(run_dir: Path, *, learner: dict, counters: dict, league: dict, rec
     """Write checkpoints/best.pt (best.py: the best policy so far by evaluation), a
     checkpoint with a `best` record, atomically like every checkpoint. `latest` is not
     touched: a resume goes on from the last checkpoint."""
-    from w3async.learn.best import BEST_PT  # noqa: PLC0415
 
     ckdir = Path(run_dir) / CKPT_DIR
     try:

@@ -40,7 +40,7 @@ import numpy as np
 
 from w3async import games
 from w3async.files import atomic_write_text, describe
-from w3async.learn.best import BEST_PT, level_record
+from w3async.learn.best import level_record
 from w3async.sync import layout
 from w3async.sync.gather import Batch
 
@@ -63,7 +63,7 @@ class EvalError(ValueError):
 
 def resolve(arg: str | Path) -> Path:
     """A checkpoint file, or a run folder's checkpoints/best.pt, else its latest."""
-    from w3async.learn.checkpoint import CKPT_DIR, POINTER  # noqa: PLC0415 (torch: not for the CLI's --help)
+    from w3async.learn.checkpoint import BEST_PT, CKPT_DIR, POINTER  # noqa: PLC0415 (torch: not for the CLI's --help)
 
     p = Path(arg)
     if p.is_file():
