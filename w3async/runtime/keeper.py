@@ -145,11 +145,16 @@ class GameKeeper:
             return
         procs.killpg(s.proc.pid, signal.SIGKILL)
         if s.segment:
-            key = "W3S_SHM" if s.runtime.name == "native" else "W3S_SHM_PATH"
-            value = s.segment if s.runtime.name == "native" else windows_path(self.host.table.segment(s.index).path)
-            for pid in procs.mentioning(f"{key}={value}\0".encode()):
+            for pid in procs.mentioning(self._marker(s)):
                 if not wine_own(pid):
                     procs.kill(pid)
+
+    def _marker(self, s: Slot) -> bytes:
+        """What every process of the slot's current start carries in its environment: its
+        segment, by name (native) or as the Z: path a Windows game maps."""
+        if s.runtime.name == "native":
+            return f"W3S_SHM={s.segment}\0".encode()
+        return f"W3S_SHM_PATH={windows_path(self.host.table.segment(s.index).path)}\0".encode()
 
     def _on_exit(self, s: Slot) -> None:
         """The slot's process exited (its pidfd is readable)."""
@@ -266,8 +271,7 @@ class GameKeeper:
         environment: the launcher's and Wine's own processes excluded)."""
         if s.game_pid and procs.alive(s.game_pid):
             return True
-        marker = f"W3S_SHM_PATH={windows_path(self.host.table.segment(s.index).path)}\0".encode()
-        found = [p for p in procs.mentioning(marker) if p != s.proc.pid and not wine_own(p)]
+        found = [p for p in procs.mentioning(self._marker(s)) if p != s.proc.pid and not wine_own(p)]
         s.game_pid = found[0] if found else 0
         return bool(found)
 
