@@ -69,8 +69,12 @@ async def test_policy_learns_through_the_harness(tmp_path, null_native):
 
 
 async def test_rounds_batch_many_rows_with_16_games(tmp_path, null_native):
-    data = learn_recipe(count=16, lanes=1, stop={"steps": 6000, "seconds": 60},
-                        supervisor={"round_period_ms": 2})
+    """One round answers every row waiting, not one row a round. The 50 ms round period
+    makes that independent of the machine's load: a loaded 2-core CI machine (round latency
+    ~20 ms) gave 7 rows a round at a 2 ms period, 31 here at rest; at 50 ms even games
+    that post out of phase leave ~32 x 50 / (50 + latency) rows for each round."""
+    data = learn_recipe(count=16, lanes=1, stop={"steps": 4000, "seconds": 90},
+                        supervisor={"round_period_ms": 50})
     sup, stats = await run(data, tmp_path / "run")
     rounds = lines(tmp_path / "run" / "inference.jsonl", "rounds")
     assert rounds, "no inference.jsonl lines"
