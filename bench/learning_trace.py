@@ -15,6 +15,8 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
+from training_curve import relabel_draws
+
 
 def _ts(x: dict) -> float:
     return datetime.fromisoformat(x["ts"].replace("Z", "+00:00")).timestamp()
@@ -32,7 +34,7 @@ def _lines(path: Path) -> list[dict]:
 
 def trace(run: Path, every: float) -> str:
     updates = [u for u in _lines(run / "learner.jsonl") if u.get("event") == "update"]
-    episodes = [e for e in _lines(run / "episodes.jsonl") if e.get("event") == "episode"]
+    episodes = [e for e in relabel_draws(_lines(run / "episodes.jsonl")) if e.get("event") == "episode"]
     if not updates:
         return f"{run}: no learner updates"
     t0 = min(_ts(updates[0]), _ts(episodes[0]) if episodes else _ts(updates[0]))

@@ -44,11 +44,28 @@ def load(run: Path) -> tuple[float, dict[str, list[tuple[float, float]]]]:
     return start, out
 
 
+def relabel_draws(episodes: list[dict]) -> list[dict]:
+    """Two sides of one game's lane that both lost at the same step drew (a draw scored
+    as a loss for each, W3D_DRAW_REWARD = -1): "draw" for both, as the tally writes it
+    since 2026-12-01 (EpisodeTally.outcomes); runs logged before read the same here."""
+    last: dict[tuple, dict] = {}
+    for e in episodes:
+        if e.get("event") != "episode" or e.get("eval"):
+            continue
+        key = (e["slot"], e["lane"], e["steps"])
+        other = last.pop(key, None)
+        if other is not None and other["side"] != e["side"]:
+            if other["result"] == e["result"] == "loss":
+                other["result"] = e["result"] = "draw"
+        else:
+            last[key] = e
+    return episodes
+
+
 def selfplay_results(run: Path, start: float) -> list[tuple[float, str]]:
     """(minutes, result) of the self-play episodes: opponent self or league:<version>."""
     out = []
-    for line in (run / "episodes.jsonl").read_text().splitlines():
-        e = json.loads(line)
+    for e in relabel_draws([json.loads(line) for line in (run / "episodes.jsonl").read_text().splitlines()]):
         if e.get("event") == "episode" and not e.get("eval") and (e.get("opponent") == "self"
                                                                   or str(e.get("opponent", "")).startswith("league:")):
             out.append(((ts(e) - start) / 60, e["result"]))

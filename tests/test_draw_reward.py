@@ -3,7 +3,9 @@
 Self-play of a tiny network with a time limit of 3 steps: nothing can be destroyed or
 killed in that time, so every game is a draw at the time limit (equal bases, equal
 kills). With the default a draw is worth 0, as before; with W3D_DRAW_REWARD=-0.5 each
-side gets -0.5 on the DONE row and episodes.jsonl still says "draw"."""
+side gets -0.5 on the DONE row and episodes.jsonl still says "draw". With -1 (a draw
+scored as a loss for both, as fgself does) the reward alone reads as a loss: the tally
+sees both sides of the lane lose and writes "draw" for both."""
 
 from __future__ import annotations
 
@@ -39,7 +41,7 @@ def selfplay_recipe(draw: str | None) -> dict:
             "trajectories": {"seq_len": 4, "seqs_per_batch": 4}, "stop": {"seconds": 3}}
 
 
-@pytest.mark.parametrize("draw, expect", [(None, 0.0), ("-0.5", -0.5)])
+@pytest.mark.parametrize("draw, expect", [(None, 0.0), ("-0.5", -0.5), ("-1", -1.0)])
 async def test_a_draw_at_the_time_limit_is_scored_as_set(tmp_path, duel, draw, expect):
     await run(selfplay_recipe(draw), tmp_path / "run")
     eps = [json.loads(x) for x in (tmp_path / "run" / "episodes.jsonl").read_text().splitlines()]

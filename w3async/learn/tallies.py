@@ -40,15 +40,32 @@ class EpisodeTally:
         self.row_return[rows[first]] = 0.0
         self.row_return[rows] += b.reward[:n]
 
+    def outcomes(self, b: Batch, ended: list[tuple[int, int, int]], result_of: dict) -> list[str]:
+        """The result of each ended episode (row, batch index k, game) of this batch:
+        result_of[game](reward) reads it (the game's Game.result_of with its group's
+        environment; a game without one: the sign), "truncated" for a cut episode.
+        Two sides of one game's lane that both lost drew: a draw scored as a loss for
+        each side (the duel's W3D_DRAW_REWARD = -1) reads as two losses by reward alone,
+        and no game is lost by both its sides. Both sides' rows end in one batch, as
+        a game posts its lane's rows together."""
+        out, side_of = [], {}
+        for i, (row, k, game) in enumerate(ended):
+            r = float(b.reward[k])
+            read = result_of.get(game)
+            result = read(r) if read is not None else "win" if r > 0 else "loss" if r < 0 else "draw"
+            if b.flags[k] & layout.FLAG_TRUNCATED and not b.flags[k] & layout.FLAG_DONE:
+                result = "truncated"
+            out.append(result)
+            j = side_of.get((game, int(b.lane[k])))
+            if j is not None and out[j] == result == "loss" and int(b.side[ended[j][1]]) != int(b.side[k]):
+                out[i] = out[j] = "draw"
+            side_of[(game, int(b.lane[k]))] = i
+        return out
+
     def finish(self, row: int, b: Batch, k: int, label: str, game: int, is_eval: bool, version: int,
-               result_of=None) -> None:
-        """Row `row` (batch index k) ended an episode against `label`: its line, and for
-        an evaluation row its result in the tallies. result_of(reward) reads the outcome
-        (the game's Game.result_of with its group's environment; default: the sign)."""
-        r = float(b.reward[k])
-        result = result_of(r) if result_of is not None else "win" if r > 0 else "loss" if r < 0 else "draw"
-        if b.flags[k] & layout.FLAG_TRUNCATED and not b.flags[k] & layout.FLAG_DONE:
-            result = "truncated"
+               result: str) -> None:
+        """Row `row` (batch index k) ended an episode against `label` with `result`
+        (outcomes()): its line, and for an evaluation row its result in the tallies."""
         self.count += 1
         self.log.info("episode", slot=game, row=row, lane=int(b.lane[k]), side=int(b.side[k]), opponent=label,
                       eval=is_eval, result=result, steps=int(b.step[k]),

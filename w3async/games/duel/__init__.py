@@ -28,7 +28,9 @@ def result_of(reward: float, env: dict) -> str:
     """The last reward's outcome. With W3D_DRAW_REWARD set (a draw scored d for both
     sides): the nearest of +1 win, -1 loss and d draw, so shaped rewards' last-step
     increments do not change it while they stay under half the gap (d = -0.5 or 0.5
-    leaves 0.25 each way); d = -1 makes a draw a loss here too. Without it: the sign."""
+    leaves 0.25 each way); d = -1 makes a draw a loss here too, and the training tally
+    turns a lane that both sides lost into a draw (EpisodeTally.outcomes). Without it:
+    the sign."""
     d = env.get("W3D_DRAW_REWARD", "").strip()
     if not d:
         return sign_result(reward, env)
