@@ -6,12 +6,18 @@ For each `learner.update_pause_ms` (default 0 and 8) it runs the fgself recipe f
 its wait for data, staleness in updates, and round latency while the learner is idle
 against while it updates (each round is tagged with the learner's phase when it came
 back). Rounds and learner get one torch thread each; OMP_WAIT_POLICY=PASSIVE.
+
+With --before REV it also runs the same recipe from a git worktree of REV (the
+package's Python from there; the C build shared when REV's C sources are the tree's)
+and interleaves the two, before then after, --repeat times: a change's agent steps/s,
+update time and updates a second, measured side by side in one run.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -27,13 +33,15 @@ def lines(path: Path, event: str) -> list[dict]:
     return [x for x in map(json.loads, path.read_text().splitlines()) if x["event"] == event] if path.exists() else []
 
 
-def run(pause_ms: float, seconds: float, recipe: str, extra: list[str]) -> dict:
+def run(pause_ms: float, seconds: float, recipe: str, extra: list[str], tree: Path = REPO) -> dict:
+    """One run of the recipe with the package from `tree` (its own Python, its build)."""
     work = Path(tempfile.mkdtemp(prefix="w3a-fgbench-"))
     try:
         cmd = [sys.executable, "-m", "w3async", "run", recipe, "--runs-dir", str(work), "--run", "b",
                "--set", f"learner.update_pause_ms={pause_ms}", "--set", f"stop.seconds={seconds}",
                "--set", "supervisor.progress_s=0", *extra]
-        subprocess.run(cmd, cwd=REPO, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(cmd, cwd=tree, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       env={**os.environ, "PYTHONPATH": str(tree)})
         d = work / "b"
         rounds = lines(d / "inference.jsonl", "rounds")[5:]  # past the start
         ups = lines(d / "learner.jsonl", "update")[2:]
@@ -48,12 +56,31 @@ def run(pause_ms: float, seconds: float, recipe: str, extra: list[str]) -> dict:
             staleness=float(np.mean([u["staleness"] for u in ups])) if ups else float("nan"),
             lat_idle=float(np.median(idle)) if idle else float("nan"),
             lat_update=float(np.median(upd)) if upd else float("nan"),
-            updates=len(ups) + 2, agent_steps=end["agent_steps"],
+            updates=len(ups) + 2, agent_steps=end["agent_steps"], updates_s=(len(ups) + 2) / end["seconds"],
             rows_round=rows / max(sum(r["rounds"] for r in rounds), 1),
             gathered=float(np.mean([r["gathered_per_waiting"] for r in rounds if "gathered_per_waiting" in r] or [np.nan])),
         )
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def worktree(rev: str) -> Path:
+    """A detached worktree of rev whose build/ is the tree's: refused when rev's C
+    sources differ from the tree's (the games would not be rev's)."""
+    c_parts = ["shim", "games", "setup.py"]
+    diff = subprocess.run(["git", "diff", "--stat", rev, "--", *c_parts], cwd=REPO, capture_output=True, text=True)
+    if diff.returncode:
+        sys.exit(f"fgself_bench: --before {rev}: {diff.stderr.strip()}")
+    if diff.stdout.strip():
+        sys.exit(f"fgself_bench: --before {rev}: its C parts differ from the tree's; build it in a worktree "
+                 f"of its own and run this bench there:\n{diff.stdout}")
+    path = Path(tempfile.mkdtemp(prefix="w3a-fgbench-before-"))
+    subprocess.run(["git", "worktree", "add", "--detach", "-f", str(path), rev], cwd=REPO, check=True,
+                   capture_output=True)
+    (path / "build").symlink_to(REPO / "build")
+    for ext in (REPO / "w3async" / "sync").glob("_rows*.so"):  # the C gather, built in place
+        shutil.copy(ext, path / "w3async" / "sync" / ext.name)
+    return path
 
 
 def main() -> int:
@@ -62,19 +89,32 @@ def main() -> int:
     ap.add_argument("--pauses", default="0,8")
     ap.add_argument("--recipe", default="fgself")
     ap.add_argument("--set", action="append", default=[])
+    ap.add_argument("--before", metavar="REV", help="also run REV's package, interleaved with the tree's")
+    ap.add_argument("--repeat", type=int, default=1, help="pairs of runs per pause (with --before)")
     a = ap.parse_args()
     extra = [x for s in a.set for x in ("--set", s)]
+    recipe = str((REPO / "recipes" / f"{a.recipe}.toml") if not a.recipe.endswith(".toml") else Path(a.recipe).resolve())
+    sides = [("tree", REPO)]
+    before = worktree(a.before) if a.before else None
+    if before is not None:
+        sides = [(f"{a.before}", before), ("tree", REPO)] * a.repeat
     print(f"fgself end to end, {a.seconds:.0f} s a run (medians over the run's seconds and updates)")
-    hdr = (f"{'pause ms':>8} {'steps/s':>8} {'update s':>9} {'wait s':>7} {'staleness':>9} "
-           f"{'round ms idle':>14} {'round ms update':>16} {'ratio':>6} {'updates':>8} {'rows/round':>10} "
-           f"{'gathered/waiting':>16}")
+    hdr = (f"{'code':>10} {'pause ms':>8} {'steps/s':>8} {'update s':>9} {'updates/s':>9} {'wait s':>7} "
+           f"{'staleness':>9} {'round ms idle':>14} {'round ms update':>16} {'ratio':>6} {'updates':>8} "
+           f"{'rows/round':>10} {'gathered/waiting':>16}")
     print(hdr)
     print("-" * len(hdr))
-    for p in [float(x) for x in a.pauses.split(",")]:
-        r = run(p, a.seconds, a.recipe, extra)
-        print(f"{p:>8.0f} {r['steps_s']:>8.0f} {r['update_s']:>9.2f} {r['wait_s']:>7.2f} {r['staleness']:>9.2f} "
-              f"{r['lat_idle']:>14.2f} {r['lat_update']:>16.2f} {r['lat_update'] / r['lat_idle']:>5.1f}x "
-              f"{r['updates']:>8} {r['rows_round']:>10.1f} {r['gathered']:>16.2f}", flush=True)
+    try:
+        for p in [float(x) for x in a.pauses.split(",")]:
+            for name, tree in sides:
+                r = run(p, a.seconds, recipe, extra, tree)
+                print(f"{name:>10} {p:>8.0f} {r['steps_s']:>8.0f} {r['update_s']:>9.2f} {r['updates_s']:>9.2f} "
+                      f"{r['wait_s']:>7.2f} {r['staleness']:>9.2f} {r['lat_idle']:>14.2f} {r['lat_update']:>16.2f} "
+                      f"{r['lat_update'] / r['lat_idle']:>5.1f}x {r['updates']:>8} {r['rows_round']:>10.1f} "
+                      f"{r['gathered']:>16.2f}", flush=True)
+    finally:
+        if before is not None:
+            subprocess.run(["git", "worktree", "remove", "--force", str(before)], cwd=REPO, capture_output=True)
     return 0
 
 
