@@ -132,13 +132,13 @@ def main() -> int:
     ap.add_argument("--every", type=float, default=5.0, help="minutes between table rows")
     ap.add_argument("--svg", type=Path, help="also draw the curve into this SVG file")
     a = ap.parse_args()
-    _, eps = load(a.run)
+    start, eps = load(a.run)
     if not eps:
         print(f"{a.run}: no evaluation episodes", file=sys.stderr)
         return 2
     levels = sorted(eps)
     t_max = max(m for pts in eps.values() for m, _ in pts)
-    print(f"| minutes | " + " | ".join(f"win rate vs {lv} (last {a.window})" for lv in levels) + " |")
+    print("| minutes | " + " | ".join(f"win rate vs {lv} (last {a.window})" for lv in levels) + " |")
     print("| ---: | " + " | ".join("---:" for _ in levels) + " |")
     t = a.every
     while t <= t_max + 1e-9 or t - a.every < t_max:
@@ -150,7 +150,6 @@ def main() -> int:
         if t >= t_max:
             break
         t = min(t + a.every, t_max)
-    start, _ = load(a.run)
     c = checks(eps, selfplay_results(a.run, start), t_max)
     pct = lambda x: "-" if x is None else f"{x:.0%}"  # noqa: E731
     print("\nchecks: " + "; ".join(f"{lv} last 100 {pct(r)} ({n})" for lv, (r, n) in c["last_100"].items()))

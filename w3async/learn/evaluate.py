@@ -41,6 +41,7 @@ import numpy as np
 from w3async import games
 from w3async.files import atomic_write_text, describe
 from w3async.learn.best import level_record
+from w3async.learn.tallies import episode_result
 from w3async.sync import layout
 from w3async.sync.gather import Batch
 
@@ -214,9 +215,7 @@ class EvalAnswerer:
             row = int(rows[k])
             if self.quota[row] > 0:
                 self.quota[row] -= 1
-                res = self.result_of[row](float(b.reward[k]))
-                if b.flags[k] & layout.FLAG_TRUNCATED and not b.flags[k] & layout.FLAG_DONE:
-                    res = "truncated"
+                res = episode_result(b, k, self.result_of[row])
                 self.results[self.level[row]].append(res)
         if not self.quota.any():
             self.control.request_stop()

@@ -20,6 +20,14 @@ from w3async.sync import layout
 from w3async.sync.gather import Batch
 
 
+def episode_result(b: Batch, k: int, read) -> str:
+    """Batch row k's ended episode: "truncated" when it was cut, else read(its last
+    reward), the game's Game.result_of with its group's environment."""
+    if b.flags[k] & layout.FLAG_TRUNCATED and not b.flags[k] & layout.FLAG_DONE:
+        return "truncated"
+    return read(float(b.reward[k]))
+
+
 class EpisodeTally:
     """Episodes and evaluation results of one run. `log` (episodes.jsonl) is attached
     once a resume has cut the log (it is not open when a checkpoint's counters load)."""
@@ -41,23 +49,16 @@ class EpisodeTally:
         self.row_return[rows] += b.reward[:n]
 
     def outcomes(self, b: Batch, ended: list[tuple[int, int, int]], result_of: dict) -> list[str]:
-        """The result of each ended episode (row, batch index k, game) of this batch:
-        result_of[game](reward) reads it (the game's Game.result_of with its group's
-        environment; a game without one: the sign), "truncated" for a cut episode.
-        Two sides of one game's lane that both lost drew: a draw scored as a loss for
-        each side (the duel's W3D_DRAW_REWARD = -1) reads as two losses by reward alone,
-        and no game is lost by both its sides. Both sides' rows end in one batch, as
-        a game posts its lane's rows together."""
+        """The result of each ended episode (row, batch index k, game) of this batch, read
+        by result_of[game] (episode_result). Two sides of one game's lane that both lost
+        drew: a draw scored as a loss for each side (the duel's W3D_DRAW_REWARD = -1)
+        reads as two losses by reward alone, and no game is lost by both its sides. Both
+        sides' rows end in one batch, as a game posts its lane's rows together."""
         out, side_of = [], {}
         for i, (row, k, game) in enumerate(ended):
-            r = float(b.reward[k])
-            read = result_of.get(game)
-            result = read(r) if read is not None else "win" if r > 0 else "loss" if r < 0 else "draw"
-            if b.flags[k] & layout.FLAG_TRUNCATED and not b.flags[k] & layout.FLAG_DONE:
-                result = "truncated"
-            out.append(result)
+            out.append(episode_result(b, k, result_of[game]))
             j = side_of.get((game, int(b.lane[k])))
-            if j is not None and out[j] == result == "loss" and int(b.side[ended[j][1]]) != int(b.side[k]):
+            if j is not None and out[j] == out[i] == "loss" and int(b.side[ended[j][1]]) != int(b.side[k]):
                 out[i] = out[j] = "draw"
             side_of[(game, int(b.lane[k]))] = i
         return out

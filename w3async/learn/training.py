@@ -317,9 +317,9 @@ class Training:
         loop = self._loop
         fut.add_done_callback(lambda f: loop.call_soon_threadsafe(self._answered, f, rows, epochs))
         self.tally.add_rewards(b, rows)
-        games = [int(self.row_game[row]) for row, _, _ in ended]
-        results = self.tally.outcomes(b, [(row, k, g) for (row, k, _), g in zip(ended, games)], self.slot_result)
-        for (row, k, label), slot, result in zip(ended, games, results):
+        slots = [int(self.row_game[row]) for row, _, _ in ended]
+        results = self.tally.outcomes(b, [(row, k, g) for (row, k, _), g in zip(ended, slots)], self.slot_result)
+        for (row, k, label), slot, result in zip(ended, slots, results):
             self.tally.finish(row, b, k, label, slot, bool(self.row_role[row] == EVAL), int(self.learner.version),
                               result)
         train = (self.row_role[rows] == TRAIN) & (self.row_net[rows] == 0)
