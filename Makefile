@@ -21,21 +21,28 @@ $(VENV)/.installed: pyproject.toml setup.py csrc/rows.c shim/w3s_table.h
 
 setup: $(VENV)/.installed build
 
+# Ray (the `cluster` extra), only where it is used: a recipe with a [cluster] section,
+# the test suite and the benchmarks (docs/cluster.md).
+$(VENV)/.cluster: $(VENV)/.installed
+	$(PY) -m pip install -q -e '.[cluster]'
+	touch $@
+CLUSTER := $(shell grep -qs '^\[cluster\]' recipes/$(RECIPE).toml && echo $(VENV)/.cluster)
+
 # The shim (and the null game), then every game folder with a Makefile: a new game's C
 # side builds without an edit here (docs/games.md).
 build:
 	$(MAKE) -s -C shim BUILD=$(CURDIR)/build
 	@for m in games/*/Makefile; do $(MAKE) -s -C $$(dirname $$m) BUILD=$(CURDIR)/build || exit 1; done
 
-run: setup
+run: setup $(CLUSTER)
 	$(PY) -m w3async run recipes/$(RECIPE).toml $(if $(RUN),--run $(RUN)) $(ARGS)
 
-test: setup
+test: setup $(VENV)/.cluster
 	$(PY) -m pytest -q $(TESTS)
 
 # Each benchmark prints a table; docs/performance.md records what they measured.
-BENCHES ?= step_sync inference_bench duel_bench status_bench fgself_bench soak inject_bench
-bench: setup
+BENCHES ?= step_sync inference_bench duel_bench status_bench fgself_bench soak inject_bench cluster_bench
+bench: setup $(VENV)/.cluster
 	@for b in $(BENCHES); do \
 	  if [ -f bench/$$b.py ]; then echo "== bench/$$b.py"; $(PY) bench/$$b.py || exit 1; fi; \
 	done

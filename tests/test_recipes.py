@@ -61,7 +61,8 @@ def test_every_float_key_rejects_nan_and_infinities():
         assert k in keys, keys
     for key in keys:
         for v in ("nan", "inf", "-inf"):
-            problems = _problems([f"{key}={v}"])
+            cluster = ["cluster.local_nodes=1"] if key.startswith("cluster.") else []  # a whole [cluster]
+            problems = _problems([*cluster, f"{key}={v}"])
             shown = key.replace("games.", "games[0].")
             assert problems == [f"{shown} = {float(v)!r}: must be a finite number"], (key, v, problems)
 

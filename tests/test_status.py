@@ -43,7 +43,7 @@ T0 = 1_790_000_000.0  # a fixed start: the logs' times are T0 + offsets
 
 STATUS_KEYS = {
     "schema", "time", "run", "steps", "games", "inference", "learner", "league", "evaluation", "episodes", "checkpoint",
-    "best"}
+    "best", "hosts"}
 SUB_KEYS = {
     "run": {"name", "dir", "recipe", "pid", "started", "uptime_s", "live", "ended", "error"},
     "steps": {"agent_steps", "per_s", "per_s_60s"},

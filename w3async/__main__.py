@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import sys
 import time
 from pathlib import Path
@@ -86,7 +87,13 @@ def _run(args) -> int:
         runner = uvloop.run
     except ImportError:
         runner = asyncio.run
-    sup = Supervisor(recipe, run_dir)
+    link = None
+    if recipe.cluster is not None:  # game hosts through Ray: the one place that imports the cluster side
+        if importlib.util.find_spec("ray") is None:
+            return _error(path, ["[cluster] needs Ray, the package's cluster extra: pip install -e '.[cluster]' "
+                                 "(make run installs it for a recipe with [cluster])"])
+        from w3async.cluster.link import ClusterLink as link  # noqa: PLC0415, N813
+    sup = Supervisor(recipe, run_dir, cluster=link)
     try:
         stats = runner(sup.run())
     except RunError as e:

@@ -281,6 +281,11 @@ def check_ranges(r: Any, problems: list[str]) -> None:
     if n_rows > MAX_ROWS:
         problems.append(f"games: {n_rows} rows ({_groups_text(r)}): the table holds at most {MAX_ROWS} "
                         f"(lower games.count or games.lanes)")
+    hosted = sorted({f"games.{i}.host = {g.host!r}" for i, g in enumerate(r.games) if g.host})
+    if hosted and r.cluster is None:
+        problems.append(f"{hosted[0]}: a group on a game host needs a [cluster] section (docs/cluster.md)")
+    if r.cluster is not None and not (r.cluster.address or r.cluster.local_nodes):
+        problems.append("[cluster]: set address (a Ray cluster to join) or local_nodes (one simulated here)")
     lr = r.learner
     linear = [k for k in ("lr_schedule", "ent_schedule") if getattr(lr, k, "constant") == "linear"]
     if linear and not getattr(lr, "schedule_updates", 0) and not r.stop.updates and not r.stop_after_s:

@@ -112,6 +112,9 @@ class GameGroup:
     inject: InjectSection | None = None
     """[games.inject]: start the binary, an unmodified Windows game, through the launcher
     with the hook and an adapter (runtime = "wine" only)."""
+    host: Str = ""
+    """Where the group's games run: "" on this machine; a name: on a game host of the
+    [cluster], on the Ray node that offers the resource of that name (docs/cluster.md)."""
 
 
 @dataclass(config=CONFIG)
@@ -210,6 +213,25 @@ class StatusSection:
 
 
 @dataclass(config=CONFIG)
+class ClusterSection:
+    """Game hosts on other machines through Ray ([cluster], docs/cluster.md). Groups
+    with `host` set run there, the rest here; inference, the learner, the logs and the
+    status stay here. Without this section nothing of Ray is imported."""
+
+    address: Str = ""
+    """The Ray cluster to join: "auto" (the one this machine is a node of), or its
+    address ("HOST:PORT"). "" with local_nodes: a cluster simulated on this machine."""
+    local_nodes: Int = Field(0, ge=0, le=8)
+    """A cluster simulated on this machine, for tests and demos: a head and this many
+    nodes, node i offering the resource "node<i>" (host = "node1", ...)."""
+    lost_after_s: Float = Field(30.0, gt=0, le=3600)
+    """A game host that is not polled by this process this long stops its games."""
+    host_restarts: Int = Field(3, ge=0, le=1000)
+    """How often Ray restarts a game host that died (its games' open episodes are cut);
+    one more death ends the run with the cause."""
+
+
+@dataclass(config=CONFIG)
 class StopSection:
     """When the run ends by itself ([stop]); 0 means no limit."""
 
@@ -239,6 +261,8 @@ class Recipe:
     checkpoint: CheckpointSection = Field(default_factory=CheckpointSection)
     evaluation: EvaluationSection = Field(default_factory=EvaluationSection)
     status: StatusSection = Field(default_factory=StatusSection)
+    cluster: ClusterSection | None = None
+    """[cluster]: game groups on other machines (None: every game runs here)."""
     network: object = None
     """network.NetConfig ([network]): the policy's size."""
     learner: object = None

@@ -38,6 +38,7 @@ from w3async.recipe_sections import (  # noqa: F401 (the sections: recipes.py is
     MAX_ROUND_PERIOD_MS,
     REPO_ROOT,
     CheckpointSection,
+    ClusterSection,
     EvaluationSection,
     GameGroup,
     InferenceSection,
@@ -61,7 +62,7 @@ class RecipeError(ValueError):
 
 _SECTIONS = {"runtime": RuntimeSection, "supervisor": SupervisorSection, "stop": StopSection,
              "inference": InferenceSection, "checkpoint": CheckpointSection, "evaluation": EvaluationSection,
-             "status": StatusSection}
+             "status": StatusSection, "cluster": ClusterSection}
 
 
 def _learning_sections() -> dict:

@@ -45,7 +45,8 @@ class StatusSource(Protocol):
         """One dict per game slot with GAME_KEYS (docs/status.md, "/games")."""
 
 
-GAME_KEYS = ("slot", "pid", "runtime", "role", "lanes", "sides", "state", "restarts", "causes", "steps", "last_step_age_s")
+GAME_KEYS = ("slot", "pid", "runtime", "role", "lanes", "sides", "state", "restarts", "causes", "steps", "last_step_age_s",
+             "host")
 
 
 class SupervisorSource:
@@ -63,8 +64,8 @@ class SupervisorSource:
         return [dict(slot=s.index, pid=s.pid, runtime=s.group.runtime, role=getattr(s.group, "role", None),
                      lanes=s.group.lanes, sides=s.group.sides,
                      state=s.state, restarts=s.restarts, causes=dict(s.causes), steps=int(s.seq_sum),
-                     last_step_age_s=round(now - s.progress_at, 3) if s.progress_at else None)
-                for s in self.sup.slots]
+                     last_step_age_s=round(now - s.progress_at, 3) if s.progress_at else None, host="")
+                for s in self.sup.slots] + (self.sup.cluster.games_view() if self.sup.cluster is not None else [])
 
 
 def take_snapshot(source: StatusSource, now: float | None = None) -> dict:
@@ -254,7 +255,7 @@ class RunView:
             out.append(dict(slot=slot, pid=g.pid, runtime=g.runtime or grp.get("runtime"), role=grp.get("role"),
                             lanes=grp.get("lanes"),
                             sides=grp.get("sides"), state=g.state, restarts=g.restarts, causes=dict(g.causes),
-                            steps=None, last_step_age_s=None))
+                            steps=None, last_step_age_s=None, host=""))
         return out
 
     def _groups(self) -> list[dict]:
@@ -337,6 +338,7 @@ class RunView:
                           train=s.train.as_dict(), last_eval_replay=self.latest_replay()),
             checkpoint=self._folder["checkpoint"],
             best=self._folder["best"],
+            hosts=st.get("hosts") or [],
         )
 
     def latest_replay(self) -> str | None:

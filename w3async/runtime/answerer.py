@@ -59,9 +59,15 @@ class RunControl:
         self.recipe = sup.recipe  # recipes.Recipe
         self.run_dir: Path = sup.run_dir
         self.spec: GameSpec = sup.spec
-        self.n_rows: int = sup.table.n_rows
         self.counters: Counters = sup.counters
         self.games = [GameRows(s.index, s.row0, s.nrows, s.group) for s in sup.slots]
+        # With a cluster, the game hosts' rows follow the table's: rows from n_local on
+        # are answered, held and released through the cluster link (cluster/link.py).
+        self._n_local = sup.table.n_rows
+        self._remote = sup.cluster
+        self.n_rows: int = self._n_local + (sup.cluster.n_rows if sup.cluster is not None else 0)
+        if sup.cluster is not None:
+            self.games += sup.cluster.games
 
     @property
     def events(self) -> JsonLog:
@@ -77,18 +83,32 @@ class RunControl:
         gatherer), count them, and stop the run when its step limit is reached."""
         n = len(rows)
         if not self._sup.stopping:
-            self._sup.gatherer.answer(rows, obs_seq, actions, versions)
+            if self._remote is None:
+                self._sup.gatherer.answer(rows, obs_seq, actions, versions)
+            else:
+                here = rows < self._n_local
+                if here.any():
+                    self._sup.gatherer.answer(rows[here], obs_seq[here], actions[here], versions[here])
+                if not here.all():
+                    self._remote.answer(rows[~here], obs_seq[~here], actions[~here], versions[~here])
         self.counters.agent_steps += n
         self.counters.rounds += 1
         self._sup.check_stop_steps()
 
     def hold(self, rows: np.ndarray) -> None:
         """Leave rows out of the gathers until release() (a round computes for them, or
-        the learner's queue is full)."""
-        self._sup.gatherer.hold(rows)
+        the learner's queue is full). A game host's rows are held there from the moment
+        they were sent."""
+        self._sup.gatherer.hold(rows[rows < self._n_local] if self._remote is not None else rows)
 
     def release(self, rows: np.ndarray) -> None:
-        self._sup.gatherer.release(rows)
+        if self._remote is None:
+            self._sup.gatherer.release(rows)
+            return
+        here = rows < self._n_local
+        self._sup.gatherer.release(rows[here])
+        if not here.all():
+            self._remote.release(rows[~here])
 
     def schedule_round(self) -> None:
         self._sup.schedule_round()
@@ -96,7 +116,8 @@ class RunControl:
     def waiting_rows(self) -> int:
         """Rows waiting for an answer anywhere (gathered, held or not yet seen)."""
         g = self._sup.gatherer
-        return int(np.count_nonzero((self._sup.table.column("obs_seq") != g.acked) & (g.row_game != -1)))
+        here = int(np.count_nonzero((self._sup.table.column("obs_seq") != g.acked) & (g.row_game != -1)))
+        return here + (self._remote.waiting_rows() if self._remote is not None else 0)
 
     def fail(self, reason: str) -> None:
         """End the run with this cause (a clean shutdown follows)."""

@@ -7,7 +7,7 @@ Each step runs whatever the one before it raised: the errors are collected, said
 console, made the run's cause when it has none, and the shutdown record is written last
 in every case. It works for its host, the Supervisor (which calls it once, from close()),
 through the host's public members only (recipe, slots, table, keeper, answerer,
-runtimes, watch, obs_readers, loop, hurrying, fail, error, events, stats, lock).
+runtimes, watch, obs_readers, loop, hurrying, fail, error, events, stats, lock, cluster).
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ async def shut_down(host) -> None:
             return None
 
     await step("status server", host.watch.stop_status)
+    if host.cluster is not None:  # the game hosts end their games, then Ray is left
+        await step("game hosts", host.cluster.stop)
     sv = host.recipe.supervisor
     for s in host.slots:
         if s.restart_handle:

@@ -54,10 +54,14 @@ class Supervisor:
     the signal handlers; `await run()` sets up if that was not done, starts the games and
     returns when the run ends, after `close()`; `await close()` is the shutdown (idempotent).
     `policy`, when given, answers every batch instead of the recipe's policy; `answerer`,
-    when given, makes the answerer from the run's RunControl (either replaces the recipe's)."""
+    when given, makes the answerer from the run's RunControl (either replaces the recipe's).
+    `signals` False: no SIGINT/SIGTERM handlers (a game host, on a thread of a Ray actor).
+    `cluster`, for a recipe with [cluster]: the class that links the run to its game hosts
+    (w3async.cluster.link.ClusterLink; the cluster package sits above this one)."""
 
     def __init__(self, recipe: Recipe, run_dir: Path, policy: Callable | None = None,
-                 answerer: Callable[[RunControl], Answerer] | None = None):
+                 answerer: Callable[[RunControl], Answerer] | None = None, signals: bool = True,
+                 cluster: Callable | None = None):
         self.recipe = recipe
         self.run_dir = Path(run_dir)
         self.spec = games.get(recipe.game).spec
@@ -75,8 +79,11 @@ class Supervisor:
         self.error: str | None = None
         self.leftovers: dict = {}
         self._set_up = self._closed = False
+        self._signals = signals
         self._signals_installed = False
         self._old_handler = None
+        self._cluster_link = cluster
+        self.cluster = None  # cluster/link.py's ClusterLink: the groups on game hosts ([cluster])
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop = asyncio.Event()
         self._stopping = False
@@ -104,7 +111,7 @@ class Supervisor:
             self.events.warning("previous_run", **cleanup_previous_run(self.lock.previous))
         files.atomic_write_text(self.run_dir / "recipe.json", json.dumps(recipe_to_dict(self.recipe), indent=1))
         r = self.recipe
-        groups = [g for g in r.games for _ in range(g.count)]  # one per game slot
+        groups = [g for g in r.games if not g.host for _ in range(g.count)]  # one per game slot here
         sizes = [g.lanes * g.sides for g in groups]  # its rows
         row0s = list(itertools.accumulate(sizes, initial=0))
         n_rows, n_games = row0s[-1], len(groups)
@@ -112,7 +119,13 @@ class Supervisor:
         # making them leaves nothing the next run cannot find.
         name = segment_name(self.run_dir.name[:24].replace("/", "_"))
         self.lock.write(pid=os.getpid(), started=time.time(), shm=name, pgids=[])
-        self.table = Table(name, n_rows, games=list(zip(row0s, sizes)), run_id=os.getpid())
+        # (A run whose games all run on game hosts keeps one row here, of no game.)
+        self.table = Table(name, max(n_rows, 1), games=list(zip(row0s, sizes)), run_id=os.getpid())
+        if r.cluster is not None:  # rows after the table's: the game hosts' (cluster/link.py)
+            if self._cluster_link is None:
+                raise RunError("the recipe has a [cluster] section, and this supervisor no cluster link "
+                               "(`w3async run` gives it w3async.cluster.link.ClusterLink)")
+            self.cluster = self._cluster_link(self, row0=self.table.n_rows, slot0=n_games)
         self.gatherer = make_gatherer(self.table, n_games, self.spec.n_types, r.supervisor.gather)
         for i, (g, row0, nrows) in enumerate(zip(groups, row0s, sizes)):
             if g.runtime not in self.runtimes:
@@ -249,13 +262,16 @@ class Supervisor:
             restarts=dict(sum((s.causes for s in self.slots), collections.Counter())),
             games={s.index: dict(pid=s.pid, state=s.state, restarts=s.restarts, causes=dict(s.causes))
                    for s in self.slots},
+            **({"hosts": self.cluster.hosts()} if self.cluster is not None else {}),
         )
 
     # ---- lifecycle ----------------------------------------------------------------
 
     def summary_games(self) -> str:
-        """'N games up, N restarting, N failed | N restarts' for the console."""
-        return self.keeper.summary()
+        """'N games up, N restarting, N failed | N restarts' for the console (and the
+        game hosts', with a cluster)."""
+        here = self.keeper.summary()
+        return here if self.cluster is None else f"{here} | {self.cluster.summary()}"
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -305,9 +321,7 @@ class Supervisor:
         self._set_up = True
         self._loop = asyncio.get_running_loop()
         self.started_monotonic, self.started_wall, self._cpu0 = time.monotonic(), time.time(), _cpu_s()
-        for sig in _SIGNALS:  # installed until the shutdown is complete: a second signal hurries it
-            self._loop.add_signal_handler(sig, self._on_signal, sig)
-        self._signals_installed = True
+        self.install_signals()
         self._old_handler = self._loop.get_exception_handler()
         self._loop.set_exception_handler(self._loop_exception)
         try:
@@ -321,6 +335,14 @@ class Supervisor:
         if self.error:
             await self.close()
             raise RunError(self.error)
+
+    def install_signals(self) -> None:
+        """SIGINT/SIGTERM start the shutdown, until it is complete (a second one hurries
+        it). Installed again after Ray's start, which sets handlers of its own."""
+        if self._signals:
+            for sig in _SIGNALS:
+                self._loop.add_signal_handler(sig, self._on_signal, sig)
+            self._signals_installed = True
 
     async def run(self) -> dict:
         """Run until a stop condition, a signal or a fatal error; then close(). Returns
@@ -372,6 +394,9 @@ class Supervisor:
         if self.recipe.status.enabled:
             await self.watch.start_status()
         await self._loop.run_in_executor(None, self.answerer.start, self._loop)
+        if self.cluster is not None:  # Ray, the game hosts (their games start there)
+            await self.cluster.start(tasks)
+            self.install_signals()
         tasks.append(self._task(self.watch.log_rounds(), "round statistics"))
         for s in self.slots:
             if self._stop.is_set():

@@ -70,6 +70,6 @@ class RunWatch:
                 console(progress_line(self.status_server.view.status()))
                 continue
             line = (f"w3async {h.recipe.name} | {now - h.started_monotonic:7.1f} s | {h.agent_steps:,} steps | "
-                    f"{rate:,.0f} steps/s | {h.keeper.summary()}")
+                    f"{rate:,.0f} steps/s | {h.summary_games()}")
             more = h.answerer.progress()
             console(line + (f" | {more}" if more else ""))

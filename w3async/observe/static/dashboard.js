@@ -125,18 +125,32 @@ function showStatus(st) {
   document.getElementById("summary").replaceChildren(...cards.map(([l, v]) => card(l, v)));
 }
 
+function tableRow(values) {
+  const tr = document.createElement("tr");
+  for (const v of values) {
+    const td = document.createElement("td");
+    td.textContent = v === null || v === undefined ? "–" : v;
+    tr.append(td);
+  }
+  return tr;
+}
+
 function showGames(games) {
   const rows = games.map((g) => {
-    const tr = document.createElement("tr");
     const causes = Object.entries(g.causes || {}).map(([k, v]) => `${k} ${v}`).join(", ");
-    for (const v of [g.slot, g.pid, g.runtime, g.role, g.lanes, g.state, g.steps, g.restarts, causes, g.last_step_age_s]) {
-      const td = document.createElement("td");
-      td.textContent = v === null || v === undefined ? "–" : v;
-      tr.append(td);
-    }
-    return tr;
+    return tableRow([g.slot, g.host || "here", g.pid, g.runtime, g.role, g.lanes, g.state, g.steps, g.restarts, causes,
+      g.last_step_age_s]);
   });
   document.querySelector("#games tbody").replaceChildren(...rows);
+}
+
+// A run with game hosts ([cluster]): one line per host, from /status.
+function showHosts(hosts) {
+  document.getElementById("hosts-section").hidden = !hosts || hosts.length === 0;
+  const rows = (hosts || []).map((h) => tableRow([h.name, (h.node || "").slice(0, 12),
+    h.up ? `${h.games_up} / ${h.games}` : "lost", fmt(h.steps_per_s, 0), fmt(h.round_trip_ms, 2), h.restarts, h.deaths,
+    fmt(h.bytes_per_row, 0)]));
+  document.querySelector("#hosts tbody").replaceChildren(...rows);
 }
 
 async function getJson(url) {
@@ -150,6 +164,7 @@ async function refresh() {
     const [st, series, games] = await Promise.all([getJson("/status"), getJson("/series"), getJson("/games")]);
     showStatus(st);
     showGames(games.games);
+    showHosts(st.hosts);
     for (const name of PLOT_NAMES) {
       const canvas = document.getElementById("plot-" + name);
       const opts = name === "win_rate" ? { ymax: 1 } : {};

@@ -1,0 +1,221 @@
+"""Game hosts through Ray ([cluster], w3async/cluster/): what crosses the wire comes back
+the same; without [cluster] nothing of Ray is imported; on a cluster simulated on this
+machine (a head and two nodes), null games on both nodes are answered and checked, a
+host killed mid-run comes back while the other never stops, and SIGTERM leaves nothing
+on any node. Ray is the package's `cluster` extra (make test installs it); without it
+these tests skip, and under CI=true they fail."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from w3async.cluster import wire
+from w3async.runtime.procs import alive, mentioning
+from w3async.sync import layout
+from w3async.sync.gather import Batch
+from w3async.sync.table import list_segments
+
+from .conftest import REPO, need
+from .test_supervisor import check_failures, events
+
+
+def _ray_installed() -> bool:
+    return importlib.util.find_spec("ray") is not None
+
+
+def _random_batch(n: int, bucket: int, rng: np.random.Generator) -> Batch:
+    b = Batch(64)
+    b.n, b.bucket = n, bucket
+    for name in ("obs_seq", "lane", "side", "episode", "step", "flags", "state_hash", "discarded"):
+        a = getattr(b, name)
+        a[:n] = rng.integers(0, 200, n)
+    b.rows[:n] = rng.permutation(64)[:n]
+    b.reward[:n] = rng.normal(size=n)
+    b.n_ent[:n] = rng.integers(0, bucket + 1, n)
+    b.glob[:n] = rng.normal(size=(n, layout.G_GLOB))
+    ent, types = b.ent, b.ent_type
+    for i in range(n):  # as a gather leaves them: zero past each row's n_ent
+        k = int(b.n_ent[i])
+        ent[i, :k] = rng.normal(size=(k, layout.F_ENT))
+        types[i, :k] = rng.integers(0, 9, k)
+    b.mask[:n] = rng.integers(0, 2, (n, layout.N_HEADS, layout.HEAD_MAX))
+    return b
+
+
+def test_a_round_crosses_the_wire_unchanged():
+    rng = np.random.default_rng(5)
+    for n, bucket in ((1, 32), (17, 48), (64, 160)):
+        b = _random_batch(n, bucket, rng)
+        gen = rng.integers(0, 5, n).astype(np.uint32)
+        msg = wire.pack(b, gen)
+        got = wire.unpack(msg, Batch(200), row_offset=100)
+        assert got.n == n and got.bucket == bucket and (msg["gen"] == gen).all()
+        assert (got.rows[:n] == b.rows[:n] + 100).all()
+        for name in ("obs_seq", "lane", "side", "episode", "step", "flags", "reward", "n_ent", "state_hash",
+                     "discarded", "glob", "mask"):
+            assert (getattr(got, name)[:n] == getattr(b, name)[:n]).all(), name
+        assert (got.ent == b.ent).all() and (got.ent_type == b.ent_type).all()
+        full = n * (bucket * (layout.F_ENT * 4 + 2) + layout.N_HEADS * layout.HEAD_MAX + layout.G_GLOB * 4)
+        assert wire.nbytes(msg) < full  # entities to the largest n_ent, masks as bits
+
+
+def test_a_round_too_large_for_the_centre_is_refused():
+    b = _random_batch(40, 32, np.random.default_rng(1))
+    with pytest.raises(ValueError, match="40 rows, the centre's buffer holds 8"):
+        wire.unpack(wire.pack(b, np.zeros(40, np.uint32)), Batch(8), 0)
+
+
+def test_no_ray_import_without_a_cluster_section(tmp_path, null_native):
+    """A single-host run (games, rounds, shutdown) never imports Ray."""
+    code = f"""
+import asyncio, sys
+from w3async.recipes import recipe_from_dict
+from w3async.runtime.supervisor import Supervisor
+r = recipe_from_dict({{"name": "t", "game": "null", "games": [{{"binary": {str(null_native)!r}, "count": 2}}],
+                      "supervisor": {{"policy": "check"}}, "stop": {{"steps": 3000}}}})
+asyncio.run(Supervisor(r, {str(tmp_path / "run")!r}).run())
+print("ray imported:", [m for m in sys.modules if m == "ray" or m.startswith("ray.")][:3])
+"""
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "ray imported: []" in out.stdout
+
+
+def _cluster_recipe(path: Path, null_native: Path, seconds: float, extra: str = "") -> Path:
+    path.write_text(f"""
+name = "cl"
+game = "null"
+[[games]]
+binary = "{null_native}"
+count = 2
+lanes = 2
+host = "node1"
+env = {{ W3N_CHECK = "1", W3N_EPISODE_STEPS = "100" }}
+[[games]]
+binary = "{null_native}"
+count = 2
+lanes = 2
+host = "node2"
+env = {{ W3N_CHECK = "1", W3N_EPISODE_STEPS = "100" }}
+[supervisor]
+policy = "check"
+progress_s = 0
+[cluster]
+local_nodes = 2
+{extra}
+[stop]
+seconds = {seconds}
+""")
+    return path
+
+
+def _status(run_dir: Path) -> dict | None:
+    try:
+        url = (run_dir / "status.url").read_text().strip()
+        with urllib.request.urlopen(url.rstrip("/") + "/status", timeout=5) as r:
+            return json.loads(r.read())
+    except (OSError, ValueError):
+        return None
+
+
+def _wait(what: str, fn, timeout: float, proc: subprocess.Popen):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = fn()
+        if v:
+            return v
+        if proc.poll() is not None:
+            raise AssertionError(f"the run ended (exit {proc.returncode}) while waiting for {what}")
+        time.sleep(0.25)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _hosts(run_dir: Path) -> dict:
+    st = _status(run_dir) or {}
+    return {h["name"]: h for h in st.get("hosts") or []}
+
+
+def _descendants(pid: int) -> set[int]:
+    parent = {}
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                with open(f"/proc/{p}/stat") as f:
+                    parent[int(p)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    out, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        kids = [c for c, pp in parent.items() if pp == p]
+        out.update(kids)
+        todo += kids
+    return out
+
+
+def test_games_on_two_simulated_hosts_survive_a_host_kill_and_stop_cleanly(tmp_path, null_native):
+    need("ray (the cluster extra)", _ray_installed(), "pip install -e '.[cluster]' (make test does)")
+    recipe = _cluster_recipe(tmp_path / "cl.toml", null_native, seconds=600)
+    run_dir = tmp_path / "runs" / "cl"
+    proc = subprocess.Popen([sys.executable, "-m", "w3async", "run", str(recipe), "--run", "cl",
+                             "--runs-dir", str(tmp_path / "runs")],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        both = lambda: (lambda h: h if len(h) == 2 and all(x["games_up"] == 2 and x["agent_steps"] > 2000
+                                                            for x in h.values()) else None)(_hosts(run_dir))
+        _wait("both hosts' games answering", both, 180, proc)
+        ups = [e for e in events(run_dir) if e["event"] == "host_up"]
+        node1 = next(e for e in ups if e["host"] == "node1")
+        assert {e["host"] for e in ups} == {"node1", "node2"} and node1["node"] != next(
+            e for e in ups if e["host"] == "node2")["node"]  # two nodes of the cluster
+        node2_before = _hosts(run_dir)["node2"]["agent_steps"]
+        os.kill(node1["pid"], signal.SIGKILL)  # the host's process, as a crash would end it
+        back = lambda: (lambda h: h if h.get("node1", {}).get("up") and h["node1"]["deaths"] == 1
+                        and h["node1"]["games_up"] == 2 and h["node1"]["agent_steps"] > 500 else None)(_hosts(run_dir))
+        hosts = _wait("node1's host back with its games", back, 120, proc)
+        assert hosts["node2"]["agent_steps"] > node2_before + 1000 and hosts["node2"]["deaths"] == 0
+        assert hosts["node2"]["restarts"] == 0 and hosts["node2"]["round_trip_ms"] is not None
+        games = json.loads(urllib.request.urlopen(
+            (run_dir / "status.url").read_text().strip().rstrip("/") + "/games", timeout=5).read())["games"]
+        assert sorted(g["host"] for g in games) == ["node1", "node1", "node2", "node2"]
+        lost = [e for e in events(run_dir) if e["event"] == "host_lost"]
+        assert [e["host"] for e in lost] == ["node1"]
+        left_behind = _descendants(proc.pid)  # Ray's processes on every node, the hosts and their games
+        markers = [e["shm"] for d in (run_dir, run_dir / "hosts" / "node1", run_dir / "hosts" / "node2")
+                   for e in events(d) if e["event"] == "run_start"]
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:  # a failed check above: the run's own shutdown still ends Ray's processes
+            proc.send_signal(signal.SIGTERM)
+            try:
+                out, _ = proc.communicate(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, _ = proc.communicate()
+    assert proc.returncode == 0, out[-3000:]
+    deadline = time.monotonic() + 30  # Ray's processes end as their node is shut down
+    while [p for p in left_behind if alive(p)] and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not [p for p in left_behind if alive(p)], "a process of the run outlived it"
+    for m in markers:  # every table's name: the centre's and each host's (both incarnations)
+        assert not mentioning(m.lstrip("/").encode()), f"a process still carries {m}"
+        assert not [s for s in list_segments() if s.startswith(m)], f"a segment of {m} is still linked"
+    stops = {e["host"]: e for e in events(run_dir) if e["event"] == "host_stop"}
+    assert set(stops) == {"node1", "node2"} and all(s["leftovers"]["processes"] == [] for s in stops.values())
+    shutdown = [e for e in events(run_dir) if e["event"] == "shutdown"]
+    assert shutdown[-1]["error"] is None
+    for d in (run_dir / "hosts" / "node1", run_dir / "hosts" / "node2"):
+        assert check_failures(d) == []
+        assert not [e for e in events(d) if e["event"] == "bad_row"]

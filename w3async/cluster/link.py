@@ -1,0 +1,327 @@
+"""The centre's side of a cluster: game hosts on other machines, through Ray.
+
+The supervisor keeps inference, the learner, the league, evaluation, the logs, the
+checkpoints and the status; the groups with `host` set run on game hosts (gamehost.py),
+one Ray actor per host name, placed on the node that offers the resource of that name.
+Their rows follow the table's in the run's numbering, so the answerer sees one run.
+
+Per host, one task polls: each reply brings the host's rounds (wire.py) and its
+games' resets, in the host's order, and they go to the answerer as local rounds do.
+The answerer's answers and releases for a host's rows are collected over one turn of
+the loop and sent in one call, numbered, so that the host applies them in order. Hosts
+never wait on each other: each has its own poll in flight.
+
+Faults go through Ray's own machinery: a host that dies is restarted by Ray (up to
+cluster.host_restarts) on its node; the centre hears it as a failed poll or a new
+incarnation, cuts its games' open episodes (never trained on as if they ended), and
+records the cause (`host_lost`, `host_up` in events.jsonl). A host that died once more
+than that and stays lost for cluster.lost_after_s ends the run with the cause; one that
+is only unreachable (its node gone) is polled on, and the run goes on with the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from w3async.cluster import wire
+from w3async.observe.logs import console
+from w3async.recipes import recipe_to_dict
+from w3async.runtime.answerer import GameRows
+from w3async.runtime.runfolder import RunError
+from w3async.sync.gather import Batch
+
+POLL_S = 0.5  # a poll waits this long for a round before it answers empty (and says the host's state)
+POLL_GRACE_S = 5.0  # beyond POLL_S, how long a poll may take before the host counts as lost
+SIM_OBJECT_STORE = 100 * 1024 * 1024  # a simulated node's object store: rounds are small
+
+
+@dataclass
+class HostLink:
+    """One game host as the centre sees it."""
+
+    name: str
+    row0: int  # its first row in the run's numbering
+    nrows: int
+    games: list[GameRows]
+    actor: object = None
+    incarnation: str | None = None  # the host's; a new one is a restarted host
+    gen: np.ndarray = None  # each row's generation on the host, as last heard
+    batch: Batch = None  # the centre's buffer for its rounds
+    ops: list = field(default_factory=list)  # answers and releases not yet sent
+    seq: int = 0  # the next call of ops
+    acked: int = 0  # the last message of the host taken
+    lost_since: float = 0.0  # when a poll last failed with the host up (0: it is up)
+    state: dict = field(default_factory=dict)  # its last reply's
+    deaths: int = 0
+    rows_in: int = 0
+    bytes_in: int = 0
+    rate: tuple = (0.0, 0, 0.0)  # (time, agent_steps, steps/s) for its steps/s
+
+
+class ClusterLink:
+    """The game hosts of one run: started with the run, polled, answered, stopped."""
+
+    def __init__(self, sup, row0: int, slot0: int):
+        self.sup = sup
+        self.config = sup.recipe.cluster
+        self.hosts_: list[HostLink] = []
+        row, slot = row0, slot0
+        for name in dict.fromkeys(g.host for g in sup.recipe.games if g.host):
+            start, games = row, []
+            for g in (g for g in sup.recipe.games if g.host == name):
+                for _ in range(g.count):
+                    games.append(GameRows(slot, row, g.lanes * g.sides, g))
+                    row, slot = row + g.lanes * g.sides, slot + 1
+            n = row - start
+            self.hosts_.append(HostLink(name, start, n, games, gen=np.zeros(n, np.uint32), batch=Batch(n)))
+        self.n_rows = row - row0
+        self.games = [g for h in self.hosts_ for g in h.games]
+        self._sim = None  # a simulated cluster this process started (ray.cluster_utils.Cluster)
+        self._ray = None
+        self._stopping = False
+        self._flush_scheduled = False
+
+    # ---- start and stop -------------------------------------------------------------
+
+    async def start(self, tasks: list) -> None:
+        """Join (or simulate) the cluster, check each host's resource, start the hosts
+        and their polls. Raises RunError naming what is missing."""
+        self._connect()
+        offered = self._ray.cluster_resources()
+        for h in self.hosts_:
+            if h.name not in offered:
+                names = sorted(k for k in offered if not k.startswith("node:") and k not in _RAY_RESOURCES)
+                raise RunError(f"games.host = {h.name!r}: no node of the cluster offers a resource "
+                               f"{h.name!r} (custom resources offered: {', '.join(names) or 'none'})")
+        actor_class = self._ray.remote(_host_class())
+        for h in self.hosts_:
+            h.actor = actor_class.options(
+                num_cpus=0, resources={h.name: 0.001}, max_restarts=self.config.host_restarts, max_task_retries=0,
+            ).remote(h.name, self._host_recipe(h), str(self.sup.run_dir / "hosts" / h.name), self.config.lost_after_s)
+            self.sup.events.info("host_start", host=h.name, rows=[h.row0, h.row0 + h.nrows], games=len(h.games))
+            tasks.append(self.sup._task(self._pump(h), f"game host {h.name}"))
+
+    def _connect(self) -> None:
+        os.environ.setdefault("RAY_IGNORE_UNHANDLED_ERRORS", "1")  # ops to a dead host fail, by design
+        import ray  # noqa: PLC0415 (only with [cluster])
+
+        self._ray = ray
+        c = self.config
+        if c.address:
+            ray.init(address=c.address, log_to_driver=False, include_dashboard=False)
+            return
+        from ray.cluster_utils import Cluster  # noqa: PLC0415
+
+        self._sim = Cluster(initialize_head=True, head_node_args=dict(
+            num_cpus=1, include_dashboard=False, object_store_memory=SIM_OBJECT_STORE))
+        for i in range(1, c.local_nodes + 1):
+            self._sim.add_node(num_cpus=1, resources={f"node{i}": 1}, object_store_memory=SIM_OBJECT_STORE)
+        self._sim.wait_for_nodes()
+        ray.init(address=self._sim.address, log_to_driver=False)
+
+    def _host_recipe(self, h: HostLink) -> dict:
+        """The host's own recipe: its groups (run there as local ones), no status, no
+        stop condition (the centre stops it), no cluster."""
+        d = recipe_to_dict(self.sup.recipe)
+        d.pop("path", None)
+        d["games"] = [dict(g, host="") for g in d["games"] if g["host"] == h.name]
+        d.update(cluster=None, status=dict(d["status"], enabled=False), stop={}, name=f"{d['name']}-{h.name}")
+        d["supervisor"] = dict(d["supervisor"], policy="check")  # unused: the host answers through the centre
+        for key in ("network", "learner", "trajectories", "league"):  # unset options stay unset (None is no value)
+            if isinstance(d.get(key), dict):
+                d[key] = {k: v for k, v in d[key].items() if v is not None}
+        return d
+
+    async def stop(self) -> None:
+        """Each host ends its games (its supervisor's shutdown) and says what is left;
+        then the actors, Ray, and a simulated cluster end."""
+        self._stopping = True
+        if self._ray is None:
+            return
+        ray, errors = self._ray, []
+        live = [h for h in self.hosts_ if h.actor is not None]
+        timeout = self.sup.recipe.supervisor.stop_timeout_s + 15.0
+        results = await asyncio.gather(*(asyncio.wait_for(_awaitable(h.actor.stop.remote()), timeout) for h in live),
+                                       return_exceptions=True)
+        for h, r in zip(live, results):
+            if isinstance(r, BaseException):
+                errors.append(f"game host {h.name}: stop failed: {type(r).__name__}: {r}")
+                continue
+            left = (r.get("leftovers") or {}).get("processes")
+            self.sup.events.info("host_stop", host=h.name, failure=r.get("failure"), leftovers=r.get("leftovers"))
+            if left:
+                errors.append(f"game host {h.name}: processes left: {left}")
+        for h in live:
+            try:
+                ray.kill(h.actor, no_restart=True)
+            except Exception:  # noqa: BLE001 (already gone)
+                pass
+        ray.shutdown()
+        if self._sim is not None:
+            self._sim.shutdown()
+        if errors:
+            raise RunError("; ".join(errors))
+
+    # ---- the polls ----------------------------------------------------------------
+
+    async def _pump(self, h: HostLink) -> None:
+        """Poll the host until the run stops. A poll that fails (the host died, Ray is
+        restarting it) or takes too long is tried again with a growing pause; what it
+        would have brought comes with the next (the host keeps it until acknowledged)."""
+        lost = self._ray.exceptions.RayActorError
+        pause = 0.1
+        while not self._stopping:
+            try:
+                ref = h.actor.poll.remote(h.acked, POLL_S)
+                items, state = await asyncio.wait_for(_awaitable(ref), POLL_S + POLL_GRACE_S)
+            except (lost, asyncio.TimeoutError) as e:
+                if self._stopping:
+                    return
+                cause = "no answer to a poll" if isinstance(e, asyncio.TimeoutError) else _first_line(e)
+                if h.incarnation is not None and h.state.get("incarnation") is not None:
+                    self._cut(h, cause)
+                    h.lost_since = time.monotonic()
+                spent = h.deaths >= self.config.host_restarts and h.lost_since
+                if spent and time.monotonic() - h.lost_since > self.config.lost_after_s:
+                    self.sup.fail(f"game host {h.name} died again after {h.deaths} restart(s) "
+                                  f"(cluster.host_restarts = {self.config.host_restarts}): {cause}")
+                    return
+                await asyncio.sleep(pause)
+                pause = min(2 * pause, 2.0)
+                continue
+            pause = 0.1
+            if not self._stopping:
+                self.sup.barrier(f"game host {h.name}", self._take, h, items, state)
+
+    def _take(self, h: HostLink, items: list, state: dict) -> None:
+        if state["incarnation"] != h.incarnation:
+            if h.incarnation is not None:  # Ray made it again: a death, whether a poll saw it or not
+                h.deaths += 1
+                if h.state.get("incarnation") is not None:
+                    self._cut(h, "restarted")
+            h.incarnation, h.seq, h.ops, h.acked, h.lost_since = state["incarnation"], 0, [], 0, 0.0
+            h.gen[:] = 0
+            self.sup.events.info("host_up", host=h.name, node=state["node"], pid=state["pid"], deaths=h.deaths)
+        answerer = self.sup.answerer
+        for n, msg in items:
+            if n <= h.acked:
+                continue  # taken from an earlier reply
+            h.acked = n
+            if msg["kind"] == "reset":
+                h.gen[msg["start"]:msg["stop"]] = msg["gen"]
+                answerer.rows_reset(slice(h.row0 + msg["start"], h.row0 + msg["stop"]))
+                continue
+            b = wire.unpack(msg, h.batch, h.row0)
+            h.rows_in += b.n
+            h.bytes_in += wire.nbytes(msg)
+            answerer.submit(b)
+        now, (t0, steps0, rate) = time.monotonic(), h.rate
+        if now - t0 >= 1.0:
+            rate = (state["agent_steps"] - steps0) / (now - t0) if t0 else 0.0
+            h.rate = (now, state["agent_steps"], rate)
+        h.state = state
+        if state["failure"]:
+            self.sup.fail(f"game host {h.name}: {state['failure']}")
+
+    def _cut(self, h: HostLink, cause: str) -> None:
+        """The host is gone (or came back as a new one): its games' open episodes end
+        here, cut, and what was on its way to it is dropped."""
+        h.ops = []
+        h.state = dict(h.state, incarnation=None)
+        for g in h.games:
+            self.sup.answerer.rows_reset(slice(g.row0, g.row0 + g.nrows))
+        self.sup.events.warning("host_lost", host=h.name, cause=cause)
+        console(f"w3async: game host {h.name} lost ({cause}): its games' open episodes are cut; Ray restarts it")
+
+    # ---- answers ------------------------------------------------------------------
+
+    def _ops(self, kind: str, rows: np.ndarray, **arrays) -> None:
+        for h in self.hosts_:
+            sel = (rows >= h.row0) & (rows < h.row0 + h.nrows)
+            if not sel.any() or h.incarnation is None:
+                continue
+            local = (rows[sel] - h.row0).astype(np.int32)
+            h.ops.append(dict(kind=kind, rows=local, gen=h.gen[local].copy(), **{k: a[sel] for k, a in arrays.items()}))
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.sup.loop.call_soon(self._flush)
+
+    def answer(self, rows, obs_seq, actions, versions) -> None:
+        self._ops("answer", rows, obs_seq=obs_seq, actions=actions, versions=versions)
+
+    def release(self, rows) -> None:
+        self._ops("release", rows)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        for h in self.hosts_:
+            if h.ops and h.actor is not None and not self._stopping:
+                h.actor.apply.remote(h.incarnation, h.seq, h.ops)  # its errors: the poll hears them
+                h.seq += 1
+            h.ops = []
+
+    # ---- watching -----------------------------------------------------------------
+
+    def waiting_rows(self) -> int:
+        return sum(h.state.get("waiting", 0) for h in self.hosts_)
+
+    def hosts(self) -> list[dict]:
+        """Each host for /status, /games and the dashboard."""
+        out = []
+        for h in self.hosts_:
+            s = h.state
+            out.append(dict(name=h.name, node=s.get("node", ""), up=s.get("incarnation") is not None,
+                            games=len(h.games), games_up=s.get("games_up", 0), restarts=s.get("restarts", 0),
+                            deaths=h.deaths, agent_steps=s.get("agent_steps", 0), steps_per_s=round(h.rate[2], 1),
+                            round_trip_ms=s.get("round_trip_ms"), rows=[h.row0, h.row0 + h.nrows],
+                            bytes_per_row=round(h.bytes_in / h.rows_in, 1) if h.rows_in else None,
+                            failure=s.get("failure")))
+        return out
+
+    def games_view(self) -> list[dict]:
+        """The hosts' games for /games (run_view.GAME_KEYS): as each host last said,
+        "lost" while its host is down."""
+        out = []
+        for h in self.hosts_:
+            slots = h.state.get("slots") or []
+            up = h.state.get("incarnation") is not None
+            for i, g in enumerate(h.games):
+                s = slots[i] if up and i < len(slots) else {}
+                out.append(dict(slot=g.index, pid=s.get("pid"), runtime=g.group.runtime, role=g.group.role,
+                                lanes=g.group.lanes, sides=g.group.sides, state=s.get("state", "lost"),
+                                restarts=s.get("restarts", 0), causes=s.get("causes", {}), steps=s.get("steps"),
+                                last_step_age_s=s.get("last_step_age_s"), host=h.name))
+        return out
+
+    def summary(self) -> str:
+        parts = []
+        for x in self.hosts():
+            rt = f" {x['round_trip_ms']:.1f} ms" if x["round_trip_ms"] is not None else ""
+            parts.append(f"{x['name']} {x['games_up']}/{x['games']} up{rt}" if x["up"] else f"{x['name']} lost")
+        return "hosts: " + ", ".join(parts)
+
+
+# Ray's own resources, not a host's name (for the error that lists what is offered).
+_RAY_RESOURCES = {"CPU", "GPU", "memory", "object_store_memory", "accelerator_type"}
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0][:200]}" if text else type(e).__name__
+
+
+def _awaitable(ref):
+    """A Ray ObjectRef as an asyncio future of the running loop."""
+    return asyncio.wrap_future(ref.future())
+
+
+def _host_class():
+    from w3async.cluster.gamehost import GameHost  # noqa: PLC0415 (the actor's code, imported on the node too)
+
+    return GameHost
+
