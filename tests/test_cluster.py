@@ -1,8 +1,8 @@
 """Game hosts through Ray ([cluster], w3async/cluster/): what crosses the wire comes back
 the same; without [cluster] nothing of Ray is imported; on a cluster simulated on this
 machine (a head and two nodes), null games on both nodes are answered and checked, a
-host killed mid-run comes back while the other never stops, and SIGTERM leaves nothing
-on any node. Ray is the package's `cluster` extra (make test installs it); without it
+host killed mid-run comes back while the other never stops, a host that stops answering
+for a while has its games started again, and SIGTERM leaves nothing on any node. Ray is the package's `cluster` extra (make test installs it); without it
 these tests skip, and under CI=true they fail."""
 
 from __future__ import annotations
@@ -191,6 +191,21 @@ def test_games_on_two_simulated_hosts_survive_a_host_kill_and_stop_cleanly(tmp_p
         assert sorted(g["host"] for g in games) == ["node1", "node1", "node2", "node2"]
         lost = [e for e in events(run_dir) if e["event"] == "host_lost"]
         assert [e["host"] for e in lost] == ["node1"]
+        # A host that stops answering for a while, alive (SIGSTOP): cut, then its games start again.
+        node2 = next(e for e in ups if e["host"] == "node2")
+        os.kill(node2["pid"], signal.SIGSTOP)
+        try:
+            _wait("node2 counted lost", lambda: [e for e in events(run_dir)
+                                                 if e["event"] == "host_lost" and e["host"] == "node2"], 60, proc)
+        finally:
+            os.kill(node2["pid"], signal.SIGCONT)
+        _wait("node2 back", lambda: [e for e in events(run_dir) if e["event"] == "host_back"], 60, proc)
+        steps = _hosts(run_dir)["node2"]["agent_steps"]
+        _wait("node2's games answering again", lambda: (lambda h: h["node2"]["up"] and h["node2"]["games_up"] == 2
+                                                        and h["node2"]["agent_steps"] > steps + 1000)(_hosts(run_dir)),
+              60, proc)
+        causes = [e["cause"] for e in events(run_dir / "hosts" / "node2") if e["event"] == "game_kill"]
+        assert causes == ["centre_lost", "centre_lost"]
         left_behind = _descendants(proc.pid)  # Ray's processes on every node, the hosts and their games
         markers = [e["shm"] for d in (run_dir, run_dir / "hosts" / "node1", run_dir / "hosts" / "node2")
                    for e in events(d) if e["event"] == "run_start"]

@@ -65,6 +65,9 @@ class RemoteAnswerer:
         generation (its game restarted since) is dropped."""
         c = self.control
         for op in ops:
+            if op["kind"] == "restart":  # the centre lost this host for a while
+                self.host.restart_games()
+                continue
             rows = np.asarray(op["rows"], np.int64)
             keep = self.gen[rows] == op["gen"]
             rows = rows[keep]
@@ -183,6 +186,11 @@ class GameHost:
             await asyncio.shield(self._run)
         sup = self.sup
         return dict(failure=self.failure, leftovers=sup.leftovers if sup else {}, state=self.state())
+
+    def restart_games(self) -> None:
+        """End every game and start it again (its rows reset, their generation bumped)."""
+        for s in self.sup.slots:
+            self.sup.keeper.kill(s, "centre_lost", {})
 
     def pid(self) -> int:
         """The actor's process (tests end it to see the host come back)."""

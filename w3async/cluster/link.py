@@ -50,6 +50,7 @@ class HostLink:
     games: list[GameRows]
     actor: object = None
     incarnation: str | None = None  # the host's; a new one is a restarted host
+    up: bool = False  # polled since it was last cut
     gen: np.ndarray = None  # each row's generation on the host, as last heard
     batch: Batch = None  # the centre's buffer for its rounds
     ops: list = field(default_factory=list)  # answers and releases not yet sent
@@ -183,7 +184,7 @@ class ClusterLink:
                 if self._stopping:
                     return
                 cause = "no answer to a poll" if isinstance(e, asyncio.TimeoutError) else _first_line(e)
-                if h.incarnation is not None and h.state.get("incarnation") is not None:
+                if h.up:
                     self._cut(h, cause)
                     h.lost_since = time.monotonic()
                 spent = h.deaths >= self.config.host_restarts and h.lost_since
@@ -202,11 +203,19 @@ class ClusterLink:
         if state["incarnation"] != h.incarnation:
             if h.incarnation is not None:  # Ray made it again: a death, whether a poll saw it or not
                 h.deaths += 1
-                if h.state.get("incarnation") is not None:
+                if h.up:
                     self._cut(h, "restarted")
             h.incarnation, h.seq, h.ops, h.acked, h.lost_since = state["incarnation"], 0, [], 0, 0.0
             h.gen[:] = 0
             self.sup.events.info("host_up", host=h.name, node=state["node"], pid=state["pid"], deaths=h.deaths)
+        elif not h.up:
+            # The same host, unreachable for a while: the centre cut its episodes and
+            # dropped the answers on their way, so its held rows would wait for ever.
+            # Its games start again, as after a death; their resets come back numbered.
+            h.ops.append(dict(kind="restart"))
+            self._schedule_flush()
+            self.sup.events.info("host_back", host=h.name, node=state["node"], pid=state["pid"])
+        h.up = True
         answerer = self.sup.answerer
         for n, msg in items:
             if n <= h.acked:
@@ -231,8 +240,7 @@ class ClusterLink:
     def _cut(self, h: HostLink, cause: str) -> None:
         """The host is gone (or came back as a new one): its games' open episodes end
         here, cut, and what was on its way to it is dropped."""
-        h.ops = []
-        h.state = dict(h.state, incarnation=None)
+        h.ops, h.up = [], False
         for g in h.games:
             self.sup.answerer.rows_reset(slice(g.row0, g.row0 + g.nrows))
         self.sup.events.warning("host_lost", host=h.name, cause=cause)
@@ -247,6 +255,9 @@ class ClusterLink:
                 continue
             local = (rows[sel] - h.row0).astype(np.int32)
             h.ops.append(dict(kind=kind, rows=local, gen=h.gen[local].copy(), **{k: a[sel] for k, a in arrays.items()}))
+        self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self.sup.loop.call_soon(self._flush)
@@ -275,7 +286,7 @@ class ClusterLink:
         out = []
         for h in self.hosts_:
             s = h.state
-            out.append(dict(name=h.name, node=s.get("node", ""), up=s.get("incarnation") is not None,
+            out.append(dict(name=h.name, node=s.get("node", ""), up=h.up,
                             games=len(h.games), games_up=s.get("games_up", 0), restarts=s.get("restarts", 0),
                             deaths=h.deaths, agent_steps=s.get("agent_steps", 0), steps_per_s=round(h.rate[2], 1),
                             round_trip_ms=s.get("round_trip_ms"), rows=[h.row0, h.row0 + h.nrows],
@@ -289,9 +300,8 @@ class ClusterLink:
         out = []
         for h in self.hosts_:
             slots = h.state.get("slots") or []
-            up = h.state.get("incarnation") is not None
             for i, g in enumerate(h.games):
-                s = slots[i] if up and i < len(slots) else {}
+                s = slots[i] if h.up and i < len(slots) else {}
                 out.append(dict(slot=g.index, pid=s.get("pid"), runtime=g.group.runtime, role=g.group.role,
                                 lanes=g.group.lanes, sides=g.group.sides, state=s.get("state", "lost"),
                                 restarts=s.get("restarts", 0), causes=s.get("causes", {}), steps=s.get("steps"),
