@@ -164,6 +164,20 @@ def _descendants(pid: int) -> set[int]:
     return out
 
 
+def _in_session(sid: int) -> list[int]:
+    """Processes of session `sid` (Ray's processes stay in the session of the run that started them)."""
+    out = []
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                with open(f"/proc/{p}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[3]) == sid:
+                        out.append(int(p))
+            except (OSError, IndexError, ValueError):
+                pass
+    return out
+
+
 def test_games_on_two_simulated_hosts_survive_a_host_kill_and_stop_cleanly(tmp_path, null_native):
     need("ray (the cluster extra)", _ray_installed(), "pip install -e '.[cluster]' (make test does)")
     recipe = _cluster_recipe(tmp_path / "cl.toml", null_native, seconds=600)
@@ -234,3 +248,59 @@ def test_games_on_two_simulated_hosts_survive_a_host_kill_and_stop_cleanly(tmp_p
     for d in (run_dir / "hosts" / "node1", run_dir / "hosts" / "node2"):
         assert check_failures(d) == []
         assert not [e for e in events(d) if e["event"] == "bad_row"]
+
+
+def test_each_hosts_recipe_loads_with_only_its_games():
+    """A host runs its share of the run's groups with no learning sections: a recipe
+    whose learner needs the stop the host has not (fgself-cluster's linear schedule)
+    still gives every host a recipe that loads, and a recipe error crosses Ray whole."""
+    import pickle
+    import types
+
+    from w3async.cluster.link import ClusterLink
+    from w3async.recipes import RecipeError, load_recipe, recipe_from_dict
+
+    run = load_recipe(REPO / "recipes/fgself-cluster.toml")
+    assert run.learner.lr_schedule == "linear"
+    main = load_recipe(REPO / "recipes/fgself.toml")  # the cluster recipe is the main job moved
+    same = lambda r: [(g.env, g.count, g.lanes, g.sides, g.role) for g in r.games]  # noqa: E731
+    assert same(run) == same(main) and run.learner == main.learner and run.network == main.network
+    link = ClusterLink(types.SimpleNamespace(recipe=run), 0, 0)
+    for h in link.hosts_:
+        d = link._host_recipe(h)
+        assert not {"learner", "trajectories", "league"} & set(d)
+        host = recipe_from_dict(d, f"<game host {h.name}>")
+        want = [g for g in run.games if g.host == h.name]
+        assert [g.env for g in host.games] == [g.env for g in want] and all(not g.host for g in host.games)
+        assert host.cluster is None and not host.status.enabled
+    err = pickle.loads(pickle.dumps(RecipeError("<game host node1>", ["a: wrong", "b: missing"])))
+    assert err.path == "<game host node1>" and err.problems == ["a: wrong", "b: missing"]
+    assert "b: missing" in str(err)
+
+
+def test_a_host_no_node_offers_is_refused_by_name(tmp_path, null_native):
+    """games.host names a resource no node of the cluster offers: the run does not start,
+    says which host and what the cluster offers, and leaves nothing running."""
+    need("ray (the cluster extra)", _ray_installed(), "pip install -e '.[cluster]' (make test does)")
+    recipe = _cluster_recipe(tmp_path / "cl.toml", null_native, seconds=30)
+    recipe.write_text(recipe.read_text().replace('host = "node2"', 'host = "node3"'))
+    proc = subprocess.Popen([sys.executable, "-m", "w3async", "run", str(recipe), "--run", "cl",
+                             "--runs-dir", str(tmp_path / "runs")], start_new_session=True,
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        out, _ = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode != 0
+    assert "games.host = 'node3': no node of the cluster offers a resource 'node3'" in out, out[-3000:]
+    assert "custom resources offered: node1, node2" in out, out[-3000:]
+    assert "Traceback" not in out, out[-3000:]
+    deadline = time.monotonic() + 30  # the simulated cluster's processes (its session's) end with it
+    while _in_session(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _in_session(proc.pid), "a process of the run's session outlived it"
+    run_dir = tmp_path / "runs" / "cl"
+    for m in [e["shm"] for e in events(run_dir) if e["event"] == "run_start"]:
+        assert not [s for s in list_segments() if s.startswith(m)], f"a segment of {m} is still linked"

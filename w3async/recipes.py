@@ -59,6 +59,9 @@ class RecipeError(ValueError):
         self.problems = problems
         super().__init__(f"recipe {path}:\n  " + "\n  ".join(problems))
 
+    def __reduce__(self):  # pickled whole (a game host's error crosses Ray)
+        return type(self), (self.path, self.problems)
+
 
 _SECTIONS = {"runtime": RuntimeSection, "supervisor": SupervisorSection, "stop": StopSection,
              "inference": InferenceSection, "checkpoint": CheckpointSection, "evaluation": EvaluationSection,

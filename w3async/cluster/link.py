@@ -30,7 +30,7 @@ import numpy as np
 
 from w3async.cluster import wire
 from w3async.observe.logs import console
-from w3async.recipes import recipe_to_dict
+from w3async.recipes import RecipeError, recipe_from_dict, recipe_to_dict
 from w3async.runtime.answerer import GameRows
 from w3async.runtime.runfolder import RunError
 from w3async.sync.gather import Batch
@@ -92,6 +92,11 @@ class ClusterLink:
     async def start(self, tasks: list) -> None:
         """Join (or simulate) the cluster, check each host's resource, start the hosts
         and their polls. Raises RunError naming what is missing."""
+        for h in self.hosts_:  # a host's recipe is checked before Ray starts: its error is read here
+            try:
+                recipe_from_dict(self._host_recipe(h), f"<game host {h.name}>")
+            except RecipeError as e:
+                raise RunError(f"game host {h.name}: its recipe does not load: {e}") from e
         self._connect()
         offered = self._ray.cluster_resources()
         for h in self.hosts_:
@@ -133,9 +138,10 @@ class ClusterLink:
         d["games"] = [dict(g, host="") for g in d["games"] if g["host"] == h.name]
         d.update(cluster=None, status=dict(d["status"], enabled=False), stop={}, name=f"{d['name']}-{h.name}")
         d["supervisor"] = dict(d["supervisor"], policy="check")  # unused: the host answers through the centre
-        for key in ("network", "learner", "trajectories", "league"):  # unset options stay unset (None is no value)
-            if isinstance(d.get(key), dict):
-                d[key] = {k: v for k, v in d[key].items() if v is not None}
+        for key in ("learner", "trajectories", "league"):  # the centre learns: a host needs none of them
+            d.pop(key, None)                                 # (a schedule would need the stop it has not)
+        if isinstance(d.get("network"), dict):  # unset options stay unset (None is no value)
+            d["network"] = {k: v for k, v in d["network"].items() if v is not None}
         return d
 
     async def stop(self) -> None:
