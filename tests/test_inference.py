@@ -142,8 +142,10 @@ def test_unloaded_net_and_unstarted_engine_are_clear_errors():
         eng.stop()
 
 
-def test_gru_state_is_kept_per_row_and_reset_on_first():
-    eng = InferenceEngine(SPEC, NetConfig(d_model=32, n_heads=4, n_layers=1, gru=True), max_rows=8, n_table_rows=8)
+@pytest.mark.parametrize("device", DEVICES)
+def test_gru_state_is_kept_per_row_and_reset_on_first(device):
+    eng = InferenceEngine(SPEC, NetConfig(d_model=32, n_heads=4, n_layers=1, gru=True), max_rows=8, n_table_rows=8,
+                          device=device)
     with eng:
         b = synthetic_batch(SPEC, 4, np.random.default_rng(0))
         b.flags[:4] = layout.FLAG_FIRST
@@ -233,3 +235,34 @@ def test_submit_never_races_the_worker_applying_a_new_net():
             eng.submit(b, ones)  # a net nothing was asked to load is still refused
     finally:
         eng.stop()
+
+
+def test_sampled_actions_obey_the_masks_and_follow_the_policy(engine):
+    """Every sampled choice is allowed by its row's mask, on every head, in rounds of
+    several sizes (each its own graph on CUDA); and the draws follow the policy's own
+    probabilities: with two choices allowed on one head, the count of the second is
+    what the returned log-probabilities say, within 5 standard deviations."""
+    rng = np.random.default_rng(7)
+    for n in (1, 5, 17, 40, 64):
+        for _ in range(10):
+            b = synthetic_batch(SPEC, n, rng, max_ent=40)
+            r = engine.submit(b).result()
+            for h in range(layout.N_HEADS):
+                assert b.mask[np.arange(n), h, r.actions[:, h]].all(), f"head {h}: a masked-out choice drawn"
+            assert np.isfinite(r.logp).all() and (r.logp <= 0).all() and np.isfinite(r.value).all()
+    b = synthetic_batch(SPEC, 64, rng, max_ent=40)
+    b.mask[:64] = 0
+    b.mask[:64, :, 0] = 1
+    b.mask[:64, 0, 1] = 1  # head 0: choices 0 and 1; every other head: only 0
+    ones, expect, var = 0, 0.0, 0.0
+    for _ in range(30):
+        r = engine.submit(b).result()
+        a = r.actions[:, 0]
+        assert set(np.unique(a)) <= {0, 1} and (r.actions[:, 1:] == 0).all()
+        p_drawn = np.exp(r.logp.astype(np.float64))  # the joint is head 0's alone here
+        p1 = np.where(a == 1, p_drawn, 1 - p_drawn)
+        ones += int((a == 1).sum())
+        expect += p1.sum()
+        var += (p1 * (1 - p1)).sum()
+    assert abs(ones - expect) < 5 * np.sqrt(var) + 1, (ones, expect, var)
+    assert 0 < ones < 64 * 30 or var < 1  # both drawn unless the policy is all but certain

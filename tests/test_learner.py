@@ -15,6 +15,10 @@ from w3async.learn.network import NetConfig, Network
 from w3async.games.spec import GameSpec
 from w3async.learn.trajectories import TrajBatch, TrajConfig, Trajectories
 
+# The CUDA cases run the learner, the GRU path and the sampling rounds on the device;
+# they skip where there is none (this project's CI), with the reason.
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"))]
+
 torch.set_num_threads(1)  # shared 2-core machine: OpenMP's spinning threads slow small calls
 
 SPEC = GameSpec("bandit", n_types=3, head_sizes=(4, 2, 2, layout.E_MAX), pointer_head=3)
@@ -72,16 +76,17 @@ class Bandit:
         self.terminal = not self.terminal
 
 
-def test_ppo_learns_a_contextual_bandit():
+@pytest.mark.parametrize("device", DEVICES)
+def test_ppo_learns_a_contextual_bandit(device):
     torch.manual_seed(0)
     n_rows = 32
     env = Bandit(n_rows, seed=1)
     traj = Trajectories(n_rows, TrajConfig(seq_len=4, seqs_per_batch=32, queue_batches=1))
     learner = Learner(Network(SPEC, NET), LearnerConfig(lr=1e-3, update_epochs=4, minibatch_seqs=8, ent_coef=0.003,
-                                                         gamma=0.9, seed=0))
+                                                         gamma=0.9, seed=0), device=device)
     rewards = []
     t0 = time.perf_counter()
-    with InferenceEngine(SPEC, NET, max_rows=n_rows, seed=2) as engine:
+    with InferenceEngine(SPEC, NET, max_rows=n_rows, seed=2, device=device) as engine:
         engine.publish(learner.net.state_dict(), learner.version)
         while learner.version < 12 and time.perf_counter() - t0 < 60:
             b = env.post()
@@ -158,13 +163,17 @@ def test_nan_loss_is_a_clear_error_and_rolls_back():
     assert learner.version == 0
 
 
-def test_gru_network_updates():
+@pytest.mark.parametrize("device", DEVICES)
+def test_gru_network_updates(device):
     net = Network(SPEC, NetConfig(d_model=16, n_heads=2, n_layers=1, gru=True))
+    before = {k: v.clone() for k, v in net.state_dict().items()}
     tb = fake_batch(n_seq=8)
     tb.state0 = np.zeros((8, 16), np.float32)
     tb.first[:, 0] = True
-    stats = Learner(net, LearnerConfig(minibatch_seqs=4)).run_update(tb)
-    assert np.isfinite(stats.v_loss)
+    learner = Learner(net, LearnerConfig(minibatch_seqs=4), device=device)
+    stats = learner.run_update(tb)
+    assert np.isfinite(stats.v_loss) and learner.version == 1
+    assert any(not torch.equal(before[k], v.cpu()) for k, v in learner.net.state_dict().items() if "core" in k)
 
 
 def test_config_errors_name_every_key():
@@ -194,8 +203,9 @@ def test_thread_nice_applies_to_the_learners_thread_only():
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == main_before
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("gru", [False, True], ids=["mlp", "gru"])
-def test_collected_logp_and_value_equal_the_learners_before_any_step(gru):
+def test_collected_logp_and_value_equal_the_learners_before_any_step(gru, device):
     """The whole path (engine rounds -> trajectories -> TrajBatch -> evaluate) keeps each
     step's observation, action, GRU state and episode starts aligned: with the same
     weights, the learner recomputes exactly what the rounds sampled with (ratio 1)."""
@@ -207,7 +217,7 @@ def test_collected_logp_and_value_equal_the_learners_before_any_step(gru):
     rng = np.random.default_rng(3)
     traj = Trajectories(n_rows, TrajConfig(seq_len=4, seqs_per_batch=6), state_dim=32 if gru else None)
     step = rng.integers(0, ep_len, n_rows)  # lanes out of phase
-    with InferenceEngine(SPEC, cfg, max_rows=n_rows, n_table_rows=n_rows, seed=4) as engine:
+    with InferenceEngine(SPEC, cfg, max_rows=n_rows, n_table_rows=n_rows, seed=4, device=device) as engine:
         batches = []
         while len(batches) < 2:  # the second: its sequences start mid-episode, GRU state and all
             b = synthetic_batch(SPEC, n_rows, rng, max_ent=40)
@@ -221,7 +231,7 @@ def test_collected_logp_and_value_equal_the_learners_before_any_step(gru):
                 batches.append(got)
         tb = batches[1]
         net = Network(SPEC, cfg).eval()
-        net.load_state_dict(engine.nets[0].state_dict())
+        net.load_state_dict({k: v.cpu() for k, v in engine.nets[0].state_dict().items()})
     n_seq, t = tb.shape
     flat = lambda a: torch.as_tensor(a).reshape(n_seq * t, *a.shape[2:])  # noqa: E731
     obs = Obs(flat(tb.glob), flat(tb.ent), flat(tb.ent_type).long(), flat(tb.n_ent).long(), flat(tb.mask).bool())

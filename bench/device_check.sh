@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Issue 13's device check, in one go on one GPU machine, from a fresh clone (docs/performance.md,
+# "inference"): the CUDA tests (learner, GRU path, sampling, the engine's rounds), then
+# bench/device_check.py (latency per bucket and rows, graph against eager, syncs inside rounds,
+# memory over 10,000 rounds, rounds beside an update at pause 0 and 8, CPU against GPU), each
+# figure against its bound. Under 8 minutes on one H200; logs go to $OUT (or /tmp/device_check).
+#
+# The machine's Python has torch, numpy and pytest but not posix_ipc. Here, once, in the repo's
+# root (the wheel travels with `carry: [".whl"]`):
+#   echo /.whl/ >> .git/info/exclude
+#   .venv/bin/python -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#     --implementation cp --platform manylinux2014_x86_64 -d .whl posix_ipc==1.3.2
+# There: bash bench/device_check.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/device_check}
+PY=${PY:-python3}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+
+if ! $PY -c "import posix_ipc" 2>/dev/null; then
+  if ls .whl/posix_ipc-*.whl >/dev/null 2>&1; then
+    $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/posix_ipc-*.whl || exit 2
+    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+  else
+    echo "device_check: posix_ipc is missing and .whl/ has no wheel of it (see this script's header)"; exit 2
+  fi
+fi
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+$PY setup.py -q build_ext --inplace >"$OUT/build.log" 2>&1 || echo "device_check: the C gather did not build (numpy path; $OUT/build.log)"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee "$OUT/gpu.txt"
+$PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.is_available())" | tee -a "$OUT/gpu.txt"
+
+echo "== the CUDA tests"
+timeout 240 $PY -m pytest -q -p no:cacheprovider tests/test_inference.py tests/test_learner.py -k cuda -rs \
+  2>&1 | tee "$OUT/cuda_tests.log"
+tests=${PIPESTATUS[0]}
+
+echo "== bench/device_check.py"
+timeout 300 $PY bench/device_check.py --progress 2>&1 | tee "$OUT/device_check.log"
+check=${PIPESTATUS[0]}
+
+echo "device_check.sh: CUDA tests exit $tests, device_check.py exit $check (0 = every bound held)"
+[ "$tests" = 0 ] && [ "$check" = 0 ]
