@@ -30,7 +30,6 @@ import argparse
 import dataclasses
 import statistics
 import sys
-import threading
 import time
 import warnings
 from pathlib import Path
@@ -41,10 +40,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from inference_bench import synthetic_trajbatch  # noqa: E402
+from inference_bench import rounds_beside_updates, synthetic_trajbatch  # noqa: E402
 from w3async.games.duel.spec import DUEL_SPEC as SPEC  # noqa: E402
 from w3async.learn.inference import InferenceEngine, synthetic_batch  # noqa: E402
-from w3async.learn.learner import Learner, LearnerConfig  # noqa: E402
 from w3async.learn.network import NetConfig, Network, obs_from_numpy  # noqa: E402
 
 CASES = ((48, 8), (48, 64), (48, 256), (160, 64), (160, 256))  # (entity bucket, rows)
@@ -160,33 +158,9 @@ def section_beside(args, device: torch.device, cfg: NetConfig) -> None:
     gpu = device.type == "cuda"
     print("\n4. rounds of 64 rows at bucket 48 while a learner thread updates (the same device)")
     tb = synthetic_trajbatch(48)
-    b = batch_for(48, 64)
     for pause in (0.0, 8.0):
-        learner = Learner(Network(SPEC, cfg), LearnerConfig(minibatch_seqs=8, update_epochs=2, update_pause_ms=pause),
-                          device=str(device))
-        learner.run_update(tb)  # warm-up: kernels, the allocator, the learner's stream
-        updating, stop, update_s = threading.Event(), threading.Event(), []
-
-        def learn():
-            while not stop.is_set():
-                time.sleep(0.3)  # idle: waiting for data
-                updating.set()
-                update_s.append(learner.run_update(tb).update_s)
-                updating.clear()
-
-        idle, busy = [], []
-        with InferenceEngine(SPEC, cfg, device=str(device), max_rows=512, n_nets=1, seed=1) as engine:
-            rounds(engine, b, args.warm)
-            th = threading.Thread(target=learn)
-            th.start()
-            t_end = time.perf_counter() + args.beside_s
-            while time.perf_counter() < t_end:
-                was = updating.is_set()
-                t0 = time.perf_counter()
-                engine.submit(b).result()
-                (busy if was and updating.is_set() else idle).append((time.perf_counter() - t0) * 1e3)
-            stop.set()
-            th.join()
+        idle, busy, update_s = rounds_beside_updates(SPEC, cfg, tb, pause, 64, args.beside_s, device=str(device),
+                                                     warm=args.warm, idle_s=0.3)
         mi = statistics.median(idle) if idle else float("nan")
         mb = statistics.median(busy) if busy else float("nan")
         us = statistics.median(update_s) if update_s else float("nan")
@@ -254,7 +228,7 @@ def main() -> int:
     section_beside(args, device, cfg)
     section_agreement(args, device, cfg)
     failed = [r for r in RESULTS if r[3] is False]
-    print(f"\n| check | measured | bound | |\n| --- | --- | --- | --- |")
+    print("\n| check | measured | bound | |\n| --- | --- | --- | --- |")
     for what, measured, bound, held in RESULTS:
         print(f"| {what} | {measured} | {bound} | {'-' if held is None else ('pass' if held else 'FAIL')} |")
     print(f"\ndevice_check: {len(RESULTS) - len(failed)} of {len(RESULTS)} checks held or were not bounded, "

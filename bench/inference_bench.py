@@ -102,38 +102,51 @@ def main() -> None:
             print(f"{n:>5} {b.bucket:>6} {t_bare:>8.3f} {t_round:>9.3f} {n / t_round * 1e3:>8.0f} {paired:>10.3f} "
                   f"{inround:>17.3f} {copy:>6.3f} {handoff:>7.3f} {worker:>6.3f} {wake:>6.3f}")
     if args.learner:
-        learner_line(SPEC, cfg, args.max_ent)
+        learner_line(SPEC, cfg, args.max_ent, args.device)
     for pause in [float(x) for x in args.beside.split(",") if x]:
-        beside_line(SPEC, cfg, args.max_ent, pause, nice=args.learner_nice)
+        beside_line(SPEC, cfg, args.max_ent, pause, nice=args.learner_nice, device=args.device)
 
 
 def beside_line(spec, cfg: NetConfig, max_ent: int, pause_ms: float, rows: int = 16, seconds: float = 8.0,
-                nice: int = 0) -> None:
+                nice: int = 0, device: str = "cpu") -> None:
     """Rounds of `rows` rows back to back (as a busy supervisor would run them) while a
     learner thread runs updates with update_pause_ms = pause_ms: round latency while the
     learner is idle and while it updates, and the update's time."""
+    idle, busy, update_s = rounds_beside_updates(spec, cfg, synthetic_trajbatch(max_ent), pause_ms, rows, seconds,
+                                                 nice=nice, device=device, max_ent=max_ent)
+    q = lambda xs, p: float(np.percentile(xs, p)) if xs else float("nan")  # noqa: E731
+    print(f"update_pause_ms {pause_ms:g}, learner nice {nice}: rounds of {rows} rows idle median {q(idle, 50):.2f} ms (p90 {q(idle, 90):.2f}, "
+          f"n {len(idle)}), during updates median {q(busy, 50):.2f} ms (p90 {q(busy, 90):.2f}, n {len(busy)}); "
+          f"update {statistics.median(update_s) if update_s else float('nan'):.2f} s ({len(update_s)} updates)")
+
+
+def rounds_beside_updates(spec, cfg: NetConfig, tb, pause_ms: float, rows: int, seconds: float, nice: int = 0,
+                          device: str = "cpu", max_ent: int = 48, warm: int = 0, idle_s: float = 0.5):
+    """Rounds of `rows` rows back to back while a learner thread on the same device runs
+    an update of `tb`, waits `idle_s` (as for data), and again: the round latencies (ms)
+    while it is idle, those while it updates, and the updates' times (s)."""
     import threading
 
     from w3async.learn.learner import Learner, LearnerConfig
 
-    tb = synthetic_trajbatch(max_ent)
     learner = Learner(Network(spec, cfg), LearnerConfig(minibatch_seqs=8, update_epochs=2, update_pause_ms=pause_ms,
-                                                                  thread_nice=nice))
-    rng = np.random.default_rng(1)
-    b = synthetic_batch(spec, rows, rng, max_ent=max_ent)
-    updating = threading.Event()
-    stop = threading.Event()
-    update_s = []
+                                                        thread_nice=nice), device=device)
+    if warm:
+        learner.run_update(tb)  # kernels, the allocator, the learner's stream
+    b = synthetic_batch(spec, rows, np.random.default_rng(1), max_ent=max_ent)
+    updating, stop, update_s = threading.Event(), threading.Event(), []
 
     def learn():
         while not stop.is_set():
-            time.sleep(0.5)  # idle: waiting for data
+            time.sleep(idle_s)
             updating.set()
             update_s.append(learner.run_update(tb).update_s)
             updating.clear()
 
     idle, busy = [], []
-    with InferenceEngine(spec, cfg, max_rows=rows) as engine:
+    with InferenceEngine(spec, cfg, max_rows=max(rows, 64), device=device) as engine:
+        for _ in range(warm):
+            engine.submit(b).result()
         th = threading.Thread(target=learn)
         th.start()
         t_end = time.perf_counter() + seconds
@@ -144,10 +157,7 @@ def beside_line(spec, cfg: NetConfig, max_ent: int, pause_ms: float, rows: int =
             (busy if was and updating.is_set() else idle).append((time.perf_counter() - t0) * 1e3)
         stop.set()
         th.join()
-    q = lambda xs, p: float(np.percentile(xs, p)) if xs else float("nan")  # noqa: E731
-    print(f"update_pause_ms {pause_ms:g}, learner nice {nice}: rounds of {rows} rows idle median {q(idle, 50):.2f} ms (p90 {q(idle, 90):.2f}, "
-          f"n {len(idle)}), during updates median {q(busy, 50):.2f} ms (p90 {q(busy, 90):.2f}, n {len(busy)}); "
-          f"update {statistics.median(update_s) if update_s else float('nan'):.2f} s ({len(update_s)} updates)")
+    return idle, busy, update_s
 
 
 def synthetic_trajbatch(max_ent: int, n_seq: int = 32, t: int = 16, bucket: int = 48):
@@ -167,7 +177,7 @@ def synthetic_trajbatch(max_ent: int, n_seq: int = 32, t: int = 16, bucket: int 
                      rows=np.arange(n_seq, dtype=np.int32), state0=None, bucket=bucket)
 
 
-def learner_line(spec, cfg: NetConfig, max_ent: int) -> None:
+def learner_line(spec, cfg: NetConfig, max_ent: int, device: str = "cpu") -> None:
     """An update's time on a synthetic batch, 1 vs 2 torch threads (set OMP_WAIT_POLICY
     in the environment to compare OpenMP's waiting)."""
     import os
@@ -178,7 +188,8 @@ def learner_line(spec, cfg: NetConfig, max_ent: int) -> None:
     print(f"learner (OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}): update of {tb.reward.size} steps, "
           f"2 epochs, minibatches of 8 sequences")
     for threads in (1, 2):
-        learner = Learner(Network(spec, cfg), LearnerConfig(minibatch_seqs=8, update_epochs=2, num_threads=threads))
+        learner = Learner(Network(spec, cfg), LearnerConfig(minibatch_seqs=8, update_epochs=2, num_threads=threads),
+                          device=device)
         learner.run_update(tb)
         times = []
         for _ in range(3):
