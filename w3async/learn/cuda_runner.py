@@ -29,9 +29,10 @@ class CudaRunner:
 
     - One upload per round: the round's rows go from the pinned input buffers to a device
       staging copy (one non-blocking copy per field, raw dtypes) on the upload stream.
-    - Per net: a CUDA stream of its own (seeds/000: graphs captured on one stream keep
-      that stream's cuBLAS workspace; two networks' graphs sharing one hung the GPU) and,
-      per (bucket, row bucket), a CUDA graph captured once over static device inputs in
+    - Per net: a CUDA stream of its own at high priority (seeds/000: graphs captured on
+      one stream keep that stream's cuBLAS workspace; two networks' graphs sharing one
+      hung the GPU), a graph memory pool of its own and, per (bucket, row bucket), a CUDA
+      graph captured before the first round (capture_all) over static device inputs in
       the raw dtypes (the casts are inside the graph) with pinned host outputs. A round
       gathers each net's rows from staging into the static inputs on the device, zeroes
       the static rows past them (seeds/000: stale padding crashed a run), replays, and
@@ -52,9 +53,15 @@ class CudaRunner:
     def __init__(self, nets: list[Network], device: torch.device, max_rows: int, state: torch.Tensor | None,
                  gen: torch.Generator | None):
         self.nets, self.device, self.state, self.gen = nets, device, state, gen
-        self.upload = torch.cuda.Stream(device=device)
+        # Inference streams at high priority: the learner's, at the default, yields to
+        # rounds (issue 13; a priority outside the device's range is clamped by CUDA).
+        self.upload = torch.cuda.Stream(device=device, priority=-1)
         self.uploaded = torch.cuda.Event()
-        self.streams = [torch.cuda.Stream(device=device) for _ in nets]
+        self.streams = [torch.cuda.Stream(device=device, priority=-1) for _ in nets]
+        # One memory pool per net: its graphs replay one at a time on its stream, so they
+        # may share scratch memory; nets run concurrently, so they may not.
+        self.pools = [torch.cuda.graph_pool_handle() for _ in nets]
+        self.max_rows = max_rows
         self.done = [torch.cuda.Event() for _ in nets]
         cap = max_rows
         dev = device
@@ -66,6 +73,21 @@ class CudaRunner:
             "mask": torch.zeros(cap, layout.N_HEADS, layout.HEAD_MAX, dtype=torch.uint8, device=dev),
         }
         self.graphs: dict[tuple[int, int, int], tuple] = {}
+
+    def capture_all(self, buckets) -> int:
+        """Capture every graph a round can ask for (each net, entity bucket and row bucket
+        up to max_rows) now, before the first round and before the learner starts: entering
+        a capture synchronises the device and empties the caching allocator, tens of ms a
+        graph that games would wait for inside a round (seeds/000 captured before its
+        loop). A GRU network runs eagerly: nothing to capture. Returns the graphs made."""
+        if self.state is not None:
+            return 0
+        top = next((r for r in self.ROW_BUCKETS if r >= min(self.max_rows, self.ROW_BUCKETS[-1])), self.ROW_BUCKETS[-1])
+        for k in range(len(self.nets)):
+            for bucket in buckets:
+                for rows in (r for r in self.ROW_BUCKETS if r <= top):
+                    self._graph(k, bucket, rows)
+        return len(self.graphs)
 
     def load(self, k: int, sd: dict) -> None:
         """New weights for net k, on its stream (ordered with its replays)."""
@@ -95,7 +117,7 @@ class CudaRunner:
             for _ in range(2):  # warm up on the capture stream (cuBLAS handles, the allocator)
                 step()
             g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g, stream=stream, capture_error_mode="thread_local"):
+            with torch.cuda.graph(g, pool=self.pools[k], stream=stream, capture_error_mode="thread_local"):
                 out = step()
         stream.synchronize()
         host = [torch.zeros(rows, layout.N_HEADS, dtype=torch.int64, pin_memory=True),

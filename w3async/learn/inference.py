@@ -95,6 +95,8 @@ class InferenceEngine:
         if device.startswith("cuda") and not torch.cuda.is_available():
             raise ValueError(f"device={device!r} but torch.cuda.is_available() is False: use device='cpu'")
         self.spec, self.net_cfg, self.device = spec, net_cfg, torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:  # the caller's, for the worker to set
+            self.device = torch.device("cuda", torch.cuda.current_device())
         self.n_nets, self.max_rows, self.num_threads, self.seed = n_nets, max_rows, num_threads, seed
         self.n_table_rows = n_table_rows if n_table_rows is not None else max_rows
         torch.manual_seed(seed)
@@ -137,8 +139,10 @@ class InferenceEngine:
         torch.set_num_threads(self.num_threads)
         self._gen = torch.Generator(device=self.device).manual_seed(self.seed)
         if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)  # the worker's own current device (a thread's is its own)
             torch.cuda.manual_seed(self.seed)  # the graphs sample from the default CUDA generator
             self._runner = CudaRunner(self.nets, self.device, self.max_rows, self._state, self._gen)
+            self._runner.capture_all(BUCKETS)  # never inside a round
 
     def stop(self) -> None:
         """Finish the rounds already submitted, then end the worker thread."""
