@@ -304,3 +304,54 @@ def test_a_host_no_node_offers_is_refused_by_name(tmp_path, null_native):
     run_dir = tmp_path / "runs" / "cl"
     for m in [e["shm"] for e in events(run_dir) if e["event"] == "run_start"]:
         assert not [s for s in list_segments() if s.startswith(m)], f"a segment of {m} is still linked"
+
+
+def test_hosts_stop_their_games_without_the_centre_and_are_made_again(tmp_path, null_native):
+    """The centre stopped (SIGSTOP) for longer than cluster.lost_after_s: every host stops
+    its games on its own; when the centre runs again it has Ray make each host again
+    (`host_remake`, a death), their games answer again, and SIGTERM still leaves nothing."""
+    need("ray (the cluster extra)", _ray_installed(), "pip install -e '.[cluster]' (make test does)")
+    recipe = _cluster_recipe(tmp_path / "cl.toml", null_native, seconds=600)
+    recipe.write_text(recipe.read_text().replace("local_nodes = 2", "local_nodes = 2\nlost_after_s = 3"))
+    run_dir = tmp_path / "runs" / "cl"
+    proc = subprocess.Popen([sys.executable, "-m", "w3async", "run", str(recipe), "--run", "cl",
+                             "--runs-dir", str(tmp_path / "runs")], start_new_session=True,
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        both = lambda: (lambda h: h if len(h) == 2 and all(x["games_up"] == 2 and x["agent_steps"] > 1000
+                                                            for x in h.values()) else None)(_hosts(run_dir))
+        _wait("both hosts' games answering", both, 180, proc)
+        games = [e["pid"] for n in ("node1", "node2") for e in events(run_dir / "hosts" / n) if e["event"] == "game_start"]
+        assert len(games) == 4 and all(alive(p) for p in games)
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            deadline = time.monotonic() + 30
+            while [p for p in games if alive(p)] and time.monotonic() < deadline:
+                time.sleep(0.25)
+            assert not [p for p in games if alive(p)], "a host kept its games without the centre"
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+        again = lambda: (lambda h: h if all(x["up"] and x["deaths"] == 1 and x["games_up"] == 2 and x["agent_steps"] > 500
+                                             for x in h.values()) else None)(_hosts(run_dir))
+        _wait("both hosts made again and answering", again, 120, proc)
+        remade = sorted(e["host"] for e in events(run_dir) if e["event"] == "host_remake")
+        assert remade == ["node1", "node2"]
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)
+            proc.send_signal(signal.SIGTERM)
+            try:
+                out, _ = proc.communicate(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, _ = proc.communicate()
+    assert proc.returncode == 0, out[-3000:]
+    deadline = time.monotonic() + 30
+    while _in_session(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _in_session(proc.pid), "a process of the run's session outlived it"
+    assert [e for e in events(run_dir) if e["event"] == "shutdown"][-1]["error"] is None
+    for n in ("node1", "node2"):
+        assert check_failures(run_dir / "hosts" / n) == []

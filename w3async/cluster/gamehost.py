@@ -107,6 +107,7 @@ class GameHost:
         self._sent = 0
         self.round_trips: list[float] = []
         self.failure: str | None = None
+        self.centre_lost = False  # the watchdog stopped the games (not a fault of the host's own)
         self.ended = False
         self.last_poll = time.monotonic()
         self._ready: asyncio.Event | None = None
@@ -142,6 +143,7 @@ class GameHost:
             await asyncio.sleep(min(1.0, self.lost_after_s / 4))
             quiet = time.monotonic() - self.last_poll
             if quiet > self.lost_after_s and not self.sup.stop_requested:
+                self.centre_lost = True  # the centre, if it comes back, makes this host again
                 self.sup.fail(f"game host {self.name}: not polled by the centre for {quiet:.0f} s: games stopped")
 
     def send(self, msg: dict) -> None:
@@ -209,7 +211,7 @@ class GameHost:
                     agent_steps=c.agent_steps if c else 0, bad_rows=c.bad_rows if c else 0,
                     waiting=sup.control.waiting_rows() if sup is not None and sup.control and not self.ended else 0,
                     round_trip_ms=round(1000 * float(np.median(rt)), 3) if rt else None,
-                    failure=self.failure, ended=self.ended, time=time.time(), slots=[
+                    failure=self.failure, centre_lost=self.centre_lost, ended=self.ended, time=time.time(), slots=[
                         dict(pid=s.pid, state=str(s.state), restarts=s.restarts, causes=dict(s.causes),
                              steps=int(s.seq_sum), last_step_age_s=round(now - s.progress_at, 3) if s.progress_at else None)
                         for s in slots])

@@ -16,7 +16,9 @@ cluster.host_restarts) on its node; the centre hears it as a failed poll or a ne
 incarnation, cuts its games' open episodes (never trained on as if they ended), and
 records the cause (`host_lost`, `host_up` in events.jsonl). A host that died once more
 than that and stays lost for cluster.lost_after_s ends the run with the cause; one that
-is only unreachable (its node gone) is polled on, and the run goes on with the others.
+is only unreachable (its node gone) is polled on, and the run goes on with the others. A
+host that stopped its games because the centre did not poll it (its watchdog) is made
+again by Ray when the centre reaches it.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ class HostLink:
     lost_since: float = 0.0  # when a poll last failed with the host up (0: it is up)
     state: dict = field(default_factory=dict)  # its last reply's
     deaths: int = 0
+    remade: str | None = None  # the incarnation the centre asked Ray to make again
     rows_in: int = 0
     bytes_in: int = 0
     rate: tuple = (0.0, 0, 0.0)  # (time, agent_steps, steps/s) for its steps/s
@@ -206,6 +209,9 @@ class ClusterLink:
                 self.sup.barrier(f"game host {h.name}", self._take, h, items, state)
 
     def _take(self, h: HostLink, items: list, state: dict) -> None:
+        if state.get("centre_lost") and not self._stopping:
+            self._make_again(h, state)
+            return
         if state["incarnation"] != h.incarnation:
             if h.incarnation is not None:  # Ray made it again: a death, whether a poll saw it or not
                 h.deaths += 1
@@ -242,6 +248,19 @@ class ClusterLink:
         h.state = state
         if state["failure"]:
             self.sup.fail(f"game host {h.name}: {state['failure']}")
+
+    def _make_again(self, h: HostLink, state: dict) -> None:
+        """The host stopped its games, not polled for lost_after_s (the centre was stopped
+        or cut off): not a fault of its own, so not the run's end. Ray makes it again
+        (a death, within host_restarts); its games start fresh there."""
+        if h.remade == state["incarnation"]:
+            return  # asked already; its polls fail until the new one answers
+        h.remade = state["incarnation"]
+        if h.up:
+            self._cut(h, f"the host stopped its games: {state['failure']}")
+        h.lost_since = time.monotonic()
+        self.sup.events.warning("host_remake", host=h.name, cause=state["failure"])
+        self._ray.kill(h.actor, no_restart=False)
 
     def _cut(self, h: HostLink, cause: str) -> None:
         """The host is gone (or came back as a new one): its games' open episodes end

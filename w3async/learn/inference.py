@@ -198,8 +198,8 @@ class InferenceEngine:
         when the network has no state."""
         if self._state is None:
             return None
-        rows_t = torch.as_tensor(np.asarray(rows, np.int64), device=self.device)
-        return self._call(lambda: self._state.index_fill_(0, rows_t, 0.0))
+        rows_np = np.array(rows, np.int64)  # the device tensor is made on the worker: the loop never waits on the GPU
+        return self._call(lambda: self._state.index_fill_(0, torch.as_tensor(rows_np, device=self.device), 0.0))
 
     def _call(self, fn) -> Future:
         if self._pool is None:

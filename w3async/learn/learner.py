@@ -260,7 +260,7 @@ class Learner:
         return t
 
     def _minibatch(self, b: dict[str, torch.Tensor], idx: np.ndarray, bucket: int) -> Minibatch:
-        i = torch.as_tensor(idx, device=self.device)
+        i = self._to(np.asarray(idx, np.int64))  # on CUDA pinned and non-blocking: no sync a minibatch
         n = len(idx) * b["logp"].shape[1]
 
         def flat(t: torch.Tensor) -> torch.Tensor:
@@ -347,8 +347,8 @@ class Learner:
                 break
             if k + 1 < len(plan):
                 nxt = self._minibatch(b, *plan[k + 1])  # made before the pause, as seeds/000 found best
-                if self.device.type == "cuda":
-                    torch.cuda.current_stream(self.device).synchronize()
+                if self.device.type == "cuda" and cfg.update_pause_ms > 0:  # a pause frees the device only
+                    torch.cuda.current_stream(self.device).synchronize()       # once the queued work is done
                 t_p = time.perf_counter()
                 self.pause()
                 pause_s += time.perf_counter() - t_p
