@@ -266,3 +266,20 @@ def test_sampled_actions_obey_the_masks_and_follow_the_policy(engine):
         var += (p1 * (1 - p1)).sum()
     assert abs(ones - expect) < 5 * np.sqrt(var) + 1, (ones, expect, var)
     assert 0 < ones < 64 * 30 or var < 1  # both drawn unless the policy is all but certain
+
+
+def test_weights_on_the_engines_device_are_published_like_any(engine):
+    """A learner on the engine's device publishes weights that live there (on CUDA a
+    device-to-device copy and an event, not a trip through the host): the next round
+    answers with them, and changing them afterwards changes nothing the engine holds."""
+    sd = {k: v.to(engine.device) for k, v in weights(8).items()}
+    b = synthetic_batch(SPEC, 24, np.random.default_rng(4))
+    with torch.no_grad():
+        want = reference(weights(8)).evaluate(batch_obs(b), torch.zeros(24, 4, dtype=torch.long)).value.numpy()
+    engine.publish(sd, 3)
+    for t in sd.values():  # the learner goes on training: the published copy must not move
+        t.add_(1.0)
+    for _ in range(3):
+        res = engine.submit(b).result()
+        assert (res.versions == 3).all()
+        np.testing.assert_allclose(res.value, want, atol=1e-4)

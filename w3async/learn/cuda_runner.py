@@ -10,7 +10,8 @@ engine's worker thread (the only thread that touches the networks):
         nets: the engine's networks, net by net (shared: the runner copies weights into them)
         state: the GRU state per table row (shared, written in place), or None without GRU
         gen: the generator the eager (GRU) path samples from
-    runner.load(k, state_dict)     # new weights for net k, ordered with its replays
+    runner.load(k, state_dict, ready)  # new weights for net k, ordered with its replays (ready: the
+                                       # event of a device-to-device copy, or None)
     runner.run(buf, n, bucket, used, actions, logp, value) -> state_in | None
 """
 
@@ -89,9 +90,16 @@ class CudaRunner:
                     self._graph(k, bucket, rows)
         return len(self.graphs)
 
-    def load(self, k: int, sd: dict) -> None:
-        """New weights for net k, on its stream (ordered with its replays)."""
-        with torch.cuda.stream(self.streams[k]):
+    def load(self, k: int, sd: dict, ready: torch.cuda.Event | None = None) -> None:
+        """New weights for net k, on its stream (ordered with its replays). Weights on the
+        device come with the event of their copy: the stream waits on it, not the host,
+        and their memory is marked in use by the stream until the copy is done."""
+        stream = self.streams[k]
+        if ready is not None:
+            stream.wait_event(ready)
+            for t in sd.values():
+                t.record_stream(stream)
+        with torch.cuda.stream(stream):
             self.nets[k].load_state_dict(sd)
 
     def _graph(self, k: int, bucket: int, rows: int):

@@ -169,19 +169,27 @@ class InferenceEngine:
         next round on; the worker copies them into the net between rounds."""
         if not 0 <= net < self.n_nets:
             raise ValueError(f"net {net} is not in 0..{self.n_nets - 1}")
-        copy = {k: v.detach().to("cpu", copy=True) for k, v in state_dict.items()}
-        if self._pin:  # a pageable upload would hold the CUDA driver's lock while it stages (seeds/000)
-            copy = {k: v.pin_memory() for k, v in copy.items()}
+        ready = None
+        if self._runner is not None and all(v.device == self.device for v in state_dict.values()):
+            # Weights already on the device (the learner's): copied device to device on the
+            # caller's stream, with an event the net's stream waits on; no host round trip.
+            copy = {k: v.detach().clone() for k, v in state_dict.items()}
+            ready = torch.cuda.Event()
+            ready.record()
+        else:
+            copy = {k: v.detach().to("cpu", copy=True) for k, v in state_dict.items()}
+            if self._pin:  # a pageable upload would hold the CUDA driver's lock while it stages (seeds/000)
+                copy = {k: v.pin_memory() for k, v in copy.items()}
         with self._lock:
-            self._pending[net] = (copy, int(version))
+            self._pending[net] = (copy, int(version), ready)
             self._requested[net] = int(version)
 
     def _apply_pending(self) -> None:
         with self._lock:
             pending, self._pending = self._pending, {}
-        for net, (sd, version) in pending.items():
+        for net, (sd, version, ready) in pending.items():
             if self._runner is not None:
-                self._runner.load(net, sd)  # on the net's stream, ordered with its replays
+                self._runner.load(net, sd, ready)  # on the net's stream, ordered with its replays
             else:
                 self.nets[net].load_state_dict(sd)  # copy_ into the existing parameters
             self.versions[net] = version
