@@ -76,8 +76,7 @@ def checks(eps: dict[str, list[tuple[float, float]]], selfplay: list[tuple[float
     """Issue 12's figures (see the module docstring)."""
     out: dict = {"last_100": {lv: curve(pts, 100, t_max) for lv, pts in sorted(eps.items())}}
     easy = eps.get("ai:easy", [])
-    reached = None
-    lowest = None
+    reached = lowest = lowest_at = last_under_75 = None
     for i in range(len(easy)):
         window = [w for _, w in easy[max(0, i - 49): i + 1]]
         if len(window) < 50:
@@ -86,9 +85,14 @@ def checks(eps: dict[str, list[tuple[float, float]]], selfplay: list[tuple[float
         if reached is None and rate >= 0.85:
             reached = easy[i][0]
         elif reached is not None:
-            lowest = rate if lowest is None else min(lowest, rate)
+            if lowest is None or rate < lowest:
+                lowest, lowest_at = rate, easy[i][0]
+            if rate < 0.75:
+                last_under_75 = easy[i][0]
     out["easy_first_85"] = reached
     out["easy_lowest_after"] = lowest
+    out["easy_lowest_at"] = lowest_at
+    out["easy_last_under_75"] = last_under_75
     late = [r for m, r in selfplay if m >= t_max - 10]
     out["selfplay_draws_last_10_min"] = (sum(r == "draw" for r in late) / len(late) if late else None, len(late))
     return out
@@ -155,7 +159,10 @@ def main() -> int:
     print("\nchecks: " + "; ".join(f"{lv} last 100 {pct(r)} ({n})" for lv, (r, n) in c["last_100"].items()))
     first = c["easy_first_85"]
     print(f"easy: last 50 first at 85% at minute {'-' if first is None else round(first, 1)}, "
-          f"lowest after {pct(c['easy_lowest_after'])}; self-play draws over the last 10 minutes "
+          f"lowest after {pct(c['easy_lowest_after'])}"
+          + (f" at minute {c['easy_lowest_at']:.1f}" if c["easy_lowest_at"] is not None else "")
+          + (f", last under 75% at minute {c['easy_last_under_75']:.1f}" if c["easy_last_under_75"] is not None else "")
+          + f"; self-play draws over the last 10 minutes "
           f"{pct(c['selfplay_draws_last_10_min'][0])} of {c['selfplay_draws_last_10_min'][1]}")
     if a.svg:
         series = {lv: [(m, curve(eps[lv], a.window, m)[0]) for m, _ in eps[lv] if curve(eps[lv], a.window, m)[1] >= 10]

@@ -37,4 +37,5 @@ def test_training_curve_checks_issue_12s_figures():
     assert c["last_100"]["ai:normal"] == (0.75, 100) and c["last_100"]["ai:easy"][1] == 70
     assert c["easy_first_85"] == 24.5
     assert c["easy_lowest_after"] == 0.82  # 9 losses in the last 50 after the fifth new loss
+    assert c["easy_lowest_at"] == 25.4 and c["easy_last_under_75"] is None
     assert c["selfplay_draws_last_10_min"] == (0.75, 4)
