@@ -371,3 +371,24 @@ def test_a_network_beyond_the_memory_is_refused_before_anything_is_made():
     (p,) = preflight.check_resources(r)
     assert p.startswith("games: the run needs ") and f"network.d_model = {d}" in p and "is available" in p
     assert preflight.check_resources(load_recipe(NULL, [f"network.d_model={d}"])) == []  # no network answers
+
+
+@pytest.mark.parametrize("variant", ["fgself-cluster", "fgself-injected"])
+def test_the_main_jobs_variants_train_what_it_trains(variant):
+    """fgself-cluster (its games on game hosts) and fgself-injected (every game injected,
+    one a process) are the main job moved: the same learning sections, and the same
+    lanes against each opponent, scored alike, with the same evaluation seeds."""
+    repo = Path(__file__).resolve().parent.parent
+    main, other = load_recipe(repo / "recipes/fgself.toml"), load_recipe(repo / f"recipes/{variant}.toml")
+    for section in ("network", "learner", "trajectories", "league", "inference", "evaluation", "checkpoint", "stop"):
+        assert getattr(other, section) == getattr(main, section), section
+
+    def lanes(r) -> dict:
+        out: dict = {}
+        for g in r.games:
+            key = (g.role, g.sides) + tuple(g.env.get(k) for k in ("W3D_SIDES", "W3D_REWARD", "W3D_DRAW_REWARD",
+                                                                    "W3D_SEED", "W3D_TIME_LIMIT"))
+            out[key] = out.get(key, 0) + g.count * g.lanes
+        return out
+
+    assert lanes(other) == lanes(main)
