@@ -164,6 +164,18 @@ def _descendants(pid: int) -> set[int]:
     return out
 
 
+def _end(proc: subprocess.Popen) -> str:
+    """After a failed check: the run's own shutdown (SIGTERM, a stopped one continued
+    first) still ends Ray's processes; SIGKILL if it does not end. Its output."""
+    proc.send_signal(signal.SIGCONT)
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.communicate(timeout=120)[0]
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.communicate()[0]
+
+
 def _in_session(sid: int) -> list[int]:
     """Processes of session `sid` (Ray's processes stay in the session of the run that started them)."""
     out = []
@@ -227,12 +239,7 @@ def test_games_on_two_simulated_hosts_survive_a_host_kill_and_stop_cleanly(tmp_p
         out, _ = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:  # a failed check above: the run's own shutdown still ends Ray's processes
-            proc.send_signal(signal.SIGTERM)
-            try:
-                out, _ = proc.communicate(timeout=120)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                out, _ = proc.communicate()
+            out = _end(proc)
     assert proc.returncode == 0, out[-3000:]
     deadline = time.monotonic() + 30  # Ray's processes end as their node is shut down
     while [p for p in left_behind if alive(p)] and time.monotonic() < deadline:
@@ -337,13 +344,7 @@ def test_hosts_stop_their_games_without_the_centre_and_are_made_again(tmp_path, 
         out, _ = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
-            proc.send_signal(signal.SIGCONT)
-            proc.send_signal(signal.SIGTERM)
-            try:
-                out, _ = proc.communicate(timeout=120)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                out, _ = proc.communicate()
+            out = _end(proc)
     assert proc.returncode == 0, out[-3000:]
     deadline = time.monotonic() + 30
     while _in_session(proc.pid) and time.monotonic() < deadline:
