@@ -4,8 +4,9 @@ Self-play of a tiny network with a time limit of 3 steps: nothing can be destroy
 killed in that time, so every game is a draw at the time limit (equal bases, equal
 kills). With the default a draw is worth 0, as before; with W3D_DRAW_REWARD=-0.5 each
 side gets -0.5 on the DONE row and episodes.jsonl still says "draw". With -1 (a draw
-scored as a loss for both, as fgself does) the reward alone reads as a loss: the tally
-sees both sides of the lane lose and writes "draw" for both."""
+scored as a loss for both) the reward alone reads as a loss: the tally sees both sides
+of the lane lose and writes "draw" for both. With -2 (fgself: a draw worse than a loss)
+it is a draw again."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def selfplay_recipe(draw: str | None) -> dict:
             "trajectories": {"seq_len": 4, "seqs_per_batch": 4}, "stop": {"seconds": 3}}
 
 
-@pytest.mark.parametrize("draw, expect", [(None, 0.0), ("-0.5", -0.5), ("-1", -1.0)])
+@pytest.mark.parametrize("draw, expect", [(None, 0.0), ("-0.5", -0.5), ("-1", -1.0), ("-2", -2.0)])
 async def test_a_draw_at_the_time_limit_is_scored_as_set(tmp_path, duel, draw, expect):
     await run(selfplay_recipe(draw), tmp_path / "run")
     eps = [json.loads(x) for x in (tmp_path / "run" / "episodes.jsonl").read_text().splitlines()]
@@ -52,9 +53,9 @@ async def test_a_draw_at_the_time_limit_is_scored_as_set(tmp_path, duel, draw, e
 
 
 def test_a_bad_draw_reward_is_named(duel):
-    p = subprocess.run([str(duel)], env={**os.environ, "W3D_SIDES": "agent,ai:easy", "W3D_DRAW_REWARD": "-2"},
+    p = subprocess.run([str(duel)], env={**os.environ, "W3D_SIDES": "agent,ai:easy", "W3D_DRAW_REWARD": "-2.5"},
                        capture_output=True, text=True)
-    assert p.returncode == layout.EXIT_ATTACH and "W3D_DRAW_REWARD=-2" in p.stderr, p.stderr
+    assert p.returncode == layout.EXIT_ATTACH and "W3D_DRAW_REWARD=-2.5: must be a number in -2..1" in p.stderr, p.stderr
 
 
 def test_outcomes_read_with_a_draw_reward():

@@ -63,7 +63,8 @@ int du_mkdirs(const char *path)
     return du_mkdir(buf) != 0 && errno != EEXIST ? -1 : 0;
 }
 
-/* W3D_DRAW_REWARD: each side's reward for a draw (default 0), set by du_config. A file
+/* W3D_DRAW_REWARD: each side's reward for a draw (default 0; below -1 a draw costs more
+ * than a loss, so that a side gains by engaging even when it loses), set by du_config. A file
  * static, not a du_cfg field, so that du_side_reward's callers (the adapter too) need
  * no change. */
 static float du_draw_reward = 0.0f;
@@ -111,8 +112,8 @@ int du_config(du_cfg *c, char *err, size_t errlen)
     if (draw && *draw) {
         char *end;
         double d = strtod(draw, &end);
-        if (*end || !(d >= -1.0 && d <= 1.0)) {
-            snprintf(err, errlen, "duel: W3D_DRAW_REWARD=%s: must be a number in -1..1", draw);
+        if (*end || !(d >= -2.0 && d <= 1.0)) {
+            snprintf(err, errlen, "duel: W3D_DRAW_REWARD=%s: must be a number in -2..1", draw);
             return -1;
         }
         du_draw_reward = (float)d;

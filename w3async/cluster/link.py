@@ -95,9 +95,10 @@ class ClusterLink:
     async def start(self, tasks: list) -> None:
         """Join (or simulate) the cluster, check each host's resource, start the hosts
         and their polls. Raises RunError naming what is missing."""
+        recipes = {h.name: self._host_recipe(h) for h in self.hosts_}
         for h in self.hosts_:  # a host's recipe is checked before Ray starts: its error is read here
             try:
-                recipe_from_dict(self._host_recipe(h), f"<game host {h.name}>")
+                recipe_from_dict(recipes[h.name], f"<game host {h.name}>")
             except RecipeError as e:
                 raise RunError(f"game host {h.name}: its recipe does not load: {e}") from e
         self._connect()
@@ -111,7 +112,7 @@ class ClusterLink:
         for h in self.hosts_:
             h.actor = actor_class.options(
                 num_cpus=0, resources={h.name: 0.001}, max_restarts=self.config.host_restarts, max_task_retries=0,
-            ).remote(h.name, self._host_recipe(h), str(self.sup.run_dir / "hosts" / h.name), self.config.lost_after_s)
+            ).remote(h.name, recipes[h.name], str(self.sup.run_dir / "hosts" / h.name), self.config.lost_after_s)
             self.sup.events.info("host_start", host=h.name, rows=[h.row0, h.row0 + h.nrows], games=len(h.games))
             tasks.append(self.sup._task(self._pump(h), f"game host {h.name}"))
 

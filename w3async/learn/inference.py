@@ -110,7 +110,8 @@ class InferenceEngine:
         # between the two saw a loaded net as never loaded (issue 9, item 5). Any round
         # submitted after load_net() returned applies the weights before it runs (FIFO).
         self._requested = [0] + [-1] * (n_nets - 1)
-        self._pending: dict[int, tuple[dict, int]] = {}  # net -> (weights, version), applied by the worker
+        self._pending: dict[int, tuple] = {}  # net -> (weights, version, ready event or None), applied by the worker
+        self._published: dict[int, "torch.cuda.Event"] = {}  # net -> the event of its last device copy
         self._lock = threading.Lock()
         self._pin = self.device.type == "cuda"
         self._free: queue.SimpleQueue[Inputs] = queue.SimpleQueue()
@@ -174,7 +175,9 @@ class InferenceEngine:
             # Weights already on the device (the learner's): copied device to device on the
             # caller's stream, with an event the net's stream waits on; no host round trip.
             copy = {k: v.detach().clone() for k, v in state_dict.items()}
-            ready = torch.cuda.Event()
+            if net not in self._published:  # one event per net: a stream waits on its latest record
+                self._published[net] = torch.cuda.Event()
+            ready = self._published[net]
             ready.record()
         else:
             copy = {k: v.detach().to("cpu", copy=True) for k, v in state_dict.items()}
