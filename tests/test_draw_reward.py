@@ -5,7 +5,7 @@ killed in that time, so every game is a draw at the time limit (equal bases, equ
 kills). With the default a draw is worth 0, as before; with W3D_DRAW_REWARD=-0.5 each
 side gets -0.5 on the DONE row and episodes.jsonl still says "draw". With -1 (a draw
 scored as a loss for both) the reward alone reads as a loss: the tally sees both sides
-of the lane lose and writes "draw" for both. With -2 (fgself: a draw worse than a loss)
+of the lane lose and writes "draw" for both. With -2 (a draw worse than a loss)
 it is a draw again."""
 
 from __future__ import annotations
