@@ -116,11 +116,40 @@ static HANDLE w3s_open_fifo(const char *env, DWORD access, char *err, size_t err
     return h;
 }
 
+const char *w3s_exception_name(unsigned long code)
+{
+    switch (code) {
+    case EXCEPTION_ACCESS_VIOLATION: return "access violation";
+    case EXCEPTION_ILLEGAL_INSTRUCTION: return "illegal instruction";
+    case EXCEPTION_PRIV_INSTRUCTION: return "privileged instruction";
+    case EXCEPTION_INT_DIVIDE_BY_ZERO: return "integer divide by zero";
+    case EXCEPTION_STACK_OVERFLOW: return "stack overflow";
+    case EXCEPTION_IN_PAGE_ERROR: return "in-page error";
+    case EXCEPTION_ARRAY_BOUNDS_EXCEEDED: return "array bounds exceeded";
+    case EXCEPTION_DATATYPE_MISALIGNMENT: return "misaligned data";
+    default: return NULL;
+    }
+}
+
+/* The last chance for an exception nobody handled: say it and exit W3S_EXIT_CRASH, so
+ * that the supervisor reads a crash, not an exit with the code's low byte. */
+static LONG WINAPI w3s_on_crash(EXCEPTION_POINTERS *ep)
+{
+    DWORD code = ep->ExceptionRecord->ExceptionCode;
+    const char *what = w3s_exception_name(code);
+    fprintf(stderr, "w3s: the game crashed: %s (0x%08lx) at %p\n", what ? what : "unhandled exception",
+            (unsigned long)code, ep->ExceptionRecord->ExceptionAddress);
+    fflush(stderr);
+    TerminateProcess(GetCurrentProcess(), W3S_EXIT_CRASH);
+    return EXCEPTION_EXECUTE_HANDLER;
+}
+
 int w3s_attach(w3s_conn **out, char *err, size_t errlen)
 {
     *out = NULL;
     /* A crashing game must exit, never wait for a click on Wine's crash dialog. */
     SetErrorMode(SEM_FAILCRITICALERRORS | SEM_NOGPFAULTERRORBOX | SEM_NOOPENFILEERRORBOX);
+    SetUnhandledExceptionFilter(w3s_on_crash);
     long row0, nrows;
     if (w3s_env_int("W3S_ROW0", -1, &row0, err, errlen) || w3s_env_int("W3S_NROWS", -1, &nrows, err, errlen))
         return W3S_EXIT_ATTACH;

@@ -27,7 +27,9 @@ typedef struct w3s_conn w3s_conn;
 /* Attach from the environment: map the table, check its magic, version and layout
  * hash against this build, open the doorbells. On failure *out is NULL, err says
  * why, and the return value is the exit code the game should use (W3S_EXIT_ATTACH or
- * W3S_EXIT_LAYOUT). */
+ * W3S_EXIT_LAYOUT). Under Windows it also sets the process's last-chance exception
+ * filter: an exception nobody handles prints its code and address and exits
+ * W3S_EXIT_CRASH (a filter the game sets later replaces it). */
 int w3s_attach(w3s_conn **out, char *err, size_t errlen);
 
 /* This process's rows: index 0 .. w3s_nrows()-1 (not the table index). */
@@ -58,5 +60,11 @@ void w3s_detach(w3s_conn *c);
 
 /* Read an integer from the environment, or dflt when unset; -1 and err on garbage. */
 int w3s_env_int(const char *name, long dflt, long *out, char *err, size_t errlen);
+
+#ifdef _WIN32
+/* "access violation", "stack overflow", ... for a Windows exception code, NULL for
+ * one that is not a crash (shared with the injection hook). */
+const char *w3s_exception_name(unsigned long code);
+#endif
 
 #endif

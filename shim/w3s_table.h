@@ -56,6 +56,8 @@
 #define W3S_EXIT_INJECT 69  /* the launcher could not inject the hook or the adapter (shim/inject) */
 #define W3S_EXIT_ADAPTER 70 /* the adapter failed or crashed inside an injected game */
 #define W3S_EXIT_KILLED 71  /* the launcher's game ended without exiting (killed from outside) */
+#define W3S_EXIT_CRASH 72   /* a Windows game's unhandled exception: Wine's exit status keeps only the
+                               low byte of its code (0xC0000005 -> 5), so it is said on stderr */
 
 typedef struct w3s_header {
     uint64_t magic;

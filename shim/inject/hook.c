@@ -106,27 +106,12 @@ static void where(const void *addr, char *out, size_t n)
     }
 }
 
-static const char *exception_name(DWORD code)
-{
-    switch (code) {
-    case EXCEPTION_ACCESS_VIOLATION: return "access violation";
-    case EXCEPTION_ILLEGAL_INSTRUCTION: return "illegal instruction";
-    case EXCEPTION_PRIV_INSTRUCTION: return "privileged instruction";
-    case EXCEPTION_INT_DIVIDE_BY_ZERO: return "integer divide by zero";
-    case EXCEPTION_STACK_OVERFLOW: return "stack overflow";
-    case EXCEPTION_IN_PAGE_ERROR: return "in-page error";
-    case EXCEPTION_ARRAY_BOUNDS_EXCEEDED: return "array bounds exceeded";
-    case EXCEPTION_DATATYPE_MISALIGNMENT: return "misaligned data";
-    default: return NULL;
-    }
-}
-
 /* A crash inside the adapter (or in code it called) ends the game with its cause; the
  * game's own exceptions go on to the game's handlers. */
 static LONG CALLBACK on_exception(EXCEPTION_POINTERS *ep)
 {
     DWORD code = ep->ExceptionRecord->ExceptionCode;
-    const char *what = exception_name(code);
+    const char *what = w3s_exception_name(code);
     void *at = ep->ExceptionRecord->ExceptionAddress;
     HMODULE m = NULL;
     GetModuleHandleExA(GET_MODULE_HANDLE_EX_FLAG_FROM_ADDRESS | GET_MODULE_HANDLE_EX_FLAG_UNCHANGED_REFCOUNT, (LPCSTR)at, &m);

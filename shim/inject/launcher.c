@@ -325,9 +325,11 @@ int wmain(int argc, wchar_t **argv)
                         "process's TerminateProcess)\n");
         code = W3S_EXIT_KILLED;
     }
-    if (code >= 0xC0000000u) /* an exception nobody handled: say which, the supervisor logs stderr */
+    if (code >= 0xC0000000u) { /* an exception nobody handled, before the hook's filter was set */
         fprintf(stderr, "w3inject: the game crashed: exception 0x%08lx%s\n", (unsigned long)code,
                 code == 0xC0000005u ? " (access violation)" : code == 0xC00000FDu ? " (stack overflow)" : "");
+        code = W3S_EXIT_CRASH; /* the exit status would keep only the code's low byte */
+    }
     fflush(stderr);
     return (int)code;
 }

@@ -4,13 +4,15 @@
  * BitBlt, and prints what its own clock read at every pass of its loop, so a test can
  * check the virtual clock from the game's side.
  *
- *   probe_game.exe [--passes N] [--print N] [--threads N] [--child]
+ *   probe_game.exe [--passes N] [--print N] [--threads N] [--child] [--crash-at N]
  *
  * --passes N  exit 0 after N passes of the loop (default: never)
  * --print N   print the clock at the first N passes (default 0)
  * --threads N start N threads that sleep 5 ms at a time in a loop (a game's background)
  * --waiters N start N threads that wait 5 ms at a time on an event nobody sets
  * --child     start a copy of itself (a helper process), which sleeps forever
+ * --crash-at N  an access violation in the game's own code at pass N (0: before its
+ *             first draw call, so before the hook's first step)
  * It exports its state (probe_state) and an order function (probe_order), as a
  * game's modding interface would.
  */
@@ -60,7 +62,7 @@ static DWORD WINAPI waiter(void *arg)
 
 int main(int argc, char **argv)
 {
-    long long passes = -1, print = 0, threads = 0, waiters = 0;
+    long long passes = -1, print = 0, threads = 0, waiters = 0, crash_at = -1;
     int child = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--passes") && i + 1 < argc)
@@ -71,6 +73,8 @@ int main(int argc, char **argv)
             threads = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--waiters") && i + 1 < argc)
             waiters = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--crash-at") && i + 1 < argc)
+            crash_at = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--child"))
             child = 1;
         else if (!strcmp(argv[i], "--sleeper")) {
@@ -108,6 +112,8 @@ int main(int argc, char **argv)
     printf("probe: frequency %lld\n", (long long)freq.QuadPart);
     fflush(stdout);
     for (;;) {
+        if (probe_state.passes == crash_at)
+            *(volatile int *)NULL = 1; /* the game's own bug, outside the adapter */
         QueryPerformanceCounter(&now);
         while (now.QuadPart - last.QuadPart >= frame_ticks) {
             probe_state.frames++;

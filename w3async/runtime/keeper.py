@@ -40,7 +40,8 @@ def wine_own(pid: int) -> bool:
 
 
 # Exit codes with a cause of their own (an injected game's launcher, hook and adapter).
-_EXIT_CAUSES = {layout.EXIT_INJECT: "inject", layout.EXIT_ADAPTER: "adapter", layout.EXIT_KILLED: "crash"}
+_EXIT_CAUSES = {layout.EXIT_INJECT: "inject", layout.EXIT_ADAPTER: "adapter", layout.EXIT_KILLED: "crash",
+                layout.EXIT_CRASH: "crash"}
 
 
 class GameKeeper:

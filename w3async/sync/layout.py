@@ -37,6 +37,7 @@ EXIT_LOST = 68
 EXIT_INJECT = 69
 EXIT_ADAPTER = 70
 EXIT_KILLED = 71
+EXIT_CRASH = 72
 EXIT_NAMES = {
     EXIT_ATTACH: "could not attach to the table or its doorbells",
     EXIT_LAYOUT: "attached with the wrong layout version",
@@ -45,6 +46,7 @@ EXIT_NAMES = {
     EXIT_INJECT: "could not be injected (the launcher named the DLL and the cause)",
     EXIT_ADAPTER: "its adapter failed or crashed",
     EXIT_KILLED: "was killed from outside (its launcher saw it end without exiting)",
+    EXIT_CRASH: "crashed (a Windows exception nobody handled: its code is in the game's stderr)",
 }
 
 HEADER_DTYPE = np.dtype(
