@@ -39,7 +39,8 @@ def wine_own(pid: int) -> bool:
     return argv0.lower().startswith("c:\\windows\\") or os.path.basename(argv0).startswith("wineserver")
 
 
-# Exit codes with a cause of their own (an injected game's launcher, hook and adapter).
+# Exit codes with a cause of their own (an injected game's launcher, hook and adapter; a
+# Windows game's unhandled exception, which Wine would pass on as its code's low byte).
 _EXIT_CAUSES = {layout.EXIT_INJECT: "inject", layout.EXIT_ADAPTER: "adapter", layout.EXIT_KILLED: "crash",
                 layout.EXIT_CRASH: "crash"}
 
