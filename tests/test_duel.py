@@ -181,3 +181,59 @@ def test_live_games_do_not_depend_on_the_cuts(duel, tmp_path):
     assert len(names) == 6 and names == sorted(p.name for p in dirs[1].glob("*.w3dr"))
     for n in names:
         assert (dirs[0] / n).read_bytes() == (dirs[1] / n).read_bytes(), n
+
+
+def _rewards(duel: Path, tmp_path: Path, mode: str) -> list[tuple[int, float]]:
+    """One lane of agent against easy, seeded random orders: (flags, reward) of every row
+    of its first episode (the same game for every mode: the rewards do not steer it)."""
+    rt, rng = NativeRuntime(), np.random.default_rng(3)
+    table = Table(segment_name("duelr"), 1)
+    bells = rt.doorbells(tmp_path, 0)
+    env = {"W3S_ROW0": "0", "W3S_NROWS": "1", "W3D_SIDES": "agent,ai:easy", "W3D_EPISODES": "1",
+           "W3D_MAP": "open", "W3D_SEED": "4", "W3D_REWARD": mode}
+    with open(tmp_path / f"duel-{mode}.log", "wb") as log:
+        proc = rt.spawn(duel, env, bells, table.segment(0), 0, log)
+    g = NumpyGatherer(table, 1, DUEL_SPEC.n_types)
+    g.attach_game(0, slice(0, 1), bells.act)
+    rows = []
+    try:
+        deadline = time.monotonic() + 60
+        while proc.poll() is None:
+            assert time.monotonic() < deadline, "one episode of random against easy took over 60 s"
+            select.select([bells.obs_fd], [], [], 0.2)
+            rt.obs.drain()
+            b = g.gather()
+            assert not b.bad, b.bad
+            rows += [(int(b.flags[i]), float(b.reward[i])) for i in range(b.n)]
+            if b.n:
+                g.answer(b.rows[: b.n], b.obs_seq[: b.n], _legal(b.mask[: b.n], rng), np.zeros(b.n, np.uint32))
+        assert proc.wait(5) == layout.EXIT_OK, (tmp_path / f"duel-{mode}.log").read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        bells.close()
+        rt.close()
+        table.close()
+        table.unlink()
+    return rows
+
+
+def test_the_attack_reward_pays_what_a_side_deals_and_never_what_it_suffers(duel, tmp_path):
+    """W3D_REWARD=attack (fgself's training lanes, issue 12): shaping for damage and kills
+    dealt only, so that a side that waits earns nothing and a failed attack still earns
+    more than waiting. The same game scored `shaped` is charged for what it took."""
+    shaped, attack = _rewards(duel, tmp_path, "shaped"), _rewards(duel, tmp_path, "attack")
+    assert [f for f, _ in shaped] == [f for f, _ in attack], "the reward mode changed the game"
+    steps = [r for f, r in attack if not f & layout.FLAG_DONE]
+    assert min(steps) >= 0.0 and sum(r > 0 for r in steps) >= 3, steps
+    assert min(r for f, r in shaped if not f & layout.FLAG_DONE) < 0.0, "the shaped game took no damage"
+    assert attack[-1][0] & layout.FLAG_DONE and attack[-1][1] >= -1.0, attack[-1]
+    assert sum(r for _, r in attack) > sum(r for _, r in shaped)
+
+
+def test_a_bad_reward_mode_is_named(duel):
+    p = subprocess.run([str(duel)], env={**os.environ, "W3D_SIDES": "agent,ai:easy", "W3D_REWARD": "kills"},
+                       capture_output=True, text=True)
+    assert p.returncode == layout.EXIT_ATTACH
+    assert "W3D_REWARD=kills: must be win, shaped or attack" in p.stderr, p.stderr

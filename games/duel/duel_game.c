@@ -82,11 +82,18 @@ int du_config(du_cfg *c, char *err, size_t errlen)
         return -1;
     }
     const char *reward = getenv("W3D_REWARD");
-    if (reward && *reward && strcmp(reward, "win") && strcmp(reward, "shaped")) {
-        snprintf(err, errlen, "duel: W3D_REWARD=%s: must be win or shaped", reward);
-        return -1;
+    static const char *const modes[] = {"win", "shaped", "attack"}; /* DU_REWARD_WIN, _SHAPED, _ATTACK */
+    c->reward_mode = DU_REWARD_WIN;
+    if (reward && *reward) {
+        c->reward_mode = -1;
+        for (int m = 0; m < 3; m++)
+            if (!strcmp(reward, modes[m]))
+                c->reward_mode = m;
+        if (c->reward_mode < 0) {
+            snprintf(err, errlen, "duel: W3D_REWARD=%s: must be win, shaped or attack", reward);
+            return -1;
+        }
     }
-    c->reward_shaped = reward && !strcmp(reward, "shaped");
     if (w3s_env_int("W3S_SEED", 1, &c->seed, err, errlen) ||
         w3s_env_int("W3D_SEED", c->seed, &c->seed, err, errlen) || w3s_env_int("W3D_EPISODES", 0, &c->episodes, err, errlen) ||
         w3s_env_int("W3D_STEP_TURNS", 20, &c->step_turns, err, errlen) ||
@@ -133,7 +140,7 @@ int du_rec_start(du_rec *rec, const du_cfg *c, const du_setup *setup, uint64_t g
     snprintf(path, sizeof(path), "%s/duel-l%llu-e%llu-%016llx.w3dr", c->record_dir, (unsigned long long)global_lane,
              (unsigned long long)episode, (unsigned long long)setup->seed);
     du_rec_header h = {*setup, (uint32_t)(c->record_states ? 1 : 0), (uint32_t)global_lane, (uint32_t)episode,
-                       {du_ctl_code(&c->ctl[0]), du_ctl_code(&c->ctl[1])}, (uint32_t)c->reward_shaped};
+                       {du_ctl_code(&c->ctl[0]), du_ctl_code(&c->ctl[1])}, (uint32_t)c->reward_mode};
     if (du_rec_open(rec, path, &h, err, sizeof(err))) {
         fprintf(stderr, "%s (not recording this episode)\n", err);
         return 0;
@@ -172,17 +179,22 @@ void du_game_step(du_game *g, du_orders o[2])
     }
 }
 
-float du_side_reward(const du_lane *l, int32_t prev[4], int s, int shaped)
+float du_side_reward(const du_lane *l, int32_t prev[4], int s, int mode)
 {
     float r = 0.0f;
     if (l->winner >= 0 && l->winner < 2)
         r = l->winner == s ? 1.0f : -1.0f;
     else if (l->winner == 2)
         r = du_draw_reward;
-    if (shaped) {
-        const du_side *sd = &l->side[s];
+    const du_side *sd = &l->side[s];
+    if (mode == DU_REWARD_SHAPED) {
         r += 0.0005f * (float)((sd->dmg_dealt - prev[0]) - (sd->dmg_taken - prev[1]));
         r += 0.001f * (float)((sd->kill_value - prev[2]) - (sd->loss_value - prev[3]));
+    } else if (mode == DU_REWARD_ATTACK) {
+        /* what a side does, not what it suffers: a side that waits earns nothing, so an
+         * attack that fails still beats waiting (docs/training.md, issue 12) */
+        r += 0.0005f * (float)(sd->dmg_dealt - prev[0]);
+        r += 0.001f * (float)(sd->kill_value - prev[2]);
     }
     prev[0] = l->side[s].dmg_dealt;
     prev[1] = l->side[s].dmg_taken;
@@ -191,7 +203,7 @@ float du_side_reward(const du_lane *l, int32_t prev[4], int s, int shaped)
     return r;
 }
 
-float du_reward(du_game *g, int s, int shaped) { return du_side_reward(&g->lane, g->prev[s], s, shaped); }
+float du_reward(du_game *g, int s, int mode) { return du_side_reward(&g->lane, g->prev[s], s, mode); }
 
 void du_fill_row(struct w3s_row *r, const du_lane *l, du_cache *c, int s, uint32_t lane_index, uint64_t episode,
                  float reward, uint32_t discarded, du_view *v)

@@ -37,10 +37,10 @@ void du_game_finish(du_game *g);
 /* One step: orders of the non-agent sides, both sides' orders applied (side 0 first),
  * the turns, the replay record. o holds the agents' orders on entry. */
 void du_game_step(du_game *g, du_orders o[2]);
-/* Side s's reward for the row about to be posted (win/loss, plus shaping since prev,
- * which it then updates). du_reward is it for a du_game. */
-float du_side_reward(const du_lane *l, int32_t prev[4], int s, int shaped);
-float du_reward(du_game *g, int s, int shaped);
+/* Side s's reward for the row about to be posted (win/loss, plus shaping since prev by
+ * mode, a DU_REWARD_*, which it then updates). du_reward is it for a du_game. */
+float du_side_reward(const du_lane *l, int32_t prev[4], int s, int mode);
+float du_reward(du_game *g, int s, int mode);
 /* Row r as agent mode posts it for side s of a lane: lane index, side, episode, step,
  * flags (FIRST at step 0, DONE once the game has a winner), the reward and discarded
  * count given, the state hash, the observation (its entity list into v). */

@@ -19,7 +19,8 @@
  *                              every spawn, else 1); a lane's game seed mixes it with the
  *                              global lane number (from W3S_ROW0) and the lane's episode.
  *                              Set it for fixed evaluation games.
- *   W3D_REWARD=win|shaped      win/loss (+1/-1, 0 for a draw) only, or plus damage and kills
+ *   W3D_REWARD=win|shaped|attack  win/loss (+1/-1, 0 for a draw) only, or plus damage and kills
+ *                              dealt less taken, or plus those dealt only
  *   W3D_EPISODES=N             exit 0 after N finished episodes, all lanes together
  *   W3D_STEP_TURNS=N           turns (25 ms of game time each) per step, default 20
  *   W3D_TIME_LIMIT=N           turns per game, default 12000 (5 minutes)
@@ -90,7 +91,7 @@ static int du_agent_main(void)
             for (int a = 0; a < n_agents; a++) {
                 int s = agents[a];
                 w3s_row *r = w3s_row_at(conn, i * (uint32_t)n_agents + (uint32_t)a);
-                du_fill_row(r, &g->lane, &g->cache, s, i, g->episode, du_reward(g, s, (int)cfg.reward_shaped),
+                du_fill_row(r, &g->lane, &g->cache, s, i, g->episode, du_reward(g, s, (int)cfg.reward_mode),
                             (uint32_t)g->discarded[s], &g->view[s]);
                 g->discarded[s] = 0;
             }
@@ -240,7 +241,7 @@ static int du_record_one(du_cfg *cfg, const du_args *a)
         du_ctl_reset(&g->ctl[s], seed + (uint64_t)s);
     }
     du_rec_header h = {setup, (uint32_t)(a->states ? 1 : 0), 0, 0,
-                       {du_ctl_code(&cfg->ctl[0]), du_ctl_code(&cfg->ctl[1])}, (uint32_t)cfg->reward_shaped};
+                       {du_ctl_code(&cfg->ctl[0]), du_ctl_code(&cfg->ctl[1])}, (uint32_t)cfg->reward_mode};
     if (du_rec_open(&g->rec, a->record, &h, err, sizeof(err))) {
         fprintf(stderr, "%s\n", err);
         return 1;

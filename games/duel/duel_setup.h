@@ -8,10 +8,13 @@
 
 #include "duel.h"
 
+/* W3D_REWARD: the outcome only; plus damage and kills dealt less taken; plus dealt only */
+enum { DU_REWARD_WIN, DU_REWARD_SHAPED, DU_REWARD_ATTACK };
+
 typedef struct du_cfg {
     du_ctl ctl[2];
     int map; /* -1: rotate */
-    long seed, reward_shaped, episodes, step_turns, time_limit, cuts, break_step, record_states;
+    long seed, reward_mode, episodes, step_turns, time_limit, cuts, break_step, record_states;
     const char *record_dir;
     double record_share;
 } du_cfg;

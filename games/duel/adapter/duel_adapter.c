@@ -181,7 +181,7 @@ W3A_EXPORT void w3a_observe(w3s_row *row, uint32_t i)
     du_ad.seen_disc[s] = w->discarded[s];
     du_ad.decode_disc[s] = 0;
     du_fill_row(row, &w->lane, &w->cache, s, 0, w->episode,
-                du_side_reward(&w->lane, du_ad.prev[s], s, (int)du_ad.cfg.reward_shaped), disc, &du_ad.view[s]);
+                du_side_reward(&w->lane, du_ad.prev[s], s, (int)du_ad.cfg.reward_mode), disc, &du_ad.view[s]);
 }
 
 W3A_EXPORT void w3a_act(const w3s_row *row, uint32_t i)

@@ -176,7 +176,7 @@ void du_check_sleep(DWORD ms)
     for (int i = 0; i < ck.n_agents; i++) {
         int s = ck.agents[i];
         w3a_observe(&ck_rows[i], (uint32_t)i);
-        du_fill_row(&ck_ref_rows[i], &g->lane, &g->cache, s, 0, g->episode, du_reward(g, s, (int)ck.cfg.reward_shaped),
+        du_fill_row(&ck_ref_rows[i], &g->lane, &g->cache, s, 0, g->episode, du_reward(g, s, (int)ck.cfg.reward_mode),
                     (uint32_t)g->discarded[s], &g->view[s]);
         g->discarded[s] = 0;
         ck_compare(i);

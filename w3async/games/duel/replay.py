@@ -55,7 +55,7 @@ class Header:
     lane: int
     episode: int
     sides: tuple[str, str]  # controller names, e.g. ("agent", "ai:hard")
-    reward_mode: int  # 0 win/loss, 1 shaped
+    reward_mode: int  # 0 win/loss, 1 shaped, 2 attack
 
     @property
     def map_name(self) -> str:
