@@ -6,7 +6,8 @@ with the bound it must meet written beside it (PASS / FAIL), in one run.
 
 1. Rounds per (entity bucket, rows): round latency (submit to result, median and p99)
    and rows/s through the engine; the same rows through the network eagerly (upload,
-   act, answers back, synchronised) for "graph against eager".
+   act, answers back, synchronised) for "graph against eager"; rounds/s with two rounds
+   submitted ahead against one at a time (rounds in flight).
 2. Syncs inside rounds: torch.cuda.set_sync_debug_mode("warn") around rounds after the
    warm-up; every warning counted (worker thread included).
 3. Memory: allocated and reserved after the warm-up and after --rounds more rounds.
@@ -80,6 +81,19 @@ def rounds(engine: InferenceEngine, b, n: int) -> list[float]:
     return out
 
 
+def in_flight_rate(engine: InferenceEngine, b, n: int, ahead: int) -> float:
+    """Rounds/s with `ahead` rounds submitted before the oldest is waited for (the loop's
+    way with rounds in flight); ahead=1 is one round at a time."""
+    t0 = time.perf_counter()
+    futs = [engine.submit(b) for _ in range(ahead)]
+    for _ in range(n - ahead):
+        futs.pop(0).result()
+        futs.append(engine.submit(b))
+    for f in futs:
+        f.result()
+    return n / (time.perf_counter() - t0)
+
+
 def eager_ms(net: Network, b, device: torch.device, n: int) -> float:
     """The same rows through the network without a graph: upload, act, answers back."""
     k = b.n
@@ -117,6 +131,13 @@ def section_rounds(args, device: torch.device, cfg: NetConfig) -> None:
                       med < BOUND_MS[bucket, n] if gpu else None)
         worst = min(eager / med for *_, med, _, eager in lines)
         check("graph against eager, the worst case", f"{worst:.2f}x", ">= 2x", worst >= 2.0 if gpu else None)
+        # 1b. rounds in flight (w3async.learn.flights): the next round's copy and upload
+        # while the last computes; two ahead must not be slower than one at a time
+        b = batch_for(48, 64)
+        one, two = (in_flight_rate(engine, b, args.repeats, k) for k in (1, 2))
+        check(f"rounds/s, 64 rows at bucket 48, two submitted ahead against one (engine n_flights "
+              f"{engine.n_flights})", f"{two:,.0f} against {one:,.0f}: {two / one:.2f}x", ">= 1.0x",
+              two >= one if gpu else None)
 
         b = batch_for(48, 64)
         if gpu:  # 2. syncs: every warning the sync debug mode raises, from any thread

@@ -6,13 +6,21 @@ docs/performance.md says a GPU check ran.
 Its interface to the engine is what the constructor takes and two calls, all on the
 engine's worker thread (the only thread that touches the networks):
 
-    runner = CudaRunner(nets, device, max_rows, state, gen)
+    runner = CudaRunner(nets, device, max_rows, state, gen, flights=2)
         nets: the engine's networks, net by net (shared: the runner copies weights into them)
         state: the GRU state per table row (shared, written in place), or None without GRU
         gen: the generator the eager (GRU) path samples from
+        flights: rounds that may be in flight at once, each with its own device buffers
     runner.load(k, state_dict, ready)  # new weights for net k, ordered with its replays (ready: the
                                        # event of a device-to-device copy, or None)
-    runner.run(buf, n, bucket, used, actions, logp, value) -> state_in | None
+    runner.graphed                     # True: rounds go through launch and finish
+    h = runner.launch(buf, n, bucket, used, flight)   # queued on the device, no host wait
+    runner.finish(h, actions, logp, value)            # (the finisher thread) waits, scatters
+    runner.run(buf, n, bucket, used, actions, logp, value) -> state_in | None   # GRU: eager, in one go
+
+A flight (w3async.learn.flights) is reused only after its round's finish, so the next
+round's upload never overwrites a staging copy or pinned output an earlier round still
+reads; on each net's stream, rounds are ordered by the stream itself.
 """
 
 from __future__ import annotations
@@ -28,8 +36,9 @@ from w3async.sync import layout
 class CudaRunner:
     """The GPU path (UNCHECKED on this project's CPU machines; see the module docstring).
 
-    - One upload per round: the round's rows go from the pinned input buffers to a device
-      staging copy (one non-blocking copy per field, raw dtypes) on the upload stream.
+    - One upload per round: the round's rows go from the pinned input buffers to the
+      device staging copy of the round's flight (one non-blocking copy per field, raw
+      dtypes) on the upload stream, while earlier rounds compute.
     - Per net: a CUDA stream of its own at high priority (seeds/000: graphs captured on
       one stream keep that stream's cuBLAS workspace; two networks' graphs sharing one
       hung the GPU), a graph memory pool of its own and, per (bucket, row bucket), a CUDA
@@ -37,7 +46,7 @@ class CudaRunner:
       the raw dtypes (the casts are inside the graph) with pinned host outputs. A round
       gathers each net's rows from staging into the static inputs on the device, zeroes
       the static rows past them (seeds/000: stale padding crashed a run), replays, and
-      copies the outputs to pinned memory; one wait per net after all are launched.
+      copies the outputs to the flight's pinned memory; the waits are the finisher's.
     - Events are made once per net and reused (creating and destroying them takes the
       CUDA context's lock, seeds/000).
     - New weights are copied into a net on that net's stream, so they are
@@ -52,27 +61,30 @@ class CudaRunner:
     _FIELDS = ("glob", "ent", "ent_type", "n_ent", "mask")
 
     def __init__(self, nets: list[Network], device: torch.device, max_rows: int, state: torch.Tensor | None,
-                 gen: torch.Generator | None):
+                 gen: torch.Generator | None, flights: int = 2):
         self.nets, self.device, self.state, self.gen = nets, device, state, gen
+        self.graphed = state is None  # a GRU network runs eagerly (its state is per table row)
         # Inference streams at high priority: the learner's, at the default, yields to
         # rounds (issue 13; a priority outside the device's range is clamped by CUDA).
         self.upload = torch.cuda.Stream(device=device, priority=-1)
-        self.uploaded = torch.cuda.Event()
         self.streams = [torch.cuda.Stream(device=device, priority=-1) for _ in nets]
         # One memory pool per net: its graphs replay one at a time on its stream, so they
         # may share scratch memory; nets run concurrently, so they may not.
         self.pools = [torch.cuda.graph_pool_handle() for _ in nets]
-        self.max_rows = max_rows
-        self.done = [torch.cuda.Event() for _ in nets]
-        cap = max_rows
-        dev = device
-        self.staging = {
+        self.max_rows, self.flights = max_rows, flights
+        cap, dev = max_rows, device
+        # Per flight: a staging copy of the round's rows, its upload's event, a pinned
+        # index buffer (each net's rows, net by net) and one "done" event per net.
+        self.staging = [{
             "glob": torch.zeros(cap, layout.G_GLOB, device=dev),
             "ent": torch.zeros(cap * layout.E_MAX * layout.F_ENT, device=dev),
             "ent_type": torch.zeros(cap * layout.E_MAX, dtype=torch.int16, device=dev),
             "n_ent": torch.zeros(cap, dtype=torch.int32, device=dev),
             "mask": torch.zeros(cap, layout.N_HEADS, layout.HEAD_MAX, dtype=torch.uint8, device=dev),
-        }
+        } for _ in range(flights)]
+        self.uploaded = [torch.cuda.Event() for _ in range(flights)]
+        self.index = [torch.zeros(cap, dtype=torch.int64, pin_memory=True) for _ in range(flights)]
+        self.done = [[torch.cuda.Event() for _ in nets] for _ in range(flights)]
         self.graphs: dict[tuple[int, int, int], tuple] = {}
 
     def capture_all(self, buckets) -> int:
@@ -91,16 +103,23 @@ class CudaRunner:
         return len(self.graphs)
 
     def load(self, k: int, sd: dict, ready: torch.cuda.Event | None = None) -> None:
-        """New weights for net k, on its stream (ordered with its replays). Weights on the
-        device come with the event of their copy: the stream waits on it, not the host,
-        and their memory is marked in use by the stream until the copy is done."""
+        """New weights for net k, on its stream (ordered with its replays, no host wait).
+        Weights on the device come with the event of their copy: the stream waits on it,
+        not the host, and their memory is marked in use by the stream until the copy is
+        done. Weights on the host are pinned (InferenceEngine.load_net): the caching host
+        allocator keeps them until the copy is done."""
         stream = self.streams[k]
         if ready is not None:
             stream.wait_event(ready)
             for t in sd.values():
                 t.record_stream(stream)
-        with torch.cuda.stream(stream):
-            self.nets[k].load_state_dict(sd)
+        own = self.nets[k].state_dict()
+        missing = sorted(set(own) ^ set(sd))
+        if missing:  # load_state_dict's check, which a plain copy_ would skip
+            raise ValueError(f"net {k}: weights do not match the network (keys {missing[:4]})")
+        with torch.cuda.stream(stream), torch.no_grad():
+            for name, t in own.items():
+                t.copy_(sd[name], non_blocking=True)
 
     def _graph(self, k: int, bucket: int, rows: int):
         key = (k, bucket, rows)
@@ -128,58 +147,73 @@ class CudaRunner:
             with torch.cuda.graph(g, pool=self.pools[k], stream=stream, capture_error_mode="thread_local"):
                 out = step()
         stream.synchronize()
-        host = [torch.zeros(rows, layout.N_HEADS, dtype=torch.int64, pin_memory=True),
-                torch.zeros(rows, pin_memory=True), torch.zeros(rows, pin_memory=True)]
-        self.graphs[key] = (g, st, out, host)
+        host = [[torch.zeros(rows, layout.N_HEADS, dtype=torch.int64, pin_memory=True),
+                 torch.zeros(rows, pin_memory=True), torch.zeros(rows, pin_memory=True)] for _ in range(self.flights)]
+        self.graphs[key] = (g, st, out, host)  # host: the pinned outputs, one set per flight
         return self.graphs[key]
 
-    def run(self, buf: Inputs, n: int, bucket: int, used: np.ndarray, actions: np.ndarray, logp: np.ndarray,
-            value: np.ndarray) -> np.ndarray | None:
-        """One round's rows (buf's first n, entity bucket `bucket`) through the networks of
-        the nets in `used`; the answers are written into actions, logp and value (row
-        order). Returns the GRU state each row had before the round, None without GRU."""
-        if self.state is not None:
-            return self._run_eager(buf, n, bucket, used, actions, logp, value)
-        stage = self.staging
+    def launch(self, buf: Inputs, n: int, bucket: int, used: np.ndarray, flight: int) -> list:
+        """Queue one round (buf's first n rows, entity bucket `bucket`, the nets in `used`)
+        on the device with the buffers of `flight`, and return at once with its handle for
+        finish(). No host wait: the upload and each net's gather, replay and output copy
+        are ordered by streams and events. buf is read by the upload until finish."""
+        stage, uploaded, done = self.staging[flight], self.uploaded[flight], self.done[flight]
         sizes = {"glob": n, "ent": n * bucket * layout.F_ENT, "ent_type": n * bucket, "n_ent": n, "mask": n}
         with torch.cuda.stream(self.upload):
             for name, k in sizes.items():
                 stage[name][:k].copy_(getattr(buf, name)[:k], non_blocking=True)  # pinned -> device
-            self.uploaded.record(self.upload)
+            uploaded.record(self.upload)
         ent = stage["ent"][: sizes["ent"]].view(n, bucket, layout.F_ENT)
         ent_type = stage["ent_type"][: sizes["ent_type"]].view(n, bucket)
         src = {"glob": stage["glob"][:n], "ent": ent, "ent_type": ent_type, "n_ent": stage["n_ent"][:n],
                "mask": stage["mask"][:n]}
         net_np = buf.np["net"][:n]
-        launched = []
+        index, at = self.index[flight], 0
+        handle = []
         for s in used:
             s = int(s)
-            idx = np.flatnonzero(net_np == s)
-            m = len(idx)
+            idx = np.flatnonzero(net_np == s) if len(used) > 1 else None
+            m = n if idx is None else len(idx)
             rb = next((r for r in self.ROW_BUCKETS if r >= m), None)
             if rb is None:
                 raise ValueError(f"{m} rows for one network; the CUDA graphs go up to {self.ROW_BUCKETS[-1]} rows")
             g, st, out, host = self._graph(s, bucket, rb)
             stream = self.streams[s]
-            stream.wait_event(self.uploaded)
-            idx_host = torch.from_numpy(idx).pin_memory() if len(used) > 1 else None  # kept alive in `launched`
+            stream.wait_event(uploaded)
             with torch.cuda.stream(stream):
-                if idx_host is not None:  # the indices from the host: nonzero() on the device would sync
-                    sel = idx_host.to(self.device, non_blocking=True)
+                if idx is not None:  # the indices from the host: nonzero() on the device would sync
+                    index.numpy()[at : at + m] = idx
+                    sel = index[at : at + m].to(self.device, non_blocking=True)
+                    at += m
                 for name in self._FIELDS:
-                    st[name][:m].copy_(src[name] if len(used) == 1 else src[name].index_select(0, sel))
+                    st[name][:m].copy_(src[name] if idx is None else src[name].index_select(0, sel))
                     st[name][m:].zero_()
                 st["mask"][m:, :, 0] = 1  # padded rows: one allowed choice, their answers unread
                 g.replay()
-                for h, o in zip(host, (out.actions, out.logp, out.value)):
+                for h, o in zip(host[flight], (out.actions, out.logp, out.value)):
                     h[:m].copy_(o[:m], non_blocking=True)
-                self.done[s].record(stream)
-            launched.append((s, idx, host, m, idx_host))
-        for s, idx, (a, lp, v), m, _ in launched:  # one wait per network, after all are launched
-            self.done[s].synchronize()
+                done[s].record(stream)
+            handle.append((done[s], slice(None) if idx is None else idx, host[flight], m))
+        return handle
+
+    @staticmethod
+    def finish(handle: list, actions: np.ndarray, logp: np.ndarray, value: np.ndarray) -> None:
+        """Wait for a launched round (one wait per net; the GIL is released meanwhile) and
+        write its answers into actions, logp and value (row order)."""
+        for done, idx, (a, lp, v), m in handle:
+            done.synchronize()
             actions[idx] = a[:m].numpy()
             logp[idx] = lp[:m].numpy()
             value[idx] = v[:m].numpy()
+
+    def run(self, buf: Inputs, n: int, bucket: int, used: np.ndarray, actions: np.ndarray, logp: np.ndarray,
+            value: np.ndarray) -> np.ndarray | None:
+        """One round in one go, on the worker (the GRU path, eager; or flight 0 of a graphed
+        runner, for callers that keep one round at a time). Returns the GRU state each
+        row had before the round, None without GRU."""
+        if not self.graphed:
+            return self._run_eager(buf, n, bucket, used, actions, logp, value)
+        self.finish(self.launch(buf, n, bucket, used, 0), actions, logp, value)
         return None
 
     def _run_eager(self, buf, n, bucket, used, actions, logp, value):

@@ -28,7 +28,9 @@ trajectories keep at the start of each sequence.
 The CUDA path (w3async.learn.cuda_runner.CudaRunner: a stream per network, a CUDA graph
 per (network, bucket, row count) with static pinned input buffers, events made once) is
 used only when the device is "cuda" and torch.cuda.is_available(); nothing of it runs on
-a CPU. It is UNCHECKED unless docs/performance.md says a GPU check ran. The engine hands
+a CPU. There the worker only launches a graphed round, up to n_flights of them in flight
+(w3async.learn.flights): a finisher thread waits for each and resolves its future in
+submission order, so the next round's copy and upload overlap the last one's compute. It is UNCHECKED unless docs/performance.md says a GPU check ran. The engine hands
 it its networks, GRU state and generator at construction (its declared interface).
 """
 
@@ -47,6 +49,7 @@ import torch
 from w3async.sync import layout
 from w3async.sync.gather import BUCKETS, Batch
 from w3async.learn.cuda_runner import CudaRunner
+from w3async.learn.flights import Flights
 from w3async.learn.inputs import Inputs
 from w3async.learn.network import NetConfig, Network
 from w3async.games.spec import GameSpec
@@ -88,10 +91,12 @@ class InferenceEngine:
     def __init__(
         self, spec: GameSpec, net_cfg: NetConfig = NetConfig(), device: str = "cpu", n_nets: int = 3,
         max_rows: int = 256, n_table_rows: int | None = None, num_threads: int = 1, seed: int = 0,
-        n_buffers: int = 2,
+        n_buffers: int = 2, n_flights: int | None = None,
     ):
         if n_nets < 1:
             raise ValueError(f"n_nets={n_nets} must be >= 1 (net 0 is the current policy)")
+        if n_flights is not None and n_flights < 0:
+            raise ValueError(f"n_flights={n_flights} must be >= 0 (0: one round at a time)")
         if device.startswith("cuda") and not torch.cuda.is_available():
             raise ValueError(f"device={device!r} but torch.cuda.is_available() is False: use device='cpu'")
         self.spec, self.net_cfg, self.device = spec, net_cfg, torch.device(device)
@@ -115,7 +120,11 @@ class InferenceEngine:
         self._lock = threading.Lock()
         self._pin = self.device.type == "cuda"
         self._free: queue.SimpleQueue[Inputs] = queue.SimpleQueue()
-        for _ in range(n_buffers):
+        # Rounds in flight at once (w3async.learn.flights): by default 2 on CUDA (graphed
+        # networks), none on a CPU, where the worker's compute is the round; a GRU network
+        # runs one round at a time everywhere (its state carries from round to round).
+        self.n_flights = 0 if net_cfg.gru else (n_flights if n_flights is not None else 2 * self._pin)
+        for _ in range(max(n_buffers, self.n_flights + 1)):  # a round's buffer is in use until its finish
             self._free.put(Inputs(max_rows, self._pin))
         self._state = (
             torch.zeros(self.n_table_rows, net_cfg.d_model, device=self.device) if net_cfg.gru else None
@@ -123,6 +132,8 @@ class InferenceEngine:
         self._gen: torch.Generator | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._runner: CudaRunner | None = None
+        self._flights: Flights | None = None  # rounds in flight (None: one at a time)
+        self._launcher: CudaRunner | _CpuLauncher | None = None  # what _launch queues rounds on
         self.rounds = 0
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -133,6 +144,9 @@ class InferenceEngine:
             raise RuntimeError("InferenceEngine.start() called twice: call stop() first")
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="w3s-infer", initializer=self._init_worker)
         self._pool.submit(lambda: None).result()  # the initializer's errors surface here
+        if self.n_flights:
+            self._launcher = self._runner if self._runner is not None else _CpuLauncher(self)
+            self._flights = Flights(self.n_flights)
 
     def _init_worker(self) -> None:
         # With torch's OpenMP backend the thread count is per calling thread: this sets the
@@ -142,14 +156,17 @@ class InferenceEngine:
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)  # the worker's own current device (a thread's is its own)
             torch.cuda.manual_seed(self.seed)  # the graphs sample from the default CUDA generator
-            self._runner = CudaRunner(self.nets, self.device, self.max_rows, self._state, self._gen)
+            self._runner = CudaRunner(self.nets, self.device, self.max_rows, self._state, self._gen, max(1, self.n_flights))
             self._runner.capture_all(BUCKETS)  # never inside a round
 
     def stop(self) -> None:
         """Finish the rounds already submitted, then end the worker thread."""
         if self._pool is not None:
-            self._pool.shutdown(wait=True)
+            self._pool.shutdown(wait=True)  # every round launched and handed over
             self._pool = None
+        if self._flights is not None:
+            self._flights.close()  # every round finished
+            self._flights = None
 
     def __enter__(self) -> InferenceEngine:
         self.start()
@@ -258,42 +275,83 @@ class InferenceEngine:
         a["mask"][:n] = batch.mask[:n]
         copy_ms = (time.perf_counter() - t0) * 1e3
         try:
-            return self._call(lambda: self._round(buf, n, bucket, used, t0, copy_ms))
+            if self._flights is None:
+                return self._call(lambda: self._round(buf, n, bucket, used, t0, copy_ms))
+            fut: Future = Future()
+            fut.set_running_or_notify_cancel()  # resolved by the finisher, never cancelled
+            self._call(lambda: self._launch(fut, buf, n, bucket, used, t0, copy_ms))
+            return fut
         except BaseException:  # not started, or stopped: the caller gets the error, the buffer comes back
             self._free.put(buf)
             raise
 
     @torch.inference_mode()
     def _round(self, buf: Inputs, n: int, bucket: int, used: np.ndarray, t_submit: float, copy_ms: float) -> RoundResult:
+        """A round in one go on the worker: the CPU path and the GRU path on CUDA."""
         t0 = time.perf_counter()
         try:
             self._apply_pending()
-            actions = np.zeros((n, layout.N_HEADS), np.int32)
-            logp = np.zeros(n, np.float32)
-            value = np.zeros(n, np.float32)
-            versions = np.zeros(n, np.uint32)
-            net = buf.np["net"][:n].copy()
-            rows = buf.np["rows"][:n].astype(np.int32)
-            obs_seq = buf.obs_seq[:n].copy()
+            meta = self._meta(buf, n, used)
+            out = _answers(n)
             state_in = None
             t_net = time.perf_counter()
             if n:
                 if self._runner is not None:
-                    state_in = self._runner.run(buf, n, bucket, used, actions, logp, value)
+                    state_in = self._runner.run(buf, n, bucket, used, *out)
                 else:
-                    state_in = self._run_cpu(buf, n, bucket, used, actions, logp, value)
+                    state_in = self._run_cpu(buf, n, bucket, used, *out)
             net_ms = (time.perf_counter() - t_net) * 1e3
-            if len(used) == 1:
-                versions[:] = self.versions[int(used[0])]
-            else:
-                for s in used:
-                    versions[net == s] = self.versions[s]
         finally:
             self._free.put(buf)
         self.rounds += 1
+        return self._result(meta, out, state_in, n, bucket, used, t_submit, copy_ms, t0, net_ms)
+
+    @torch.inference_mode()
+    def _launch(self, fut: Future, buf: Inputs, n: int, bucket: int, used: np.ndarray, t_submit: float,
+                copy_ms: float) -> None:
+        """A round in flight: queued on the device with a free flight's buffers (on a CPU,
+        computed here), then handed to the finisher (w3async.learn.flights), which resolves
+        fut; the worker goes on to the next round at once. Blocks only while every flight
+        is in flight."""
+        flight = self._flights.acquire()
+        t0 = time.perf_counter()
+        try:
+            self._apply_pending()
+            meta = self._meta(buf, n, used)
+            handle = self._launcher.launch(buf, n, bucket, used, flight) if n else []
+        except BaseException as e:  # nothing of it is in flight: its future says why
+            self._flights.release(flight)
+            self._free.put(buf)
+            fut.set_exception(e)
+            return
+        self.rounds += 1
+
+        def finish() -> RoundResult:
+            out = _answers(n)
+            self._launcher.finish(handle, *out)
+            return self._result(meta, out, None, n, bucket, used, t_submit, copy_ms, t0, (time.perf_counter() - t0) * 1e3)
+
+        self._flights.hand_over(flight, fut, finish, release=lambda: self._free.put(buf))
+
+    def _meta(self, buf: Inputs, n: int, used: np.ndarray) -> tuple:
+        """What a round's result says besides the answers, read when the round starts: its
+        rows, their sequence numbers, nets, and the policy version each net holds."""
+        net = buf.np["net"][:n].copy()
+        versions = np.zeros(n, np.uint32)
+        if len(used) == 1:
+            versions[:] = self.versions[int(used[0])]
+        else:
+            for s in used:
+                versions[net == s] = self.versions[s]
+        return buf.np["rows"][:n].astype(np.int32), buf.obs_seq[:n].copy(), net, versions
+
+    @staticmethod
+    def _result(meta, out, state_in, n, bucket, used, t_submit, copy_ms, t0, net_ms) -> RoundResult:
+        rows, obs_seq, net, versions = meta
         t1 = time.perf_counter()
-        stats = RoundStats(n, bucket, len(used), copy_ms, (t0 - t_submit) * 1e3 - copy_ms, (t1 - t0) * 1e3, net_ms, (t1 - t_submit) * 1e3)
-        return RoundResult(rows, obs_seq, actions, logp, value, versions, net, state_in, stats)
+        stats = RoundStats(n, bucket, len(used), copy_ms, (t0 - t_submit) * 1e3 - copy_ms, (t1 - t0) * 1e3, net_ms,
+                           (t1 - t_submit) * 1e3)
+        return RoundResult(rows, obs_seq, *out, versions, net, state_in, stats)
 
     def _run_cpu(self, buf, n, bucket, used, actions, logp, value) -> np.ndarray | None:
         obs = buf.obs(n, bucket)
@@ -318,6 +376,31 @@ class InferenceEngine:
             if r.state is not None:
                 self._state[rows if idx is None else rows[idx]] = r.state
         return state_in.numpy() if state_in is not None else None
+
+
+class _CpuLauncher:
+    """The CPU path behind the launcher interface of CudaRunner (launch, finish), for an
+    engine made with n_flights on a CPU: launch computes the round at once (the worker's
+    compute is the round there), finish hands its answers over on the finisher thread.
+    The same ordering as the CUDA path's, checked on any machine (tests/test_flights.py)."""
+
+    def __init__(self, engine: InferenceEngine):
+        self.engine = engine
+
+    def launch(self, buf: Inputs, n: int, bucket: int, used: np.ndarray, flight: int) -> tuple:
+        out = _answers(n)
+        self.engine._run_cpu(buf, n, bucket, used, *out)  # no GRU here: n_flights is 0 with one
+        return out
+
+    @staticmethod
+    def finish(handle: tuple, actions: np.ndarray, logp: np.ndarray, value: np.ndarray) -> None:
+        for dst, src in zip((actions, logp, value), handle):
+            dst[:] = src
+
+
+def _answers(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A round's answer arrays: actions (n, N_HEADS), logp (n,), value (n,)."""
+    return np.zeros((n, layout.N_HEADS), np.int32), np.zeros(n, np.float32), np.zeros(n, np.float32)
 
 
 def synthetic_batch(spec: GameSpec, n: int, rng: np.random.Generator, max_ent: int = 48, batch: Batch | None = None,
