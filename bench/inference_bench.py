@@ -56,6 +56,9 @@ def main() -> None:
     ap.add_argument("--beside", default="",
                     help="update_pause_ms values (e.g. 0,8): rounds of 16 rows while a learner thread updates")
     ap.add_argument("--learner-nice", type=int, default=0, help="nice of the learner thread in --beside")
+    ap.add_argument("--gil", default="",
+                    help="update_pause_ms values (e.g. 0,8): the GIL's cost, rounds of 16 rows beside a learner in a "
+                         "thread of their process against the same learner in a process of its own")
     ap.add_argument("--learner", action="store_true",
                     help="also time a PPO update (32 sequences x 16 steps, 2 epochs) with 1 and 2 torch threads")
     args = ap.parse_args()
@@ -105,6 +108,53 @@ def main() -> None:
         learner_line(SPEC, cfg, args.max_ent, args.device)
     for pause in [float(x) for x in args.beside.split(",") if x]:
         beside_line(SPEC, cfg, args.max_ent, pause, nice=args.learner_nice, device=args.device)
+    if args.gil:
+        gil_table(SPEC, cfg, args.max_ent, [float(x) for x in args.gil.split(",") if x], args.learner_nice)
+
+
+def gil_table(spec, cfg: NetConfig, max_ent: int, pauses: list[float], nice: int, rows: int = 16,
+              seconds: float = 8.0, repeats: int = 2) -> None:
+    """The GIL's cost on the rounds (issue 13): the same learner loop beside the rounds in
+    a thread of their process (a run's layout: the GIL shared) and in a process of its
+    own (the same cores, no GIL shared), interleaved `repeats` times per pause. What the
+    thread costs beyond the process is the GIL's."""
+    q = lambda xs, p: float(np.percentile(xs, p)) if xs else float("nan")  # noqa: E731
+    print(f"\nthe GIL's cost: rounds of {rows} rows while a learner updates, learner nice {nice}, {seconds:g} s each, "
+          f"interleaved x{repeats}")
+    print("| update_pause_ms | learner in | idle median ms | during updates median ms | p90 ms | rounds/s | update s |")
+    print("| ---: | --- | ---: | ---: | ---: | ---: | ---: |")
+    tb = synthetic_trajbatch(max_ent)
+    for pause in pauses:
+        got: dict[str, list] = {"thread": [[], [], [], 0], "process": [[], [], [], 0]}
+        for _ in range(repeats):
+            for where in ("thread", "process"):
+                idle, busy, upd = rounds_beside_updates(spec, cfg, tb, pause, rows, seconds, nice=nice, max_ent=max_ent,
+                                                        learner_in=where)
+                g = got[where]
+                g[0] += idle
+                g[1] += busy
+                g[2] += upd
+                g[3] += len(idle) + len(busy)
+        for where, (idle, busy, upd, n) in got.items():
+            print(f"| {pause:g} | {where} | {q(idle, 50):.2f} | {q(busy, 50):.2f} | {q(busy, 90):.2f} | "
+                  f"{n / (seconds * repeats):.0f} | {statistics.median(upd) if upd else float('nan'):.2f} |")
+
+
+def _learner_process(spec, cfg: NetConfig, pause_ms: float, nice: int, idle_s: float, max_ent: int, ready, updating,
+                     stop, times) -> None:
+    """rounds_beside_updates' learner in a process of its own (spawned: no GIL shared)."""
+    from w3async.learn.learner import Learner, LearnerConfig
+
+    torch.set_num_threads(1)
+    learner = Learner(Network(spec, cfg), LearnerConfig(minibatch_seqs=8, update_epochs=2, update_pause_ms=pause_ms,
+                                                        thread_nice=nice))
+    tb = synthetic_trajbatch(max_ent)
+    ready.set()
+    while not stop.is_set():
+        time.sleep(idle_s)
+        updating.set()
+        times.put(learner.run_update(tb).update_s)
+        updating.clear()
 
 
 def beside_line(spec, cfg: NetConfig, max_ent: int, pause_ms: float, rows: int = 16, seconds: float = 8.0,
@@ -121,19 +171,37 @@ def beside_line(spec, cfg: NetConfig, max_ent: int, pause_ms: float, rows: int =
 
 
 def rounds_beside_updates(spec, cfg: NetConfig, tb, pause_ms: float, rows: int, seconds: float, nice: int = 0,
-                          device: str = "cpu", max_ent: int = 48, warm: int = 0, idle_s: float = 0.5):
+                          device: str = "cpu", max_ent: int = 48, warm: int = 0, idle_s: float = 0.5,
+                          learner_in: str = "thread"):
     """Rounds of `rows` rows back to back while a learner thread on the same device runs
     an update of `tb`, waits `idle_s` (as for data), and again: the round latencies (ms)
-    while it is idle, those while it updates, and the updates' times (s)."""
+    while it is idle, those while it updates, and the updates' times (s). learner_in
+    "process": the same learner in a spawned process instead (the CPU only; a synthetic
+    batch of max_ent), for the GIL's cost (gil_table)."""
     import threading
 
     from w3async.learn.learner import Learner, LearnerConfig
 
+    b = synthetic_batch(spec, rows, np.random.default_rng(1), max_ent=max_ent)
+    if learner_in == "process":
+        import multiprocessing as mp
+
+        ctx = mp.get_context("spawn")
+        ready, updating, stop, times = ctx.Event(), ctx.Event(), ctx.Event(), ctx.Queue()
+        proc = ctx.Process(target=_learner_process,
+                           args=(spec, cfg, pause_ms, nice, idle_s, max_ent, ready, updating, stop, times))
+        proc.start()
+        idle, busy = _rounds_while(spec, cfg, b, rows, seconds, device, warm, updating, lambda: ready.wait(120))
+        stop.set()
+        proc.join(120)
+        update_s = []
+        while not times.empty():
+            update_s.append(times.get())
+        return idle, busy, update_s
     learner = Learner(Network(spec, cfg), LearnerConfig(minibatch_seqs=8, update_epochs=2, update_pause_ms=pause_ms,
                                                         thread_nice=nice), device=device)
     if warm:
         learner.run_update(tb)  # kernels, the allocator, the learner's stream
-    b = synthetic_batch(spec, rows, np.random.default_rng(1), max_ent=max_ent)
     updating, stop, update_s = threading.Event(), threading.Event(), []
 
     def learn():
@@ -143,21 +211,28 @@ def rounds_beside_updates(spec, cfg: NetConfig, tb, pause_ms: float, rows: int, 
             update_s.append(learner.run_update(tb).update_s)
             updating.clear()
 
+    th = threading.Thread(target=learn)
+    idle, busy = _rounds_while(spec, cfg, b, rows, seconds, device, warm, updating, th.start)
+    stop.set()
+    th.join()
+    return idle, busy, update_s
+
+
+def _rounds_while(spec, cfg, b, rows, seconds, device, warm, updating, start) -> tuple[list, list]:
+    """Rounds of b back to back for `seconds` after start(): latencies (ms) while
+    `updating` was clear, and while it was set before and after the round."""
     idle, busy = [], []
     with InferenceEngine(spec, cfg, max_rows=max(rows, 64), device=device) as engine:
         for _ in range(warm):
             engine.submit(b).result()
-        th = threading.Thread(target=learn)
-        th.start()
+        start()
         t_end = time.perf_counter() + seconds
         while time.perf_counter() < t_end:
             was = updating.is_set()
             t0 = time.perf_counter()
             engine.submit(b).result()
             (busy if was and updating.is_set() else idle).append((time.perf_counter() - t0) * 1e3)
-        stop.set()
-        th.join()
-    return idle, busy, update_s
+    return idle, busy
 
 
 def synthetic_trajbatch(max_ent: int, n_seq: int = 32, t: int = 16, bucket: int = 48):
