@@ -15,7 +15,8 @@ with the bound it must meet written beside it (PASS / FAIL), in one run.
    update's time (the learner on the same device, a thread beside the rounds, as a run
    has it).
 5. CPU against GPU: values and log-probabilities of the same actions by the same weights,
-   without and with a GRU (its state after a step too).
+   without and with a GRU (its state after a step too); and the GRU path through the
+   engines (the device's graphed, rounds in flight) against a CPU engine, 30 rounds.
 
 Bounds (issue 13, one H200): 64 rows at bucket 48 under 2 ms median; 256 rows at bucket
 160 under 5 ms; graph at least 2x eager; no sync inside a round; rounds during an update
@@ -45,6 +46,7 @@ from inference_bench import rounds_beside_updates, synthetic_trajbatch  # noqa: 
 from w3async.games.duel.spec import DUEL_SPEC as SPEC  # noqa: E402
 from w3async.learn.inference import InferenceEngine, synthetic_batch  # noqa: E402
 from w3async.learn.network import NetConfig, Network, obs_from_numpy  # noqa: E402
+from w3async.sync import layout  # noqa: E402
 
 CASES = ((48, 8), (48, 64), (48, 256), (160, 64), (160, 256))  # (entity bucket, rows)
 BOUND_MS = {(48, 64): 2.0, (160, 256): 5.0}
@@ -222,6 +224,36 @@ def section_agreement(args, device: torch.device, cfg: NetConfig) -> None:
         if gru:
             ds = (r_c.state - r_d.state.cpu()).abs().max().item()
             check("GRU: state after a step", f"max abs diff {ds:.2e}", "< 1e-4", ds < 1e-4)
+    gru_through_engines(device, dataclasses.replace(cfg, gru=True))
+
+
+def gru_through_engines(device: torch.device, cfg: NetConfig, rounds: int = 30) -> None:
+    """The GRU path through the engine: a CPU engine one round at a time against the
+    device's (graphed, rounds in flight by default), the same rounds submitted back to
+    back, rows over two nets, FIRST flags and a reset among them. The state does not
+    depend on the sampled actions, so the states each row had and the values agree
+    although the two devices sample differently."""
+    torch.manual_seed(4)
+    sds = [Network(SPEC, cfg).state_dict() for _ in range(2)]
+    got = []
+    for dev in ("cpu", str(device)):
+        rng = np.random.default_rng(6)
+        with InferenceEngine(SPEC, cfg, device=dev, n_nets=2, max_rows=64, n_table_rows=64, seed=1) as engine:
+            for k in (0, 1):
+                engine.load_net(k, sds[k], k + 1)
+            futs = []
+            for i in range(rounds):
+                b = synthetic_batch(SPEC, 40, rng, max_ent=48, n_table_rows=64)
+                b.rows[:40] = rng.permutation(64)[:40]
+                b.flags[:40] = np.where(rng.random(40) < 0.1, layout.FLAG_FIRST, 0)
+                futs.append(engine.submit(b, rng.integers(0, 2, 40).astype(np.int16)))
+                if i == rounds // 2:
+                    engine.reset_rows(np.arange(8))
+            got.append([f.result() for f in futs])
+    ds = max(float(np.abs(a.state_in - b.state_in).max()) for a, b in zip(*got))
+    dv = max(float(np.abs(a.value - b.value).max()) for a, b in zip(*got))
+    check(f"GRU through the engines, {rounds} rounds back to back: states each row had, values",
+          f"max abs diff {ds:.2e}, {dv:.2e}", "< 1e-4, < 1e-3", ds < 1e-4 and dv < 1e-3)
 
 
 def main() -> int:

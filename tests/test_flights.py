@@ -15,6 +15,8 @@ import torch
 
 from w3async.learn.flights import Flights
 from w3async.learn.inference import InferenceEngine, synthetic_batch
+from w3async.learn.network import NetConfig, Network
+from w3async.sync import layout
 
 from .test_inference import CFG, SPEC, batch_obs, reference, weights
 
@@ -172,3 +174,38 @@ def test_a_round_that_fails_in_flight_fails_its_own_future():
     assert good.result(60).stats.rows == 8 and after.stats.rows == 8
     with pytest.raises(ValueError, match="n_flights=-1"):
         InferenceEngine(SPEC, CFG, n_flights=-1)
+
+
+def test_gru_rounds_in_flight_answer_exactly_as_one_at_a_time():
+    """A GRU network's state carries from round to round: 16 rounds submitted back to
+    back, rows over two nets, FIRST flags and a game's reset among them, answer with
+    the same actions, values and states as the same rounds one at a time (same seed)."""
+    cfg = NetConfig(d_model=32, n_heads=4, n_layers=1, gru=True)
+    sds = []
+    for seed in (21, 22):
+        torch.manual_seed(seed)
+        sds.append(Network(SPEC, cfg).state_dict())
+    results = {}
+    for n_flights in (0, 2):
+        eng = InferenceEngine(SPEC, cfg, n_nets=2, max_rows=16, n_table_rows=16, n_flights=n_flights, seed=3)
+        rng = np.random.default_rng(9)
+        with eng:
+            for k in (0, 1):
+                eng.load_net(k, sds[k], k + 1)
+            futs = []
+            for i in range(16):
+                b = synthetic_batch(SPEC, 12, rng, n_table_rows=16)
+                b.rows[:12] = rng.permutation(16)[:12]
+                b.flags[:12] = np.where(rng.random(12) < 0.2, layout.FLAG_FIRST, 0)
+                futs.append(eng.submit(b, rng.integers(0, 2, 12).astype(np.int16)))
+                if i == 7:
+                    eng.reset_rows(np.arange(4))  # a game restarted: its rows start again from zeros
+            results[n_flights] = [f.result(60) for f in futs]
+    for i, (a, b) in enumerate(zip(results[0], results[2])):
+        assert (a.rows == b.rows).all() and (a.actions == b.actions).all(), i
+        np.testing.assert_array_equal(a.state_in, b.state_in)
+        np.testing.assert_array_equal(a.value, b.value)
+    assert any((r.state_in != 0).any() for r in results[2]), "the state never carried"
+    after = results[2][8]
+    reset = np.isin(after.rows, np.arange(4))
+    assert reset.any() and (after.state_in[reset] == 0).all(), "the reset did not land before the next round"

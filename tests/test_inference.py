@@ -143,9 +143,13 @@ def test_unloaded_net_and_unstarted_engine_are_clear_errors():
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_gru_state_is_kept_per_row_and_reset_on_first(device):
+@pytest.mark.parametrize("n_flights, gru_graphs", [(None, True), (2, True), (None, False)],
+                         ids=["default", "in-flight", "cuda-eager"])
+def test_gru_state_is_kept_per_row_and_reset_on_first(device, n_flights, gru_graphs):
+    """On a CPU one round at a time (default) or in flight; on CUDA graphed, in flight
+    (default and 2) or eager (the fallback): the same state per row."""
     eng = InferenceEngine(SPEC, NetConfig(d_model=32, n_heads=4, n_layers=1, gru=True), max_rows=8, n_table_rows=8,
-                          device=device)
+                          device=device, n_flights=n_flights, gru_graphs=gru_graphs)
     with eng:
         b = synthetic_batch(SPEC, 4, np.random.default_rng(0))
         b.flags[:4] = layout.FLAG_FIRST

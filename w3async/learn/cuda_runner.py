@@ -6,17 +6,20 @@ docs/performance.md says a GPU check ran.
 Its interface to the engine is what the constructor takes and two calls, all on the
 engine's worker thread (the only thread that touches the networks):
 
-    runner = CudaRunner(nets, device, max_rows, state, gen, flights=2)
+    runner = CudaRunner(nets, device, max_rows, state, gen, flights=2, gru_graphs=True)
         nets: the engine's networks, net by net (shared: the runner copies weights into them)
-        state: the GRU state per table row (shared, written in place), or None without GRU
-        gen: the generator the eager (GRU) path samples from
+        state: the GRU state per table row plus one scratch row last (shared, written in
+               place), or None without GRU
+        gen: the generator the eager GRU path samples from
         flights: rounds that may be in flight at once, each with its own device buffers
+        gru_graphs: False runs a GRU network eagerly, one round at a time (the fallback)
     runner.load(k, state_dict, ready)  # new weights for net k, ordered with its replays (ready: the
                                        # event of a device-to-device copy, or None)
     runner.graphed                     # True: rounds go through launch and finish
     h = runner.launch(buf, n, bucket, used, flight)   # queued on the device, no host wait
-    runner.finish(h, actions, logp, value)            # (the finisher thread) waits, scatters
-    runner.run(buf, n, bucket, used, actions, logp, value) -> state_in | None   # GRU: eager, in one go
+    runner.finish(h, actions, logp, value, state_in)  # (the finisher thread) waits, scatters
+    runner.run(buf, n, bucket, used, actions, logp, value) -> state_in | None   # in one go
+    runner.reset(rows)                 # GRU: zero these rows' state, ordered with the rounds
 
 A flight (w3async.learn.flights) is reused only after its round's finish, so the next
 round's upload never overwrites a staging copy or pinned output an earlier round still
@@ -53,17 +56,24 @@ class CudaRunner:
       ordered with its replays. Capture uses capture_error_mode="thread_local", so the
       learner's thread may use the GPU meanwhile.
     - Sampling draws from the default CUDA generator, whose offsets graphs advance.
-    - A GRU network is not graphed (its state is per table row): it runs eagerly on its
-      net's stream.
+    - A GRU network is graphed too: each graph gathers its rows' state from the engine's
+      state tensor by a static row index (padded rows point at a scratch row), zeroes it
+      where FIRST is set, steps, and scatters the new state back, all inside the graph.
+      Rounds of different nets may write the same table row (a lane's opponent changes),
+      so a GRU round's stream also waits for every other net's last round; a reset runs
+      on the upload stream after every net's last round and before the next upload.
     """
 
     ROW_BUCKETS = (8, 32, 128, 512)
     _FIELDS = ("glob", "ent", "ent_type", "n_ent", "mask")
 
     def __init__(self, nets: list[Network], device: torch.device, max_rows: int, state: torch.Tensor | None,
-                 gen: torch.Generator | None, flights: int = 2):
+                 gen: torch.Generator | None, flights: int = 2, gru_graphs: bool = True):
         self.nets, self.device, self.state, self.gen = nets, device, state, gen
-        self.graphed = state is None  # a GRU network runs eagerly (its state is per table row)
+        self.gru = state is not None
+        self.graphed = not self.gru or gru_graphs
+        self.scratch = state.shape[0] - 1 if self.gru else 0  # the row padded graph rows read and write
+        self.last_done: dict[int, torch.cuda.Event] = {}  # net -> the event of its last round (GRU ordering)
         # Inference streams at high priority: the learner's, at the default, yields to
         # rounds (issue 13; a priority outside the device's range is clamped by CUDA).
         self.upload = torch.cuda.Stream(device=device, priority=-1)
@@ -81,6 +91,8 @@ class CudaRunner:
             "ent_type": torch.zeros(cap * layout.E_MAX, dtype=torch.int16, device=dev),
             "n_ent": torch.zeros(cap, dtype=torch.int32, device=dev),
             "mask": torch.zeros(cap, layout.N_HEADS, layout.HEAD_MAX, dtype=torch.uint8, device=dev),
+            **({"rows": torch.zeros(cap, dtype=torch.int64, device=dev),
+                "flags": torch.zeros(cap, dtype=torch.int32, device=dev)} if self.gru else {}),
         } for _ in range(flights)]
         self.uploaded = [torch.cuda.Event() for _ in range(flights)]
         self.index = [torch.zeros(cap, dtype=torch.int64, pin_memory=True) for _ in range(flights)]
@@ -92,8 +104,8 @@ class CudaRunner:
         up to max_rows) now, before the first round and before the learner starts: entering
         a capture synchronises the device and empties the caching allocator, tens of ms a
         graph that games would wait for inside a round (seeds/000 captured before its
-        loop). A GRU network runs eagerly: nothing to capture. Returns the graphs made."""
-        if self.state is not None:
+        loop). Returns the graphs made (none for a GRU network run eagerly)."""
+        if not self.graphed:
             return 0
         top = next((r for r in self.ROW_BUCKETS if r >= min(self.max_rows, self.ROW_BUCKETS[-1])), self.ROW_BUCKETS[-1])
         for k in range(len(self.nets)):
@@ -134,10 +146,19 @@ class CudaRunner:
             "mask": torch.zeros(rows, layout.N_HEADS, layout.HEAD_MAX, dtype=torch.uint8, device=dev),
         }
         st["mask"][:, :, 0] = 1  # warm-up rows need an allowed choice per head
+        if self.gru:  # warm-up and padded rows read and write the scratch row only
+            st["rows"] = torch.full((rows,), self.scratch, dtype=torch.int64, device=dev)
+            st["flags"] = torch.zeros(rows, dtype=torch.int32, device=dev)
 
         def step():
             obs = Obs(st["glob"], st["ent"], st["ent_type"].long(), st["n_ent"].long(), st["mask"].bool())
-            return net.act(obs, None)
+            if not self.gru:
+                return net.act(obs, None), None
+            keep = ((st["flags"] & layout.FLAG_FIRST) == 0).to(self.state.dtype)[:, None]
+            state_in = self.state.index_select(0, st["rows"]) * keep  # a new episode starts from zeros
+            r = net.act(obs, None, state=state_in)
+            self.state.index_copy_(0, st["rows"], r.state)
+            return r, state_in
 
         stream.wait_stream(torch.cuda.current_stream(dev))
         with torch.cuda.stream(stream):
@@ -147,8 +168,10 @@ class CudaRunner:
             with torch.cuda.graph(g, pool=self.pools[k], stream=stream, capture_error_mode="thread_local"):
                 out = step()
         stream.synchronize()
+        width = self.state.shape[1] if self.gru else 0
         host = [[torch.zeros(rows, layout.N_HEADS, dtype=torch.int64, pin_memory=True),
-                 torch.zeros(rows, pin_memory=True), torch.zeros(rows, pin_memory=True)] for _ in range(self.flights)]
+                 torch.zeros(rows, pin_memory=True), torch.zeros(rows, pin_memory=True),
+                 torch.zeros(rows, width, pin_memory=True)] for _ in range(self.flights)]
         self.graphs[key] = (g, st, out, host)  # host: the pinned outputs, one set per flight
         return self.graphs[key]
 
@@ -159,6 +182,8 @@ class CudaRunner:
         are ordered by streams and events. buf is read by the upload until finish."""
         stage, uploaded, done = self.staging[flight], self.uploaded[flight], self.done[flight]
         sizes = {"glob": n, "ent": n * bucket * layout.F_ENT, "ent_type": n * bucket, "n_ent": n, "mask": n}
+        if self.gru:
+            sizes.update(rows=n, flags=n)
         with torch.cuda.stream(self.upload):
             for name, k in sizes.items():
                 stage[name][:k].copy_(getattr(buf, name)[:k], non_blocking=True)  # pinned -> device
@@ -167,6 +192,11 @@ class CudaRunner:
         ent_type = stage["ent_type"][: sizes["ent_type"]].view(n, bucket)
         src = {"glob": stage["glob"][:n], "ent": ent, "ent_type": ent_type, "n_ent": stage["n_ent"][:n],
                "mask": stage["mask"][:n]}
+        fields = self._FIELDS
+        if self.gru:
+            src.update(rows=stage["rows"][:n], flags=stage["flags"][:n])
+            fields = self._FIELDS + ("rows", "flags")
+        waits = dict(self.last_done) if self.gru else {}
         net_np = buf.np["net"][:n]
         index, at = self.index[flight], 0
         handle = []
@@ -177,44 +207,64 @@ class CudaRunner:
             rb = next((r for r in self.ROW_BUCKETS if r >= m), None)
             if rb is None:
                 raise ValueError(f"{m} rows for one network; the CUDA graphs go up to {self.ROW_BUCKETS[-1]} rows")
-            g, st, out, host = self._graph(s, bucket, rb)
+            g, st, (out, state_in), host = self._graph(s, bucket, rb)
             stream = self.streams[s]
             stream.wait_event(uploaded)
+            for other, ev in waits.items():  # GRU: another net's last round may have written our rows
+                if other != s:
+                    stream.wait_event(ev)
             with torch.cuda.stream(stream):
                 if idx is not None:  # the indices from the host: nonzero() on the device would sync
                     index.numpy()[at : at + m] = idx
                     sel = index[at : at + m].to(self.device, non_blocking=True)
                     at += m
-                for name in self._FIELDS:
+                for name in fields:
                     st[name][:m].copy_(src[name] if idx is None else src[name].index_select(0, sel))
                     st[name][m:].zero_()
                 st["mask"][m:, :, 0] = 1  # padded rows: one allowed choice, their answers unread
+                if self.gru:
+                    st["rows"][m:] = self.scratch  # padded rows step the scratch row's state
                 g.replay()
-                for h, o in zip(host[flight], (out.actions, out.logp, out.value)):
+                outs = (out.actions, out.logp, out.value) + ((state_in,) if self.gru else ())
+                for h, o in zip(host[flight], outs):
                     h[:m].copy_(o[:m], non_blocking=True)
                 done[s].record(stream)
+            if self.gru:
+                self.last_done[s] = done[s]
             handle.append((done[s], slice(None) if idx is None else idx, host[flight], m))
         return handle
 
+    def reset(self, rows: torch.Tensor) -> None:
+        """Zero these table rows' GRU state (a game restarted): on the upload stream, after
+        every net's last round, so before any later round's upload and gather."""
+        with torch.cuda.stream(self.upload):
+            for ev in self.last_done.values():
+                self.upload.wait_event(ev)
+            self.state.index_fill_(0, rows.to(self.device, non_blocking=True), 0.0)
+
     @staticmethod
-    def finish(handle: list, actions: np.ndarray, logp: np.ndarray, value: np.ndarray) -> None:
+    def finish(handle: list, actions: np.ndarray, logp: np.ndarray, value: np.ndarray,
+               state_in: np.ndarray | None = None) -> None:
         """Wait for a launched round (one wait per net; the GIL is released meanwhile) and
-        write its answers into actions, logp and value (row order)."""
-        for done, idx, (a, lp, v), m in handle:
+        write its answers into actions, logp, value and (GRU) state_in (row order)."""
+        for done, idx, (a, lp, v, st), m in handle:
             done.synchronize()
             actions[idx] = a[:m].numpy()
             logp[idx] = lp[:m].numpy()
             value[idx] = v[:m].numpy()
+            if state_in is not None:
+                state_in[idx] = st[:m].numpy()
 
     def run(self, buf: Inputs, n: int, bucket: int, used: np.ndarray, actions: np.ndarray, logp: np.ndarray,
             value: np.ndarray) -> np.ndarray | None:
-        """One round in one go, on the worker (the GRU path, eager; or flight 0 of a graphed
-        runner, for callers that keep one round at a time). Returns the GRU state each
-        row had before the round, None without GRU."""
+        """One round in one go, on the worker (eager GRU; or flight 0 of a graphed runner,
+        for an engine that keeps one round at a time). Returns the GRU state each row had
+        before the round, None without GRU."""
         if not self.graphed:
             return self._run_eager(buf, n, bucket, used, actions, logp, value)
-        self.finish(self.launch(buf, n, bucket, used, 0), actions, logp, value)
-        return None
+        state_in = np.zeros((n, self.state.shape[1]), np.float32) if self.gru else None
+        self.finish(self.launch(buf, n, bucket, used, 0), actions, logp, value, state_in)
+        return state_in
 
     def _run_eager(self, buf, n, bucket, used, actions, logp, value):
         dev = self.device

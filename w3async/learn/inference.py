@@ -22,8 +22,10 @@ snapshots (league opponents), loaded by copying weights into a network that alre
 exists (seeds/000: one network with swapped weights instead of a network per snapshot).
 
 A GRU network keeps its state per table row here (reset where a row's FIRST flag is
-set); RoundResult.state_in gives the state each row had before the round, which the
-trajectories keep at the start of each sequence.
+set), plus one scratch row that the CUDA graphs' padded rows use; RoundResult.state_in
+gives the state each row had before the round, which the trajectories keep at the start
+of each sequence. On CUDA it is graphed too (gru_graphs=False: eager, one round at a
+time, the fallback).
 
 The CUDA path (w3async.learn.cuda_runner.CudaRunner: a stream per network, a CUDA graph
 per (network, bucket, row count) with static pinned input buffers, events made once) is
@@ -91,7 +93,7 @@ class InferenceEngine:
     def __init__(
         self, spec: GameSpec, net_cfg: NetConfig = NetConfig(), device: str = "cpu", n_nets: int = 3,
         max_rows: int = 256, n_table_rows: int | None = None, num_threads: int = 1, seed: int = 0,
-        n_buffers: int = 2, n_flights: int | None = None,
+        n_buffers: int = 2, n_flights: int | None = None, gru_graphs: bool = True,
     ):
         if n_nets < 1:
             raise ValueError(f"n_nets={n_nets} must be >= 1 (net 0 is the current policy)")
@@ -121,13 +123,16 @@ class InferenceEngine:
         self._pin = self.device.type == "cuda"
         self._free: queue.SimpleQueue[Inputs] = queue.SimpleQueue()
         # Rounds in flight at once (w3async.learn.flights): by default 2 on CUDA (graphed
-        # networks), none on a CPU, where the worker's compute is the round; a GRU network
-        # runs one round at a time everywhere (its state carries from round to round).
-        self.n_flights = 0 if net_cfg.gru else (n_flights if n_flights is not None else 2 * self._pin)
+        # networks), none on a CPU, where the worker's compute is the round; an eager GRU
+        # network on CUDA (gru_graphs=False, the fallback) runs one round at a time.
+        self.gru_graphs = gru_graphs
+        eager = self._pin and net_cfg.gru and not gru_graphs
+        self.n_flights = 0 if eager else (n_flights if n_flights is not None else 2 * self._pin)
         for _ in range(max(n_buffers, self.n_flights + 1)):  # a round's buffer is in use until its finish
             self._free.put(Inputs(max_rows, self._pin))
+        # One row per table row, and a scratch row last that the CUDA graphs' padded rows use
         self._state = (
-            torch.zeros(self.n_table_rows, net_cfg.d_model, device=self.device) if net_cfg.gru else None
+            torch.zeros(self.n_table_rows + 1, net_cfg.d_model, device=self.device) if net_cfg.gru else None
         )
         self._gen: torch.Generator | None = None
         self._pool: ThreadPoolExecutor | None = None
@@ -156,7 +161,8 @@ class InferenceEngine:
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)  # the worker's own current device (a thread's is its own)
             torch.cuda.manual_seed(self.seed)  # the graphs sample from the default CUDA generator
-            self._runner = CudaRunner(self.nets, self.device, self.max_rows, self._state, self._gen, max(1, self.n_flights))
+            self._runner = CudaRunner(self.nets, self.device, self.max_rows, self._state, self._gen, max(1, self.n_flights),
+                                      self.gru_graphs)
             self._runner.capture_all(BUCKETS)  # never inside a round
 
     def stop(self) -> None:
@@ -227,6 +233,8 @@ class InferenceEngine:
         if self._state is None:
             return None
         rows_np = np.array(rows, np.int64)  # the device tensor is made on the worker: the loop never waits on the GPU
+        if self._runner is not None and self._runner.graphed:  # ordered with the rounds in flight
+            return self._call(lambda: self._runner.reset(torch.from_numpy(rows_np).pin_memory()))
         return self._call(lambda: self._state.index_fill_(0, torch.as_tensor(rows_np, device=self.device), 0.0))
 
     def _call(self, fn) -> Future:
@@ -328,8 +336,10 @@ class InferenceEngine:
 
         def finish() -> RoundResult:
             out = _answers(n)
-            self._launcher.finish(handle, *out)
-            return self._result(meta, out, None, n, bucket, used, t_submit, copy_ms, t0, (time.perf_counter() - t0) * 1e3)
+            state_in = np.zeros((n, self.net_cfg.d_model), np.float32) if self._state is not None else None
+            self._launcher.finish(handle, *out, state_in)
+            return self._result(meta, out, state_in, n, bucket, used, t_submit, copy_ms, t0,
+                                (time.perf_counter() - t0) * 1e3)
 
         self._flights.hand_over(flight, fut, finish, release=lambda: self._free.put(buf))
 
@@ -389,13 +399,14 @@ class _CpuLauncher:
 
     def launch(self, buf: Inputs, n: int, bucket: int, used: np.ndarray, flight: int) -> tuple:
         out = _answers(n)
-        self.engine._run_cpu(buf, n, bucket, used, *out)  # no GRU here: n_flights is 0 with one
-        return out
+        return out + (self.engine._run_cpu(buf, n, bucket, used, *out),)
 
     @staticmethod
-    def finish(handle: tuple, actions: np.ndarray, logp: np.ndarray, value: np.ndarray) -> None:
-        for dst, src in zip((actions, logp, value), handle):
-            dst[:] = src
+    def finish(handle: tuple, actions: np.ndarray, logp: np.ndarray, value: np.ndarray,
+               state_in: np.ndarray | None = None) -> None:
+        for dst, src in zip((actions, logp, value, state_in), handle):
+            if dst is not None:
+                dst[:] = src
 
 
 def _answers(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
