@@ -261,6 +261,23 @@ async def test_an_adapter_that_fails_mid_game_restarts_its_game(tmp_path, probe,
     assert_nothing_left(sup, run)
 
 
+async def test_a_crash_in_the_games_own_code_is_the_games_not_the_adapters(tmp_path, probe):
+    """An access violation in the injected game's own code, after it has been stepping:
+    the hook passes it on (it is not the adapter's), the shim's last chance names it, and
+    the game restarts as a crash while the run goes on."""
+    data = null_recipe([probe_group(probe, args=["--crash-at", "300"])],
+                       supervisor={"start_timeout_s": 60}, stop={"seconds": 14})
+    sup, stats = await run_recipe(data, tmp_path / "run")
+    run = tmp_path / "run"
+    exits = [e for e in events(run) if e["event"] == "game_exit"]
+    assert stats["games"][0]["causes"].get("crash", 0) >= 2, (stats["games"][0], game_logs(run)[0][-600:])
+    assert exits and all(e["cause"] == "crash" and e["posted"] for e in exits), exits
+    assert all("the game crashed: access violation (0xc0000005)" in e["stderr"] for e in exits), exits[0]
+    assert not [e for e in exits if "adapter" in e["stderr"]], exits[0]
+    assert stats["agent_steps"] > 0
+    assert_nothing_left(sup, run)
+
+
 
 
 async def test_an_address_from_the_recipe_reaches_the_adapter(tmp_path, probe):

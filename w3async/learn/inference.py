@@ -32,7 +32,8 @@ per (network, bucket, row count) with static pinned input buffers, events made o
 used only when the device is "cuda" and torch.cuda.is_available(); nothing of it runs on
 a CPU. There the worker only launches a graphed round, up to n_flights of them in flight
 (w3async.learn.flights): a finisher thread waits for each and resolves its future in
-submission order, so the next round's copy and upload overlap the last one's compute. It is UNCHECKED unless docs/performance.md says a GPU check ran. The engine hands
+submission order, so the next round's copy and upload overlap the last one's compute.
+It is UNCHECKED unless docs/performance.md says a GPU check ran. The engine hands
 it its networks, GRU state and generator at construction (its declared interface).
 """
 
