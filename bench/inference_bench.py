@@ -235,11 +235,13 @@ def _rounds_while(spec, cfg, b, rows, seconds, device, warm, updating, start) ->
     return idle, busy
 
 
-def synthetic_trajbatch(max_ent: int, n_seq: int = 32, t: int = 16, bucket: int = 48):
+def synthetic_trajbatch(max_ent: int, n_seq: int = 32, t: int = 16, bucket: int = 48, n_ent: np.ndarray | None = None):
+    """A batch of random values; entity counts uniform in 1..max_ent a step, or n_ent's."""
     from w3async.learn.trajectories import TrajBatch
 
     rng = np.random.default_rng(0)
-    n_ent = rng.integers(1, max_ent + 1, (n_seq, t)).astype(np.int32)
+    if n_ent is None:
+        n_ent = rng.integers(1, max_ent + 1, (n_seq, t)).astype(np.int32)
     real = np.arange(bucket) < n_ent[..., None]
     mask = np.zeros((n_seq, t, 4, 192), np.uint8)
     mask[..., 0] = 1

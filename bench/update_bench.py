@@ -7,9 +7,10 @@ that the shared machine's noise falls on all of them alike.
 
 The batch's entity counts follow what fgself's duel batches hold (captured from a run:
 a mean of 14-21 entities a step, up to ~42, steps of a sequence within a few of each
-other); the values are random, which does not change an update's cost. Each variant
-also reports how far its losses are from the baseline's on the same batch and weights
-(a speed-up that changes the update's numbers changes the curve and needs a run).
+other); the values are random (inference_bench's batch), which does not change an
+update's cost. Each variant also reports how far its losses are from the baseline's on
+the same batch and weights (a speed-up that changes the update's numbers changes the
+curve and needs a run).
 """
 
 from __future__ import annotations
@@ -25,32 +26,24 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from w3async.games.duel.spec import DUEL_SPEC as SPEC  # noqa: E402
 from w3async.learn.learner import Learner, LearnerConfig  # noqa: E402
 from w3async.learn.network import NetConfig, Network  # noqa: E402
 from w3async.learn.trajectories import TrajBatch  # noqa: E402
-from w3async.sync import layout  # noqa: E402
+from inference_bench import synthetic_trajbatch  # noqa: E402
 
 NET = NetConfig(d_model=64, n_heads=4, n_layers=2, noop_bias=3.0)  # recipes/fgself.toml
 
 
 def duel_like_batch(seed: int = 0, n_seq: int = 32, t: int = 16, bucket: int = 48) -> TrajBatch:
+    """inference_bench's random batch with fgself's entity counts: a count per sequence,
+    its steps within a few of it."""
     rng = np.random.default_rng(seed)
     base = rng.integers(6, 40, n_seq)[:, None]
     n_ent = np.clip(base - rng.integers(0, 5, (n_seq, t)), 1, bucket).astype(np.int32)
-    real = np.arange(bucket) < n_ent[..., None]
-    mask = rng.random((n_seq, t, layout.N_HEADS, layout.HEAD_MAX)) < 0.5
-    mask[..., 0] = True
-    z = np.zeros((n_seq, t), np.float32)
-    return TrajBatch(
-        glob=rng.standard_normal((n_seq, t, layout.G_GLOB), dtype=np.float32),
-        ent=rng.standard_normal((n_seq, t, bucket, layout.F_ENT), dtype=np.float32) * real[..., None],
-        ent_type=(rng.integers(0, SPEC.n_types, (n_seq, t, bucket)) * real).astype(np.int16), n_ent=n_ent,
-        mask=mask.astype(np.uint8), action=np.zeros((n_seq, t, layout.N_HEADS), np.int32),
-        logp=z - 3.0, value=z, next_value=z, reward=rng.standard_normal((n_seq, t)).astype(np.float32) * 0.1,
-        done=z > 0, truncated=z > 0, first=z > 0, version=np.zeros((n_seq, t), np.uint32),
-        rows=np.arange(n_seq, dtype=np.int32), state0=None, bucket=bucket)
+    return synthetic_trajbatch(bucket, n_seq, t, bucket, n_ent=n_ent)
 
 
 def _adam(kind: str) -> Callable[[Learner], None]:
@@ -85,7 +78,7 @@ VARIANTS: dict[str, tuple[dict, Callable[[Learner], None] | None]] = {
 }
 
 
-def make(name: str, changes: dict, prepare) -> Learner:
+def make(changes: dict, prepare) -> Learner:
     torch.manual_seed(0)
     cfg = LearnerConfig(lr=1e-3, ent_coef=0.003, update_epochs=2, minibatch_seqs=8, num_threads=1, **changes)
     learner = Learner(Network(SPEC, NET), cfg)
@@ -106,7 +99,7 @@ def main() -> int:
     tb = duel_like_batch()
     learners, first_s, losses = {}, {}, {}
     for name, (changes, prepare) in variants.items():
-        learners[name] = make(name, changes, prepare)
+        learners[name] = make(changes, prepare)
         t0 = time.perf_counter()
         s = learners[name].run_update(tb)  # the first update, from the same weights for all
         first_s[name], losses[name] = time.perf_counter() - t0, (s.pg_loss, s.v_loss, s.entropy)
