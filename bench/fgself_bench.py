@@ -10,7 +10,11 @@ back). Rounds and learner get one torch thread each; OMP_WAIT_POLICY=PASSIVE.
 With --before REV it also runs the same recipe from a git worktree of REV (the
 package's Python from there; the C build shared when REV's C sources are the tree's)
 and interleaves the two, before then after, --repeat times: a change's agent steps/s,
-update time and updates a second, measured side by side in one run.
+update time and updates a second, measured side by side in one run. --before-set
+KEY=VALUE does the same for a change of the recipe: the "before" side is the tree's
+code and recipe with those settings. By default (`make bench`) it is the recipe's
+round period before issue 12's item 6 (2 ms, against the committed 12 ms: larger
+rounds leave the learner the CPU that small ones took; docs/performance.md).
 """
 
 from __future__ import annotations
@@ -31,6 +35,10 @@ REPO = Path(__file__).resolve().parent.parent
 
 def lines(path: Path, event: str) -> list[dict]:
     return [x for x in map(json.loads, path.read_text().splitlines()) if x["event"] == event] if path.exists() else []
+
+
+# The recipe's settings before issue 12's item 6, the default "before" side.
+BEFORE_ITEM_6 = ["supervisor.round_period_ms=2"]
 
 
 def run(pause_ms: float, seconds: float, recipe: str, extra: list[str], tree: Path = REPO) -> dict:
@@ -90,24 +98,35 @@ def main() -> int:
     ap.add_argument("--recipe", default="fgself")
     ap.add_argument("--set", action="append", default=[])
     ap.add_argument("--before", metavar="REV", help="also run REV's package, interleaved with the tree's")
-    ap.add_argument("--repeat", type=int, default=1, help="pairs of runs per pause (with --before)")
+    ap.add_argument("--before-set", action="append", metavar="KEY=VALUE",
+                    help="the 'before' side is the tree with these recipe settings (default: "
+                         f"{' '.join(BEFORE_ITEM_6)}; 'none': the tree alone)")
+    ap.add_argument("--repeat", type=int, default=1, help="pairs of runs per pause (with --before or --before-set)")
     a = ap.parse_args()
     extra = [x for s in a.set for x in ("--set", s)]
     recipe = str((REPO / "recipes" / f"{a.recipe}.toml") if not a.recipe.endswith(".toml") else Path(a.recipe).resolve())
-    sides = [("tree", REPO)]
     before = worktree(a.before) if a.before else None
+    before_set = [] if a.before or a.before_set == ["none"] else (a.before_set or BEFORE_ITEM_6)
     if before is not None:
-        sides = [(f"{a.before}", before), ("tree", REPO)] * a.repeat
+        sides = [(f"{a.before}", before, extra), ("tree", REPO, extra)] * a.repeat
+    elif before_set:
+        print("before: the tree with " + " ".join(before_set))
+        sides = [("before", REPO, extra + [x for s in before_set for x in ("--set", s)]),
+                 ("tree", REPO, extra)] * a.repeat
+    else:
+        sides = [("tree", REPO, extra)]
     print(f"fgself end to end, {a.seconds:.0f} s a run (medians over the run's seconds and updates)")
     hdr = (f"{'code':>10} {'pause ms':>8} {'steps/s':>8} {'update s':>9} {'updates/s':>9} {'wait s':>7} "
            f"{'staleness':>9} {'round ms idle':>14} {'round ms update':>16} {'ratio':>6} {'updates':>8} "
            f"{'rows/round':>10} {'gathered/waiting':>16}")
     print(hdr)
     print("-" * len(hdr))
+    results: dict[tuple[float, str], list[dict]] = {}
     try:
         for p in [float(x) for x in a.pauses.split(",")]:
-            for name, tree in sides:
-                r = run(p, a.seconds, recipe, extra, tree)
+            for name, tree, sets in sides:
+                r = run(p, a.seconds, recipe, sets, tree)
+                results.setdefault((p, name), []).append(r)
                 print(f"{name:>10} {p:>8.0f} {r['steps_s']:>8.0f} {r['update_s']:>9.2f} {r['updates_s']:>9.2f} "
                       f"{r['wait_s']:>7.2f} {r['staleness']:>9.2f} {r['lat_idle']:>14.2f} {r['lat_update']:>16.2f} "
                       f"{r['lat_update'] / r['lat_idle']:>5.1f}x {r['updates']:>8} {r['rows_round']:>10.1f} "
@@ -115,6 +134,15 @@ def main() -> int:
     finally:
         if before is not None:
             subprocess.run(["git", "worktree", "remove", "--force", str(before)], cwd=REPO, capture_output=True)
+    names = list(dict.fromkeys(name for name, _, _ in sides))
+    if len(names) == 2:  # after against before, medians of the pairs
+        print(f"\n{names[1]} against {names[0]} (medians of {a.repeat} run(s) each):")
+        for p in [float(x) for x in a.pauses.split(",")]:
+            b, t = ({k: float(np.median([r[k] for r in results[(p, n)]])) for k in ("steps_s", "update_s", "updates_s")}
+                    for n in names)
+            print(f"  pause {p:.0f} ms: agent steps/s {b['steps_s']:.0f} -> {t['steps_s']:.0f} "
+                  f"({t['steps_s'] / b['steps_s']:.2f}x), update s {b['update_s']:.2f} -> {t['update_s']:.2f}, "
+                  f"updates/s {b['updates_s']:.2f} -> {t['updates_s']:.2f} ({t['updates_s'] / b['updates_s']:.2f}x)")
     return 0
 
 
