@@ -41,10 +41,25 @@ def lines(path: Path, event: str) -> list[dict]:
 BEFORE_ITEM_6 = ["supervisor.round_period_ms=2"]
 
 
-def run(pause_ms: float, seconds: float, recipe: str, extra: list[str], tree: Path = REPO) -> dict:
-    """One run of the recipe with the package from `tree` (its own Python, its build)."""
+def seed_from(ckpt: Path, run_dir: Path) -> None:
+    """run_dir resumes from ckpt (a ckpt-*.pt of another run): the checkpoint copied, the
+    league's snapshots linked (read only), so that the bench measures a trained policy's
+    games (more units, longer fights: a fresh policy's are cheaper to step and learn)."""
+    (run_dir / "checkpoints").mkdir(parents=True)
+    shutil.copy(ckpt, run_dir / "checkpoints" / ckpt.name)
+    (run_dir / "league").mkdir()
+    for f in (ckpt.parent.parent / "league").iterdir():
+        os.link(f, run_dir / "league" / f.name)
+
+
+def run(pause_ms: float, seconds: float, recipe: str, extra: list[str], tree: Path = REPO,
+        start: Path | None = None) -> dict:
+    """One run of the recipe with the package from `tree` (its own Python, its build),
+    from the checkpoint `start` where given."""
     work = Path(tempfile.mkdtemp(prefix="w3a-fgbench-"))
     try:
+        if start is not None:
+            seed_from(start, work / "b")
         cmd = [sys.executable, "-m", "w3async", "run", recipe, "--runs-dir", str(work), "--run", "b",
                "--set", f"learner.update_pause_ms={pause_ms}", "--set", f"stop.seconds={seconds}",
                "--set", "supervisor.progress_s=0", *extra]
@@ -101,8 +116,12 @@ def main() -> int:
     ap.add_argument("--before-set", action="append", metavar="KEY=VALUE",
                     help="the 'before' side is the tree with these recipe settings (default: "
                          f"{' '.join(BEFORE_ITEM_6)}; 'none': the tree alone)")
+    ap.add_argument("--from", dest="start", metavar="CKPT", type=Path,
+                    help="each run resumes from this checkpoint of a run (runs/R/checkpoints/ckpt-*.pt)")
     ap.add_argument("--repeat", type=int, default=1, help="pairs of runs per pause (with --before or --before-set)")
     a = ap.parse_args()
+    if a.start is not None and not (a.start.is_file() and (a.start.parent.parent / "league").is_dir()):
+        ap.error(f"--from {a.start}: not a checkpoint file of a run (runs/R/checkpoints/ckpt-*.pt beside runs/R/league)")
     extra = [x for s in a.set for x in ("--set", s)]
     recipe = str((REPO / "recipes" / f"{a.recipe}.toml") if not a.recipe.endswith(".toml") else Path(a.recipe).resolve())
     before = worktree(a.before) if a.before else None
@@ -125,7 +144,7 @@ def main() -> int:
     try:
         for p in [float(x) for x in a.pauses.split(",")]:
             for name, tree, sets in sides:
-                r = run(p, a.seconds, recipe, sets, tree)
+                r = run(p, a.seconds, recipe, sets, tree, a.start)
                 results.setdefault((p, name), []).append(r)
                 print(f"{name:>10} {p:>8.0f} {r['steps_s']:>8.0f} {r['update_s']:>9.2f} {r['updates_s']:>9.2f} "
                       f"{r['wait_s']:>7.2f} {r['staleness']:>9.2f} {r['lat_idle']:>14.2f} {r['lat_update']:>16.2f} "
