@@ -12,9 +12,10 @@ package's Python from there; the C build shared when REV's C sources are the tre
 and interleaves the two, before then after, --repeat times: a change's agent steps/s,
 update time and updates a second, measured side by side in one run. --before-set
 KEY=VALUE does the same for a change of the recipe: the "before" side is the tree's
-code and recipe with those settings. By default (`make bench`) it is the recipe's
-round period before issue 12's item 6 (2 ms, against the committed 12 ms: larger
-rounds leave the learner the CPU that small ones took; docs/performance.md).
+code and recipe with those settings. By default (`make bench`, the fgself recipe) it is
+the recipe's round period before issue 12's item 6 (2 ms, against the committed 12 ms:
+larger rounds leave the learner the CPU that small ones took; docs/performance.md).
+--from CKPT starts every run from a checkpoint of a trained run.
 """
 
 from __future__ import annotations
@@ -41,10 +42,11 @@ def lines(path: Path, event: str) -> list[dict]:
 BEFORE_ITEM_6 = ["supervisor.round_period_ms=2"]
 
 
-def seed_from(ckpt: Path, run_dir: Path) -> None:
+def resume_from(ckpt: Path, run_dir: Path) -> None:
     """run_dir resumes from ckpt (a ckpt-*.pt of another run): the checkpoint copied, the
-    league's snapshots linked (read only), so that the bench measures a trained policy's
-    games (more units, longer fights: a fresh policy's are cheaper to step and learn)."""
+    league's snapshots hard-linked (a run replaces its snapshot files, never writes into
+    them), so that the bench measures a trained policy's games (more units, longer
+    fights: a fresh policy's are cheaper to step and to learn from)."""
     (run_dir / "checkpoints").mkdir(parents=True)
     shutil.copy(ckpt, run_dir / "checkpoints" / ckpt.name)
     (run_dir / "league").mkdir()
@@ -59,7 +61,7 @@ def run(pause_ms: float, seconds: float, recipe: str, extra: list[str], tree: Pa
     work = Path(tempfile.mkdtemp(prefix="w3a-fgbench-"))
     try:
         if start is not None:
-            seed_from(start, work / "b")
+            resume_from(start, work / "b")
         cmd = [sys.executable, "-m", "w3async", "run", recipe, "--runs-dir", str(work), "--run", "b",
                "--set", f"learner.update_pause_ms={pause_ms}", "--set", f"stop.seconds={seconds}",
                "--set", "supervisor.progress_s=0", *extra]
@@ -114,8 +116,8 @@ def main() -> int:
     ap.add_argument("--set", action="append", default=[])
     ap.add_argument("--before", metavar="REV", help="also run REV's package, interleaved with the tree's")
     ap.add_argument("--before-set", action="append", metavar="KEY=VALUE",
-                    help="the 'before' side is the tree with these recipe settings (default: "
-                         f"{' '.join(BEFORE_ITEM_6)}; 'none': the tree alone)")
+                    help="the 'before' side is the tree with these recipe settings (default for "
+                         f"fgself: {' '.join(BEFORE_ITEM_6)}; 'none': the tree alone)")
     ap.add_argument("--from", dest="start", metavar="CKPT", type=Path,
                     help="each run resumes from this checkpoint of a run (runs/R/checkpoints/ckpt-*.pt)")
     ap.add_argument("--repeat", type=int, default=1, help="pairs of runs per pause (with --before or --before-set)")
@@ -125,7 +127,8 @@ def main() -> int:
     extra = [x for s in a.set for x in ("--set", s)]
     recipe = str((REPO / "recipes" / f"{a.recipe}.toml") if not a.recipe.endswith(".toml") else Path(a.recipe).resolve())
     before = worktree(a.before) if a.before else None
-    before_set = [] if a.before or a.before_set == ["none"] else (a.before_set or BEFORE_ITEM_6)
+    default = BEFORE_ITEM_6 if a.recipe == "fgself" else []
+    before_set = [] if a.before or a.before_set == ["none"] else (a.before_set or default)
     if before is not None:
         sides = [(f"{a.before}", before, extra), ("tree", REPO, extra)] * a.repeat
     elif before_set:
