@@ -305,11 +305,25 @@ int wmain(int argc, wchar_t **argv)
     si.hStdOutput = GetStdHandle(STD_OUTPUT_HANDLE);
     si.hStdError = GetStdHandle(STD_ERROR_HANDLE);
     PROCESS_INFORMATION pi;
-    if (!CreateProcessW(game, cmd, NULL, NULL, TRUE, CREATE_SUSPENDED, NULL, cwd ? cwd : game_dir, &si, &pi)) {
+    /* Wine 8 fails about one CreateProcess in a few hundred with ERROR_INTERNAL_ERROR
+     * when games are started many times a second (an episode quota recycling them):
+     * that one is retried, each retry said on stderr; any other error is final. */
+    BOOL started = FALSE;
+    DWORD err = 0;
+    for (int attempt = 0; attempt < 4 && !started; attempt++) {
+        if (attempt) {
+            fprintf(stderr, "w3inject: CreateProcess failed (Windows error %lu), retry %d\n", (unsigned long)err, attempt);
+            Sleep(50 * attempt);
+        }
+        started = CreateProcessW(game, cmd, NULL, NULL, TRUE, CREATE_SUSPENDED, NULL, cwd ? cwd : game_dir, &si, &pi);
+        err = started ? 0 : GetLastError();
+        if (!started && err != ERROR_INTERNAL_ERROR)
+            break;
+    }
+    if (!started) {
         char name[MAX_PATH];
         utf8(name, sizeof(name), game);
-        die(W3S_EXIT_INJECT, "cannot start %s: CreateProcess failed (Windows error %lu)", name,
-            (unsigned long)GetLastError());
+        die(W3S_EXIT_INJECT, "cannot start %s: CreateProcess failed (Windows error %lu)", name, (unsigned long)err);
     }
     if (job)
         AssignProcessToJobObject(job, pi.hProcess);
