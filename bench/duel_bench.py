@@ -89,11 +89,11 @@ def main() -> int:
     ]
     wine_ok = not a.no_wine and EXE.exists() and (shutil.which("wine") or shutil.which("wine64"))
     if wine_ok:
-        from w3async.runtime.wine import WineConfig, acquire_prefix
+        from w3async.runtime.wine import WineConfig, acquire_running_prefix
 
-        with acquire_prefix(WineConfig()) as prefix:
+        with acquire_running_prefix(WineConfig()) as prefix:
             wenv = prefix.env({"W3D_CUTS": str(a.cuts)})
-            # one throw-away start so that the wineserver is up for the measured ones
+            # one throw-away start, so that the measured ones find the prefix's files cached
             run_group([prefix.command(str(EXE), ["--bench", *SIDES, "--steps", "10"])], wenv)
             rows.append(throughput("wine", lambda args: prefix.command(str(EXE), args), wenv, 1, 1, a.steps))
             rows.append(throughput("wine", lambda args: prefix.command(str(EXE), args), wenv, 8, 4, a.steps // 4))

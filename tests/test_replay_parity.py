@@ -119,9 +119,9 @@ def test_a_crashing_or_hanging_variant_is_broken(long_replay, tmp_path, monkeypa
 def test_wine_plays_the_replay_like_native(long_replay, tmp_path, wine):
     need("duel.exe", DUEL_EXE.exists() and shutil.which("x86_64-w64-mingw32-gcc") is not None,
          "apt-get install gcc-mingw-w64-x86-64, then make build")
-    from w3async.runtime.wine import WineConfig, acquire_prefix
+    from w3async.runtime.wine import WineConfig, acquire_running_prefix
 
-    with acquire_prefix(WineConfig()) as prefix:
+    with acquire_running_prefix(WineConfig()) as prefix:
         res = check(long_replay, tmp_path, ["W3D_CUTS=0,7"], runtimes=("native", "wine"), timeout_s=240,
                     prefix=prefix)
     assert res.verdict == "identical", (res.errors, res.divergences)

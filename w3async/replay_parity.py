@@ -22,9 +22,9 @@ EXIT_OK, EXIT_DIVERGED, EXIT_BROKEN = 0, 1, 2
 
 def _acquire_wine_prefix():
     """A Wine prefix of the runtime's pool, as a context manager (for --runtime wine)."""
-    from w3async.runtime.wine import WineConfig, acquire_prefix  # noqa: PLC0415 (only for --runtime wine)
+    from w3async.runtime.wine import WineConfig, acquire_running_prefix  # noqa: PLC0415 (only for --runtime wine)
 
-    return acquire_prefix(WineConfig())
+    return acquire_running_prefix(WineConfig())
 
 
 def tool_for(name: str | None):

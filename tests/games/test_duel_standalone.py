@@ -53,9 +53,9 @@ def built(mingw) -> Path:
 
 @pytest.fixture(scope="module")
 def prefix(wine, built):
-    from w3async.runtime.wine import WineConfig, acquire_prefix
+    from w3async.runtime.wine import WineConfig, acquire_running_prefix
 
-    with acquire_prefix(WineConfig()) as p:
+    with acquire_running_prefix(WineConfig()) as p:
         yield p
 
 

@@ -253,6 +253,22 @@ def start_services(prefix: WinePrefix) -> None:
         raise WineError(f"Wine prefix {prefix.path}: starting its services failed: {e}")
 
 
+def acquire_running_prefix(cfg: WineConfig) -> WinePrefix:
+    """acquire_prefix, then start_services: for anything that starts games one after
+    another (a run, the parity tool, the tests). With no persistent wineserver, the server
+    begins its shutdown 3 s after the last game ends and kills whatever runs 2 s later
+    (exit code 1); the next game then boots the prefix again (wineboot, services.exe,
+    winedevice.exe, plugplay.exe, svchost.exe: five more Wine process starts)."""
+    prefix = acquire_prefix(cfg)
+    try:
+        start_services(prefix)
+    except BaseException:
+        prefix.kill()
+        prefix.release()
+        raise
+    return prefix
+
+
 def processes_with_env(key: str, value: str) -> list[int]:
     """Pids of live processes (zombies excluded) with key=value in their environment."""
     return procs.with_env(key, value)
@@ -282,8 +298,7 @@ class WineRuntime:
 
     def ensure_prefix(self) -> WinePrefix:
         if self.prefix is None:
-            self.prefix = acquire_prefix(self.cfg)
-            start_services(self.prefix)
+            self.prefix = acquire_running_prefix(self.cfg)
         return self.prefix
 
     def doorbells(self, run_dir: Path, slot: int) -> Doorbells:
