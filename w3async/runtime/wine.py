@@ -256,9 +256,9 @@ def start_services(prefix: WinePrefix) -> None:
 def acquire_running_prefix(cfg: WineConfig) -> WinePrefix:
     """acquire_prefix, then start_services: for anything that starts games one after
     another (a run, the parity tool, the tests). With no persistent wineserver, the server
-    begins its shutdown 3 s after the last game ends and kills whatever runs 2 s later
-    (exit code 1); the next game then boots the prefix again (wineboot, services.exe,
-    winedevice.exe, plugplay.exe, svchost.exe: five more Wine process starts)."""
+    begins its shutdown 3 s after the last game ends (no new Windows process from then on)
+    and kills whatever runs 2 s later (exit code 1); the next game then boots the prefix
+    again (wineboot, services.exe, winedevice.exe, plugplay.exe, svchost.exe)."""
     prefix = acquire_prefix(cfg)
     try:
         start_services(prefix)
