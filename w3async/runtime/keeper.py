@@ -18,7 +18,7 @@ import signal
 import time
 
 from w3async.observe.logs import console
-from w3async.runtime import inject, procs
+from w3async.runtime import gamelog, inject, procs
 from w3async.runtime.slots import Slot, SlotState, decide_restart
 from w3async.runtime.wine import WineError, windows_path
 from w3async.sync import layout
@@ -70,11 +70,8 @@ class GameKeeper:
                for k, v in s.group.env.items()}
         env.update(W3S_ROW0=str(s.row0), W3S_NROWS=str(s.nrows), W3S_SLOT=str(s.index),
                    W3S_SEED=str(s.index * 1000003 + s.starts))
-        s.log_path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            with open(s.log_path, "ab") as log:
-                log.write(f"--- start {s.starts} at {time.strftime('%H:%M:%S')}\n".encode())
-                log.flush()
+            with gamelog.open_for_start(s.log_path, s.starts) as log:
                 if s.group.inject:  # an unmodified game: through the launcher, with the hook and adapter
                     values = {"seed": env["W3S_SEED"], "lane": str(s.row0 // s.group.sides), "slot": str(s.index),
                               "run_dir_windows": windows_path(self.host.run_dir.resolve())}
@@ -129,13 +126,16 @@ class GameKeeper:
         if not s.posted and int(self.host.table.column("obs_seq")[s.rows].sum()) > 0:
             s.posted, s.fail_streak = True, 0
 
-    def _stderr_tail(self, s: Slot, n: int = 3) -> str:
-        try:
-            lines = s.log_path.read_text(errors="replace").strip().splitlines()
-        except OSError:
-            return ""
-        lines = [x for x in lines if not x.startswith("--- start")]
-        return " | ".join(lines[-n:])
+    def cap_logs(self) -> None:
+        """Cut every game's log that passed the recipe's game_log_mb (the watch, twice a
+        second, and the shutdown, once its games are gone)."""
+        cap = int(self.host.recipe.supervisor.game_log_mb * 2**20)
+        for s in self.host.slots:
+            cut = gamelog.cap(s.log_path, cap)
+            if cut and not s.log_cut:  # said once a slot: a flooding game would fill events.jsonl too
+                self.host.events.warning("game_log_cut", slot=s.index, path=str(s.log_path), cut_bytes=cut,
+                                         max_bytes=cap)
+            s.log_cut += cut
 
     def _end_strays(self, s: Slot) -> None:
         """End what the slot's game left running: its process group, and any process
@@ -161,7 +161,7 @@ class GameKeeper:
     def _on_exit(self, s: Slot) -> None:
         """The slot's process exited (its pidfd is readable)."""
         code = s.proc.wait()
-        tail = self._stderr_tail(s)
+        tail = gamelog.tail(s.log_path)
         self._note_posted(s)
         self.unwire(s)
         if self.host.stopping:
@@ -247,6 +247,7 @@ class GameKeeper:
         obs, act = self.host.table.column("obs_seq"), self.host.gatherer.acked  # our act_seq, not the game's
         while not self.host.stopping:
             await asyncio.sleep(0.5)
+            self.cap_logs()
             now = time.monotonic()
             for s in self.host.slots:
                 if s.state not in (STARTING, RUNNING) or s.proc is None:

@@ -56,6 +56,7 @@ class Slot:
     game_pid: int = 0  # an injected start's game process (its launcher is proc), once seen
     short_streak: int = 0  # starts in a row that lived less than min_uptime_s (the backoff's exponent)
     restart_times: collections.deque = field(default_factory=collections.deque)  # counted in the budget
+    log_cut: int = 0  # bytes cut from its log (runtime/gamelog.py), every start together
 
     @property
     def rows(self) -> slice:
