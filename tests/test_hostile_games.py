@@ -6,7 +6,9 @@ cause, the honest games keep stepping with every answer checked, and nothing is 
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 from pathlib import Path
 
@@ -153,6 +155,28 @@ async def test_a_game_printing_without_end_has_its_log_cut(tmp_path, rogue, null
     assert b"bytes cut here" in log.read_bytes()
     _honest_games_unharmed(stats, run)
     assert_nothing_left(sup, run)
+
+
+async def test_an_orphan_that_hides_ends_with_its_game(tmp_path, rogue, null_native):
+    """A helper that leaves the game's process group, zeroes its environment block and
+    still writes into the game's rows: found by its mapping of the segment and ended when
+    its game ends, not at shutdown (`strays_killed` stays empty) and not never. The
+    restarted game has a new segment: the orphan's writes never reach it."""
+    sup, stats, run = await _run(tmp_path, _recipe(rogue, null_native, "orphan", 4.0))
+    log = (run / "games" / "slot-0.log").read_text()
+    orphans = [int(p) for p in re.findall(r"rogue: orphan pid (\d+)", log)]
+    try:
+        assert len(orphans) == 1, log[-500:]
+        assert not alive(orphans[0]), "the orphan outlived its game and the run"
+        shutdown = [e for e in events(run) if e["event"] == "shutdown"][0]
+        assert shutdown["leftovers"]["strays_killed"] == [], "the orphan was only found at shutdown"
+        assert stats["games"][0]["restarts"] == 1 and set(stats["games"][0]["causes"]) <= {"bad_row", "crash"}
+        _honest_games_unharmed(stats, run)
+        assert_nothing_left(sup, run)
+    finally:
+        for p in orphans:
+            if alive(p):
+                os.kill(p, signal.SIGKILL)
 
 
 async def test_a_doorbell_rung_without_end_harms_no_one(tmp_path, rogue, null_native):

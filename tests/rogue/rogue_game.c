@@ -16,6 +16,10 @@
  *   spew       writes W3R_FLOOD_KB KiB of that garbage to stdout every step, and steps
  *              on (a healthy game that logs without end)
  *   ring       a thread rings the obs doorbell in a tight loop; the game steps on
+ *   orphan     its first start (W3S_SEED 0, slot 0) forks a child that leaves the
+ *              process group, zeroes its environment block and keeps writing garbage
+ *              into the rows it still maps (the supervisor sees them: bad_row), prints
+ *              its pid, then crashes; later starts are honest
  *   unlink     unlinks its own segment's name and points its obs doorbell at
  *              /dev/null, steps on (woken by the other games' rings), and crashes at
  *              step W3R_STEP + 50
@@ -31,6 +35,8 @@
 #include <unistd.h>
 
 #include "w3s.h"
+
+extern char **environ;
 
 static void rogue_fill(w3s_row *r, uint32_t i, uint64_t step)
 {
@@ -82,6 +88,22 @@ static void *rogue_ringer(void *arg)
     return NULL;
 }
 
+/* The orphan: out of the game's process group and session, no environment left to
+ * find it by (/proc/PID/environ shows the original block, so zero it in place), and
+ * still mapping the rows it writes garbage into. */
+static void rogue_orphan(w3s_row *rows, char **env)
+{
+    setsid();
+    for (char **e = env; *e; e++)
+        memset(*e, 0, strlen(*e));
+    for (uint64_t k = 0;; k++) {
+        usleep(1000);
+        rows[0].obs_seq = k;
+        rows[0].n_ent = 1u << 20;
+        rows[0].row_magic = 0xdeadbeef;
+    }
+}
+
 int main(void)
 {
     char err[512];
@@ -90,10 +112,13 @@ int main(void)
     if (!mode)
         mode = "";
     w3s_env_int("W3R_STEP", 5, &from, err, sizeof(err));
-    long kib = 4096;
+    long kib = 4096, seed = 0;
     w3s_env_int("W3R_FLOOD_KB", 4096, &kib, err, sizeof(err));
+    w3s_env_int("W3S_SEED", 0, &seed, err, sizeof(err));
     if (!strcmp(mode, "exit0"))
         return 0;
+    if (!strcmp(mode, "orphan") && seed != 0)
+        mode = "";
     w3s_conn *c = NULL;
     int rc = w3s_attach(&c, err, sizeof(err));
     if (rc) {
@@ -131,6 +156,15 @@ int main(void)
         }
         if (bad && !strcmp(mode, "spew"))
             rogue_garbage(1, kib);
+        if (bad && !strcmp(mode, "orphan")) {
+            pid_t p = fork();
+            if (p == 0)
+                rogue_orphan(rows, environ);
+            fprintf(stderr, "rogue: orphan pid %d\n", (int)p);
+            fflush(stderr);
+            usleep(200000); /* time for it to hide */
+            abort();
+        }
         if ((long)step == from && !strcmp(mode, "unlink")) {
             const char *name = getenv("W3S_SHM");
             int null = open("/dev/null", O_WRONLY);

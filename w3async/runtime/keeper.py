@@ -51,6 +51,7 @@ class GameKeeper:
     def __init__(self, host):
         self.host = host
         self.groups: set[int] = set()  # every game's process group this run started
+        self.born = procs.started(os.getpid())  # every process of the run starts after this
 
     def spawn(self, s: Slot) -> None:
         """Start slot s on freshly zeroed rows with new doorbells."""
@@ -91,6 +92,7 @@ class GameKeeper:
         s.posted = False
         s.segment = segment.name
         s.game_pid = 0
+        s.born = procs.started(s.proc.pid)  # what it starts, it starts after this
         self.groups.add(s.proc.pid)
         s.pidfd = os.pidfd_open(s.proc.pid)
         self.host.loop.add_reader(s.pidfd, self.host.barrier, "game_exit", self._on_exit, s)
@@ -141,15 +143,15 @@ class GameKeeper:
         """End what the slot's game left running: its process group, and any process
         that carries this start's segment in its environment, its own session or not (a
         native game's helpers; an injected game, which Wine starts outside the
-        launcher's process group). Wine's own processes are the prefix's and end with
+        launcher's process group), or that still maps its segment (a helper that
+        scrubbed its environment). Wine's own processes are the prefix's and end with
         the run."""
         if s.proc is None:
             return
         procs.killpg(s.proc.pid, signal.SIGKILL)
         if s.segment:
-            for pid in procs.mentioning(self._marker(s)):
-                if not wine_own(pid):
-                    procs.kill(pid)
+            procs.end_marked(self._marker(s), procs.maps_pattern("/dev/shm/" + s.segment[1:]), since=s.born,
+                             spare=wine_own)
 
     def _marker(self, s: Slot) -> bytes:
         """What every process of the slot's current start carries in its environment: its
@@ -289,19 +291,24 @@ class GameKeeper:
         W3S_SHM, Wine: W3S_SHM_PATH): the table's name, unique to the run."""
         return self.host.table.name.lstrip("/").encode() if self.host.table is not None else b""
 
+    def _run_maps(self):
+        """What /proc/PID/maps shows of a process that maps any segment of the run."""
+        return procs.maps_pattern("/dev/shm/" + self.host.table.name[1:] + "-", any_suffix=True)
+
     def end_run_strays(self) -> list[int]:
-        """SIGKILL every process still carrying the run's marker: a game's helper that left
-        its process group, or a group of an earlier start."""
+        """SIGKILL every process still carrying the run's marker or mapping one of its
+        segments: a game's helper that left its process group, or a group of an earlier
+        start."""
         marker = self._run_marker()
-        killed = [pid for pid in procs.mentioning(marker) if procs.kill(pid)] if marker else []
-        return killed
+        return procs.end_marked(marker, self._run_maps(), since=self.born) if marker else []
 
     def leftovers(self) -> dict:
         """Every process of the run still alive: members of any game's process group of
-        any start, any process carrying the run's marker, the Wine prefixes' processes."""
+        any start, any process carrying the run's marker or mapping one of its segments,
+        the Wine prefixes' processes."""
         marker = self._run_marker()
         grouped = {p for g in self.groups for p in procs.group_members(g) if marker in procs.environ(p)}
-        marked = set(procs.mentioning(marker)) if marker else set()
+        marked = set(procs.marked(marker, self._run_maps(), since=self.born)) if marker else set()
         wine = [p for rt in self.host.runtimes.values() for p in getattr(rt, "leftovers", lambda: [])()]
         return dict(processes=sorted(grouped | marked), wine=wine)
 
