@@ -6,7 +6,9 @@ cause, the honest games keep stepping with every answer checked, and nothing is 
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 from pathlib import Path
 
@@ -24,14 +26,14 @@ from .test_supervisor import assert_nothing_left, check_failures, events
 def rogue(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("rogue") / "rogue_game"
     subprocess.run(["gcc", "-O2", "-Wall", "-I", str(REPO / "shim"), "-o", str(out),
-                    str(REPO / "tests/rogue/rogue_game.c"), str(REPO / "shim/w3s.c"), "-lm"], check=True)
+                    str(REPO / "tests/rogue/rogue_game.c"), str(REPO / "shim/w3s.c"), "-lm", "-pthread"], check=True)
     return out
 
 
-def _recipe(rogue: Path, null: Path, mode: str, seconds: float, **supervisor) -> dict:
+def _recipe(rogue: Path, null: Path, mode: str, seconds: float, env: dict | None = None, **supervisor) -> dict:
     return {
         "name": "hostile", "game": "null",
-        "games": [{"binary": str(rogue), "count": 1, "lanes": 1, "env": {"W3R_MODE": mode}},
+        "games": [{"binary": str(rogue), "count": 1, "lanes": 1, "env": {"W3R_MODE": mode, **(env or {})}},
                   {"binary": str(null), "count": 2, "lanes": 2}],
         "supervisor": {"progress_s": 0, "backoff_s": 0.05, "backoff_max_s": 0.2, "hang_timeout_s": 1.0,
                        **supervisor},
@@ -63,7 +65,7 @@ def _honest_games_unharmed(stats: dict, run: Path) -> None:
 # A game that answers itself runs ahead of the protocol: its next post skips a sequence
 # number (bad_row), or it waits on an answer it already took (hang).
 @pytest.mark.parametrize("mode,causes", [("flip", {"bad_row"}), ("fields", {"bad_row"}), ("act", {"bad_row", "hang"}),
-                                         ("neighbour", {"crash"})])
+                                         ("neighbour", {"crash"}), ("unlink", {"crash"})])
 async def test_a_rogue_game_is_the_one_restarted(tmp_path, rogue, null_native, mode, causes):
     sup, stats, run = await _run(tmp_path, _recipe(rogue, null_native, mode, 5.0))
     got = stats["games"][0]["causes"]
@@ -117,4 +119,70 @@ async def test_a_crashed_games_helpers_end_with_it(tmp_path, rogue, null_native)
     assert stats["games"][0]["causes"].get("crash", 0) >= 2
     shutdown = [e for e in events(run) if e["event"] == "shutdown"][0]
     assert shutdown["leftovers"]["processes"] == []
+    assert_nothing_left(sup, run)
+
+
+async def test_a_flooding_games_output_is_quoted_short_and_printable(tmp_path, rogue, null_native, capfd):
+    """A game that prints MBs without a newline (bytes that are not UTF-8, terminal
+    escapes) and crashes before its first post: each game_exit quotes a few short lines of its last start, with
+    the escapes written out, and neither events.jsonl nor the console (the slot_failed
+    reason quotes them) gets the flood.
+    Before runtime/gamelog.py, the third exit's `stderr` was a 127 MB line."""
+    sup, stats, run = await _run(tmp_path, _recipe(rogue, null_native, "flood", 3.0,
+                                                   {"W3R_FLOOD_KB": "1024", "W3R_STEP": "0"}))
+    exits = [e for e in events(run) if e["event"] == "game_exit"]
+    assert len(exits) >= 2 and all(e["slot"] == 0 and e["cause"] == "crash" for e in exits)
+    for e in exits:
+        assert 0 < len(e["stderr"]) < 4096 and e["stderr"].isprintable() and "\\x1b[2J" in e["stderr"], e["stderr"][:200]
+    assert max(len(x) for x in (run / "events.jsonl").read_bytes().splitlines()) < 8192
+    failed = [e for e in events(run) if e["event"] == "slot_failed"]
+    assert len(failed) == 1 and "before its first post" in failed[0]["reason"] and len(failed[0]["reason"]) < 8192
+    assert "\x1b" not in capfd.readouterr().err  # the console never gets a game's escapes
+    _honest_games_unharmed(stats, run)
+    assert_nothing_left(sup, run)
+
+
+async def test_a_game_printing_without_end_has_its_log_cut(tmp_path, rogue, null_native):
+    """A healthy game that prints 64 KiB a step: its log is cut at game_log_mb (said once
+    in events.jsonl), it is never restarted for it, and the log ends at most that big."""
+    sup, stats, run = await _run(tmp_path, _recipe(rogue, null_native, "spew", 3.0, {"W3R_FLOOD_KB": "64"},
+                                                   game_log_mb=1.0))
+    assert stats["games"][0]["causes"] == {}, stats["games"][0]
+    cuts = [e for e in events(run) if e["event"] == "game_log_cut"]
+    assert len(cuts) == 1 and cuts[0]["slot"] == 0 and cuts[0]["cut_bytes"] > 0, cuts
+    log = run / "games" / "slot-0.log"
+    assert log.stat().st_size <= 2**20
+    assert b"bytes cut here" in log.read_bytes()
+    _honest_games_unharmed(stats, run)
+    assert_nothing_left(sup, run)
+
+
+async def test_an_orphan_that_hides_ends_with_its_game(tmp_path, rogue, null_native):
+    """A helper that leaves the game's process group, zeroes its environment block and
+    still writes into the game's rows: found by its mapping of the segment and ended when
+    its game ends, not at shutdown (`strays_killed` stays empty) and not never. The
+    restarted game has a new segment: the orphan's writes never reach it."""
+    sup, stats, run = await _run(tmp_path, _recipe(rogue, null_native, "orphan", 4.0))
+    log = (run / "games" / "slot-0.log").read_text()
+    orphans = [int(p) for p in re.findall(r"rogue: orphan pid (\d+)", log)]
+    try:
+        assert len(orphans) == 1, log[-500:]
+        assert not alive(orphans[0]), "the orphan outlived its game and the run"
+        shutdown = [e for e in events(run) if e["event"] == "shutdown"][0]
+        assert shutdown["leftovers"]["strays_killed"] == [], "the orphan was only found at shutdown"
+        assert stats["games"][0]["restarts"] == 1 and set(stats["games"][0]["causes"]) <= {"bad_row", "crash"}
+        _honest_games_unharmed(stats, run)
+        assert_nothing_left(sup, run)
+    finally:
+        for p in orphans:
+            if alive(p):
+                os.kill(p, signal.SIGKILL)
+
+
+async def test_a_doorbell_rung_without_end_harms_no_one(tmp_path, rogue, null_native):
+    """A game whose thread rings the shared obs doorbell in a tight loop: rings merge (one
+    read clears them), so it is never restarted and the honest games step on."""
+    sup, stats, run = await _run(tmp_path, _recipe(rogue, null_native, "ring", 3.0))
+    assert stats["games"][0]["causes"] == {} and stats["games"][0]["state"] == "stopped"
+    _honest_games_unharmed(stats, run)
     assert_nothing_left(sup, run)

@@ -163,6 +163,10 @@ class SupervisorSection:
     min_uptime_s: Float = Field(2.0, ge=0, le=YEAR_S)
     """A start that posted and lived this long is healthy: its exit 0 (an episode quota)
     restarts at once, uncounted, and the backoff starts over."""
+    game_log_mb: Float = Field(64.0, gt=0, le=2**20)
+    """A game's log (games/slot-N.log, its stdout and stderr) is cut to its last 64 KiB
+    when it passes this many MiB (checked twice a second): a game that prints without end
+    never fills the disk."""
     progress_s: Float = Field(5.0, ge=0, le=YEAR_S)
     """Seconds between console progress lines (0: none)."""
 

@@ -11,15 +11,32 @@
  *   exit0      exits 0 at once, before its first post
  *   helper     starts two helpers that sleep (one in its process group, one in a
  *              session of its own), prints their pids, then crashes
+ *   flood      writes W3R_FLOOD_KB KiB (default 4096) of garbage to stdout and stderr
+ *              (bytes that are not UTF-8, terminal escapes, no newline), then crashes
+ *   spew       writes W3R_FLOOD_KB KiB of that garbage to stdout every step, and steps
+ *              on (a healthy game that logs without end)
+ *   ring       a thread rings the obs doorbell in a tight loop; the game steps on
+ *   orphan     its first start (W3S_SEED 0, slot 0) forks a child that leaves the
+ *              process group, zeroes its environment block and keeps writing garbage
+ *              into the rows it still maps (the supervisor sees them: bad_row), prints
+ *              its pid, then crashes; later starts are honest
+ *   unlink     unlinks its own segment's name and points its obs doorbell at
+ *              /dev/null, steps on (woken by the other games' rings), and crashes at
+ *              step W3R_STEP + 50
  */
+#include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "w3s.h"
+
+extern char **environ;
 
 static void rogue_fill(w3s_row *r, uint32_t i, uint64_t step)
 {
@@ -50,6 +67,43 @@ static int rogue_answered(w3s_row *r, uint64_t seq)
     return __atomic_load_n(&r->act_seq, __ATOMIC_ACQUIRE) == seq;
 }
 
+/* n KiB of what a broken game may print: bytes that are not UTF-8, terminal escapes
+ * (clear the screen, set the window title), NULs, and no newline. */
+static void rogue_garbage(int fd, long kib)
+{
+    static char buf[1024];
+    static const char esc[] = "\x1b[2J\x1b]0;rogue\x07\xff\xfe\xc3\x28";
+    for (size_t k = 0; k < sizeof(buf); k++)
+        buf[k] = (k % 64 < sizeof(esc) - 1) ? esc[k % 64] : (k % 64 == 40) ? 0 : (char)(0x80 | k);
+    for (long k = 0; k < kib; k++)
+        if (write(fd, buf, sizeof(buf)) < 0)
+            return;
+}
+
+static void *rogue_ringer(void *arg)
+{
+    char err[256];
+    for (;;)
+        w3s_ring((w3s_conn *)arg, err, sizeof(err));
+    return NULL;
+}
+
+/* The orphan: out of the game's process group and session, no environment left to
+ * find it by (/proc/PID/environ shows the original block, so zero it in place), and
+ * still mapping the rows it writes garbage into. */
+static void rogue_orphan(w3s_row *rows, char **env)
+{
+    setsid();
+    for (char **e = env; *e; e++)
+        memset(*e, 0, strlen(*e));
+    for (uint64_t k = 0;; k++) {
+        usleep(1000);
+        rows[0].obs_seq = k;
+        rows[0].n_ent = 1u << 20;
+        rows[0].row_magic = 0xdeadbeef;
+    }
+}
+
 int main(void)
 {
     char err[512];
@@ -58,8 +112,13 @@ int main(void)
     if (!mode)
         mode = "";
     w3s_env_int("W3R_STEP", 5, &from, err, sizeof(err));
+    long kib = 4096, seed = 0;
+    w3s_env_int("W3R_FLOOD_KB", 4096, &kib, err, sizeof(err));
+    w3s_env_int("W3S_SEED", 0, &seed, err, sizeof(err));
     if (!strcmp(mode, "exit0"))
         return 0;
+    if (!strcmp(mode, "orphan") && seed != 0)
+        mode = "";
     w3s_conn *c = NULL;
     int rc = w3s_attach(&c, err, sizeof(err));
     if (rc) {
@@ -68,6 +127,10 @@ int main(void)
     }
     uint32_t n = w3s_nrows(c);
     w3s_row *rows = w3s_row_at(c, 0);
+    if (!strcmp(mode, "ring")) {
+        pthread_t t;
+        pthread_create(&t, NULL, rogue_ringer, c);
+    }
     for (uint64_t step = 0;; step++) {
         int bad = (long)step >= from;
         for (uint32_t i = 0; i < n; i++)
@@ -86,6 +149,31 @@ int main(void)
             fflush(stderr);
             abort();
         }
+        if (bad && !strcmp(mode, "flood")) {
+            rogue_garbage(1, kib);
+            rogue_garbage(2, kib);
+            abort();
+        }
+        if (bad && !strcmp(mode, "spew"))
+            rogue_garbage(1, kib);
+        if (bad && !strcmp(mode, "orphan")) {
+            pid_t p = fork();
+            if (p == 0)
+                rogue_orphan(rows, environ);
+            fprintf(stderr, "rogue: orphan pid %d\n", (int)p);
+            fflush(stderr);
+            usleep(200000); /* time for it to hide */
+            abort();
+        }
+        if ((long)step == from && !strcmp(mode, "unlink")) {
+            const char *name = getenv("W3S_SHM");
+            int null = open("/dev/null", O_WRONLY);
+            if (name)
+                shm_unlink(name);
+            dup2(null, atoi(getenv("W3S_OBS_FD")));
+        }
+        if ((long)step == from + 50 && !strcmp(mode, "unlink"))
+            abort();
         if (bad && !strcmp(mode, "header")) {
             w3s_header *h = (w3s_header *)w3s_header_of(c);
             h->state = W3S_STATE_STOP;

@@ -18,7 +18,7 @@ import signal
 import time
 
 from w3async.observe.logs import console
-from w3async.runtime import inject, procs
+from w3async.runtime import gamelog, inject, procs
 from w3async.runtime.slots import Slot, SlotState, decide_restart
 from w3async.runtime.wine import WineError, windows_path
 from w3async.sync import layout
@@ -51,6 +51,7 @@ class GameKeeper:
     def __init__(self, host):
         self.host = host
         self.groups: set[int] = set()  # every game's process group this run started
+        self.born = procs.started(os.getpid())  # every process of the run starts after this
 
     def spawn(self, s: Slot) -> None:
         """Start slot s on freshly zeroed rows with new doorbells."""
@@ -70,11 +71,8 @@ class GameKeeper:
                for k, v in s.group.env.items()}
         env.update(W3S_ROW0=str(s.row0), W3S_NROWS=str(s.nrows), W3S_SLOT=str(s.index),
                    W3S_SEED=str(s.index * 1000003 + s.starts))
-        s.log_path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            with open(s.log_path, "ab") as log:
-                log.write(f"--- start {s.starts} at {time.strftime('%H:%M:%S')}\n".encode())
-                log.flush()
+            with gamelog.open_for_start(s.log_path, s.starts) as log:
                 if s.group.inject:  # an unmodified game: through the launcher, with the hook and adapter
                     values = {"seed": env["W3S_SEED"], "lane": str(s.row0 // s.group.sides), "slot": str(s.index),
                               "run_dir_windows": windows_path(self.host.run_dir.resolve())}
@@ -94,6 +92,7 @@ class GameKeeper:
         s.posted = False
         s.segment = segment.name
         s.game_pid = 0
+        s.born = procs.started(s.proc.pid)  # what it starts, it starts after this
         self.groups.add(s.proc.pid)
         s.pidfd = os.pidfd_open(s.proc.pid)
         self.host.loop.add_reader(s.pidfd, self.host.barrier, "game_exit", self._on_exit, s)
@@ -129,27 +128,30 @@ class GameKeeper:
         if not s.posted and int(self.host.table.column("obs_seq")[s.rows].sum()) > 0:
             s.posted, s.fail_streak = True, 0
 
-    def _stderr_tail(self, s: Slot, n: int = 3) -> str:
-        try:
-            lines = s.log_path.read_text(errors="replace").strip().splitlines()
-        except OSError:
-            return ""
-        lines = [x for x in lines if not x.startswith("--- start")]
-        return " | ".join(lines[-n:])
+    def cap_logs(self) -> None:
+        """Cut every game's log that passed the recipe's game_log_mb (the watch, twice a
+        second, and the shutdown, once its games are gone)."""
+        cap = int(self.host.recipe.supervisor.game_log_mb * 2**20)
+        for s in self.host.slots:
+            cut = gamelog.cap(s.log_path, cap)
+            if cut and not s.log_cut:  # said once a slot: a flooding game would fill events.jsonl too
+                self.host.events.warning("game_log_cut", slot=s.index, path=str(s.log_path), cut_bytes=cut,
+                                         max_bytes=cap)
+            s.log_cut += cut
 
     def _end_strays(self, s: Slot) -> None:
         """End what the slot's game left running: its process group, and any process
         that carries this start's segment in its environment, its own session or not (a
         native game's helpers; an injected game, which Wine starts outside the
-        launcher's process group). Wine's own processes are the prefix's and end with
+        launcher's process group), or that still maps its segment (a helper that
+        scrubbed its environment). Wine's own processes are the prefix's and end with
         the run."""
         if s.proc is None:
             return
         procs.killpg(s.proc.pid, signal.SIGKILL)
         if s.segment:
-            for pid in procs.mentioning(self._marker(s)):
-                if not wine_own(pid):
-                    procs.kill(pid)
+            procs.end_marked(self._marker(s), procs.maps_pattern("/dev/shm/" + s.segment[1:]), since=s.born,
+                             spare=wine_own)
 
     def _marker(self, s: Slot) -> bytes:
         """What every process of the slot's current start carries in its environment: its
@@ -161,7 +163,7 @@ class GameKeeper:
     def _on_exit(self, s: Slot) -> None:
         """The slot's process exited (its pidfd is readable)."""
         code = s.proc.wait()
-        tail = self._stderr_tail(s)
+        tail = gamelog.tail(s.log_path)
         self._note_posted(s)
         self.unwire(s)
         if self.host.stopping:
@@ -247,6 +249,7 @@ class GameKeeper:
         obs, act = self.host.table.column("obs_seq"), self.host.gatherer.acked  # our act_seq, not the game's
         while not self.host.stopping:
             await asyncio.sleep(0.5)
+            self.cap_logs()
             now = time.monotonic()
             for s in self.host.slots:
                 if s.state not in (STARTING, RUNNING) or s.proc is None:
@@ -288,19 +291,24 @@ class GameKeeper:
         W3S_SHM, Wine: W3S_SHM_PATH): the table's name, unique to the run."""
         return self.host.table.name.lstrip("/").encode() if self.host.table is not None else b""
 
+    def _run_maps(self):
+        """What /proc/PID/maps shows of a process that maps any segment of the run."""
+        return procs.maps_pattern("/dev/shm/" + self.host.table.name[1:] + "-", any_suffix=True)
+
     def end_run_strays(self) -> list[int]:
-        """SIGKILL every process still carrying the run's marker: a game's helper that left
-        its process group, or a group of an earlier start."""
+        """SIGKILL every process still carrying the run's marker or mapping one of its
+        segments: a game's helper that left its process group, or a group of an earlier
+        start."""
         marker = self._run_marker()
-        killed = [pid for pid in procs.mentioning(marker) if procs.kill(pid)] if marker else []
-        return killed
+        return procs.end_marked(marker, self._run_maps(), since=self.born) if marker else []
 
     def leftovers(self) -> dict:
         """Every process of the run still alive: members of any game's process group of
-        any start, any process carrying the run's marker, the Wine prefixes' processes."""
+        any start, any process carrying the run's marker or mapping one of its segments,
+        the Wine prefixes' processes."""
         marker = self._run_marker()
         grouped = {p for g in self.groups for p in procs.group_members(g) if marker in procs.environ(p)}
-        marked = set(procs.mentioning(marker)) if marker else set()
+        marked = set(procs.marked(marker, self._run_maps(), since=self.born)) if marker else set()
         wine = [p for rt in self.host.runtimes.values() for p in getattr(rt, "leftovers", lambda: [])()]
         return dict(processes=sorted(grouped | marked), wine=wine)
 

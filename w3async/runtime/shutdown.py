@@ -64,6 +64,7 @@ async def shut_down(host) -> None:
                 await step(f"slot {s.index}", host.keeper.unwire, s)
             if s.state is not SlotState.FAILED:
                 s.state = SlotState.STOPPED
+    await step("game logs", host.keeper.cap_logs)  # the games are gone: what they wrote last is cut too
     if host.answerer is not None:
         # With a learner: its update finishes, then a last checkpoint (resumable). A
         # write that fails is the run's cause (the previous checkpoint is intact).

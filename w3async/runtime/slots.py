@@ -54,8 +54,10 @@ class Slot:
     restart_handle: object = None
     segment: str = ""  # this start's segment: every process the game starts carries its name
     game_pid: int = 0  # an injected start's game process (its launcher is proc), once seen
+    born: int = 0  # when this start's process started (ticks since boot: runtime/procs.py, started)
     short_streak: int = 0  # starts in a row that lived less than min_uptime_s (the backoff's exponent)
     restart_times: collections.deque = field(default_factory=collections.deque)  # counted in the budget
+    log_cut: int = 0  # bytes cut from its log (runtime/gamelog.py), every start together
 
     @property
     def rows(self) -> slice:
