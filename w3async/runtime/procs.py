@@ -53,8 +53,7 @@ def mentioning(needle: bytes) -> list[int]:
 def started(pid: int) -> int:
     """When the process started (clock ticks since boot, /proc/PID/stat's starttime);
     0 when it is gone."""
-    fields = stat_fields(pid)
-    return int(fields[19]) if fields and len(fields) > 19 else 0
+    return _ticks(stat_fields(pid) or [])
 
 
 def maps_pattern(path: str, any_suffix: bool = False) -> re.Pattern:
