@@ -131,6 +131,35 @@ def test_a_league_snapshot_missing_or_corrupt_is_a_clear_error(tmp_path):
         fresh.load_state_dict(sd)
 
 
+def test_a_truncated_checkpoint_says_truncated_never_invalid_argument(tmp_path):
+    """torch.load raises OSError EINVAL for a zip cut inside its central directory: a resume
+    or `eval` of a checkpoint cut short by a full disk or a copy said only "Invalid argument
+    [EINVAL]" (2026-12-02). Cut at every kind of place (the first bytes, a record, the
+    central directory, the last byte), a checkpoint or a league snapshot says it does not
+    read, and why; a folder in a checkpoint's place is the OSError it is."""
+    learner, league = trained(tmp_path, updates=3)
+    p = save(tmp_path, learner, league, steps=5)
+    whole = p.read_bytes()
+    causes = {}
+    for n in (0, 10, 100, len(whole) // 2, len(whole) - 200, len(whole) - 1):
+        p.write_bytes(whole[:n])
+        with pytest.raises(CheckpointLoadError) as e:
+            load_latest(tmp_path)
+        assert e.value.path == str(p)
+        causes[n] = e.value.cause
+    assert all(c.startswith("not a readable checkpoint, truncated or corrupt (") for c in causes.values()), causes
+    p.unlink()
+    p.mkdir()
+    with pytest.raises(CheckpointLoadError, match=rf"{p.name}: Is a directory \[EISDIR\]"):
+        load_latest(tmp_path)
+    snap = tmp_path / "league" / league.snapshots[-1].file
+    snap.write_bytes(snap.read_bytes()[:-1])
+    fresh = League(tmp_path, LeagueConfig(snapshot_every=1, latest_share=0.3, seed=0))
+    with pytest.raises(CheckpointLoadError, match=rf"{snap.name}: league snapshot of version 3: not a readable "
+                                                  "checkpoint, truncated or corrupt"):
+        fresh.load_state_dict(league.state_dict())
+
+
 def test_a_checkpoint_folder_that_is_a_file_is_a_clear_write_error(tmp_path):
     learner, league = trained(tmp_path, updates=1)
     (tmp_path / "checkpoints").write_bytes(b"not a folder")
