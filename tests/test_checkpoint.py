@@ -247,12 +247,13 @@ def _tree_bytes(folder) -> dict:
     return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-@pytest.mark.parametrize("damage", ["missing_snapshot", "corrupt_checkpoint"])
+@pytest.mark.parametrize("damage", ["missing_snapshot", "corrupt_checkpoint", "other_network"])
 async def test_a_resume_that_cannot_load_everything_stops_before_writing(tmp_path, null_native, damage):
     """Issue 9, item 7: a resume whose league snapshot is missing (or whose latest checkpoint
     is corrupt) stops with one error naming the file and the cause, before anything of the
     learning side is written: the checkpoints, the league and the logs stay byte-identical
-    (they were overwritten with zeroed counters)."""
+    (they were overwritten with zeroed counters), and so does recipe.json (it was replaced
+    by the refused recipe, here one with another stop, until 2026-12-02)."""
     from w3async.recipes import recipe_from_dict
     from w3async.runtime.supervisor import RunError, Supervisor
 
@@ -271,16 +272,21 @@ async def test_a_resume_that_cannot_load_everything_stops_before_writing(tmp_pat
         bad = run_dir / "league" / ckpt["league"]["snapshots"][0]["file"]
         bad.unlink()
         cause = "No such file or directory"
-    else:
+    elif damage == "corrupt_checkpoint":
         bad = Path(ckpt["path"])
         bad.write_bytes(bad.read_bytes()[:1000])
         cause = "not a readable checkpoint"
+    else:  # the recipe's network changed: its first mismatch, not torch's paragraph of all of them
+        bad = Path(ckpt["path"])
+        data["network"] = dict(data["network"], d_model=2 * data["network"]["d_model"])
+        cause = r"does not load into this recipe's network \(RuntimeError: Error\(s\) in loading state_dict .* size mismatch"
     before = {d: _tree_bytes(run_dir / d) for d in ("checkpoints", "league")}
-    logs = {n: (run_dir / n).read_bytes() for n in ("learner.jsonl", "episodes.jsonl", "inference.jsonl")}
+    logs = {n: (run_dir / n).read_bytes() for n in ("learner.jsonl", "episodes.jsonl", "inference.jsonl", "recipe.json")}
     data["stop"] = {"updates": 8, "seconds": 120}
     sup = Supervisor(recipe_from_dict(data), run_dir)
-    with pytest.raises(RunError, match=rf"{bad.name}: .*{cause}"):
+    with pytest.raises(RunError, match=rf"{bad.name}: .*{cause}") as e:
         await sup.run()
+    assert "\n" not in str(e.value) and len(str(e.value)) < 600, str(e.value)
     assert {d: _tree_bytes(run_dir / d) for d in ("checkpoints", "league")} == before
     assert {n: (run_dir / n).read_bytes() for n in logs} == logs
     assert sup.answerer is None  # refused as it was made: no engine, no learner thread, no last checkpoint
