@@ -131,6 +131,35 @@ def test_a_league_snapshot_missing_or_corrupt_is_a_clear_error(tmp_path):
         fresh.load_state_dict(sd)
 
 
+def test_a_truncated_checkpoint_says_truncated_never_invalid_argument(tmp_path):
+    """torch.load raises OSError EINVAL for a zip cut inside its central directory: a resume
+    or `eval` of a checkpoint cut short by a full disk or a copy said only "Invalid argument
+    [EINVAL]" (2026-12-02). Cut at every kind of place (the first bytes, a record, the
+    central directory, the last byte), a checkpoint or a league snapshot says it does not
+    read, and why; a folder in a checkpoint's place is the OSError it is."""
+    learner, league = trained(tmp_path, updates=3)
+    p = save(tmp_path, learner, league, steps=5)
+    whole = p.read_bytes()
+    causes = {}
+    for n in (0, 10, 100, len(whole) // 2, len(whole) - 200, len(whole) - 1):
+        p.write_bytes(whole[:n])
+        with pytest.raises(CheckpointLoadError) as e:
+            load_latest(tmp_path)
+        assert e.value.path == str(p)
+        causes[n] = e.value.cause
+    assert all(c.startswith("not a readable checkpoint, truncated or corrupt (") for c in causes.values()), causes
+    p.unlink()
+    p.mkdir()
+    with pytest.raises(CheckpointLoadError, match=rf"{p.name}: Is a directory \[EISDIR\]"):
+        load_latest(tmp_path)
+    snap = tmp_path / "league" / league.snapshots[-1].file
+    snap.write_bytes(snap.read_bytes()[:-1])
+    fresh = League(tmp_path, LeagueConfig(snapshot_every=1, latest_share=0.3, seed=0))
+    with pytest.raises(CheckpointLoadError, match=rf"{snap.name}: league snapshot of version 3: not a readable "
+                                                  "checkpoint, truncated or corrupt"):
+        fresh.load_state_dict(league.state_dict())
+
+
 def test_a_checkpoint_folder_that_is_a_file_is_a_clear_write_error(tmp_path):
     learner, league = trained(tmp_path, updates=1)
     (tmp_path / "checkpoints").write_bytes(b"not a folder")
@@ -218,12 +247,13 @@ def _tree_bytes(folder) -> dict:
     return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-@pytest.mark.parametrize("damage", ["missing_snapshot", "corrupt_checkpoint"])
+@pytest.mark.parametrize("damage", ["missing_snapshot", "corrupt_checkpoint", "other_network"])
 async def test_a_resume_that_cannot_load_everything_stops_before_writing(tmp_path, null_native, damage):
     """Issue 9, item 7: a resume whose league snapshot is missing (or whose latest checkpoint
     is corrupt) stops with one error naming the file and the cause, before anything of the
     learning side is written: the checkpoints, the league and the logs stay byte-identical
-    (they were overwritten with zeroed counters)."""
+    (they were overwritten with zeroed counters), and so does recipe.json (it was replaced
+    by the refused recipe, here one with another stop, until 2026-12-02)."""
     from w3async.recipes import recipe_from_dict
     from w3async.runtime.supervisor import RunError, Supervisor
 
@@ -242,16 +272,21 @@ async def test_a_resume_that_cannot_load_everything_stops_before_writing(tmp_pat
         bad = run_dir / "league" / ckpt["league"]["snapshots"][0]["file"]
         bad.unlink()
         cause = "No such file or directory"
-    else:
+    elif damage == "corrupt_checkpoint":
         bad = Path(ckpt["path"])
         bad.write_bytes(bad.read_bytes()[:1000])
         cause = "not a readable checkpoint"
+    else:  # the recipe's network changed: its first mismatch, not torch's paragraph of all of them
+        bad = Path(ckpt["path"])
+        data["network"] = dict(data["network"], d_model=2 * data["network"]["d_model"])
+        cause = r"does not load into this recipe's network \(RuntimeError: Error\(s\) in loading state_dict .* size mismatch"
     before = {d: _tree_bytes(run_dir / d) for d in ("checkpoints", "league")}
-    logs = {n: (run_dir / n).read_bytes() for n in ("learner.jsonl", "episodes.jsonl", "inference.jsonl")}
+    logs = {n: (run_dir / n).read_bytes() for n in ("learner.jsonl", "episodes.jsonl", "inference.jsonl", "recipe.json")}
     data["stop"] = {"updates": 8, "seconds": 120}
     sup = Supervisor(recipe_from_dict(data), run_dir)
-    with pytest.raises(RunError, match=rf"{bad.name}: .*{cause}"):
+    with pytest.raises(RunError, match=rf"{bad.name}: .*{cause}") as e:
         await sup.run()
+    assert "\n" not in str(e.value) and len(str(e.value)) < 600, str(e.value)
     assert {d: _tree_bytes(run_dir / d) for d in ("checkpoints", "league")} == before
     assert {n: (run_dir / n).read_bytes() for n in logs} == logs
     assert sup.answerer is None  # refused as it was made: no engine, no learner thread, no last checkpoint

@@ -5,6 +5,7 @@ checkpoint of another network shape are one clear line each and exit status 2.""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -50,9 +51,9 @@ def make_checkpoint(run_dir, d_model: int = 16, saved_as: int | None = None):
     return save_checkpoint(run_dir, learner=learner.state_dict(), counters={}, league={"snapshots": []}, recipe=saved)
 
 
-def eval_cli(*args, timeout=120):
+def eval_cli(*args, timeout=120, env=None):
     return subprocess.run([sys.executable, "-m", "w3async", "eval", *map(str, args)], cwd=REPO, capture_output=True,
-                          text=True, timeout=timeout)
+                          text=True, timeout=timeout, env=None if env is None else {**os.environ, **env})
 
 
 def test_eval_plays_each_level_and_reports_intervals(tmp_path, duel_bin):
@@ -88,6 +89,25 @@ def test_bad_checkpoints_are_one_clear_error(tmp_path, case):
     assert p.returncode == 2, (p.stdout, p.stderr)
     assert p.stderr.count("\n") == 1 and "Traceback" not in p.stderr, p.stderr
     assert str(arg) in p.stderr and why in p.stderr, p.stderr
+
+
+def test_a_json_file_that_cannot_be_written_and_refusals_leave_nothing(tmp_path, duel_bin):
+    """--json in a folder that does not exist, or naming a folder, was a traceback after every
+    game was played; a refused eval (here: more processes than the machine takes) left an
+    empty w3async-eval-* folder in $TMPDIR each time (2026-12-02). Now both are refused
+    before anything is made or played: one line naming the file, exit 2."""
+    make_checkpoint(tmp_path / "run")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    for json_arg, why in ((tmp_path / "nope" / "x.json", f"the folder {tmp_path / 'nope'} does not exist"),
+                          (tmp_path, "--json names a folder, not a file")):
+        p = eval_cli(tmp_path / "run", "--games", 1, "--levels", "easy", "--json", json_arg, env={"TMPDIR": str(tmp)})
+        assert p.returncode == 2, (p.stdout, p.stderr)
+        assert p.stderr.count("\n") == 1 and "Traceback" not in p.stderr and why in p.stderr, p.stderr
+        assert "ai:easy" not in p.stdout  # no game was played
+    p = eval_cli(tmp_path / "run", "--games", 1, "--parallel", 100_000, env={"TMPDIR": str(tmp)})
+    assert p.returncode == 2 and "are more than this machine takes" in p.stderr, p.stderr
+    assert os.listdir(tmp) == [] and not (tmp_path / "nope").exists()
 
 
 def test_resolve_prefers_best_then_latest(tmp_path):

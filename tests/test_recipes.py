@@ -338,6 +338,20 @@ def test_cli_resumed_run_folder_with_a_folder_where_a_log_goes(tmp_path):
     assert sorted(os.listdir(runs / "r1")) == ["events.jsonl", "games"]  # no run.lock, no recipe.json
 
 
+@pytest.mark.parametrize("name", ["../outside", "{tmp}/outside", "sub/r1"])
+def test_cli_a_run_name_that_leaves_the_runs_folder(tmp_path, name):
+    """--run is one folder name under --runs-dir: `../x` or an absolute path would make (or
+    resume, writing its files into) a folder elsewhere, here an existing one of the user's."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "notes.txt").write_text("mine")
+    name = name.format(tmp=tmp_path)
+    err = _cli_bad(tmp_path, ["null", "--run", name], runs=runs)
+    assert f"--run {name!r}, --runs-dir '{runs}': the run folder needs a name" in err and "no '/'" in err, err
+    assert os.listdir(tmp_path / "outside") == ["notes.txt"] and os.listdir(runs) == []
+
+
 def test_status_address_that_cannot_be_served():
     import socket
 

@@ -126,3 +126,72 @@ def test_wine_plays_the_replay_like_native(long_replay, tmp_path, wine):
                     prefix=prefix)
     assert res.verdict == "identical", (res.errors, res.divergences)
     assert res.steps >= 400 and sum(v.startswith("wine") for v in res.variants) == 2
+
+
+def _with_crc(data: bytearray, start: int, end: int) -> bytes:
+    import struct
+    import zlib
+
+    struct.pack_into("<I", data, end, zlib.crc32(bytes(data[start:end])))
+    return bytes(data)
+
+
+def test_a_replay_whose_sizes_lie_is_refused(long_replay, tmp_path, capsys):
+    """Sizes that every CRC vouches for but the file does not hold: a header size of
+    another layout, an end record claiming more steps than there are (a file cut at a
+    record boundary with its end record put back). Both used to compare the steps left
+    and exit 0, "identical"."""
+    import struct
+
+    data = long_replay.read_bytes()
+    n = len(read_replay(long_replay).steps)
+    head = bytearray(data)
+    struct.pack_into("<I", head, 12, 1 << 30)
+    (tmp_path / "hsize.w3dr").write_bytes(_with_crc(head, 0, 60))
+    with pytest.raises(ReplayError, match=r"offset 12: header size: is 1073741824, version 1 has 64"):
+        read_replay(tmp_path / "hsize.w3dr")
+    end = bytearray(data)
+    struct.pack_into("<I", end, len(end) - 24, n + 1000)
+    (tmp_path / "end.w3dr").write_bytes(_with_crc(end, len(end) - 28, len(end) - 4))
+    with pytest.raises(ReplayError, match=rf"end record steps: is {n + 1000}, the file holds {n} step records"):
+        read_replay(tmp_path / "end.w3dr")
+    (tmp_path / "hdr.w3dr").write_bytes(data[:64])
+    with pytest.raises(ReplayError, match="ends after the header without one"):
+        read_replay(tmp_path / "hdr.w3dr")
+    assert rp.main([str(tmp_path / "hsize.w3dr"), str(tmp_path / "end.w3dr")]) == rp.EXIT_BROKEN
+    out = capsys.readouterr().out
+    assert "hsize.w3dr: cannot load" in out and "end.w3dr: cannot load" in out and "identical" not in out
+
+
+@pytest.mark.parametrize("args,says", [
+    (["--steps", "0"], "argument --steps: '0': must be a finite number > 0"),
+    (["--steps", "-5"], "argument --steps: '-5': must be a finite number > 0"),
+    (["--timeout", "nan"], "argument --timeout: 'nan': must be a finite number > 0"),
+    (["--env", "=1"], "--env '=1': expected KEY=a,b,..."),
+])
+def test_bad_options_exit_2_before_anything_runs(long_replay, tmp_path, capsys, args, says):
+    """--steps 0 or -5 compared nothing and said "identical" (exit 0), --timeout nan never
+    timed out, a malformed --env exited 1 (the status of a divergence)."""
+    with pytest.raises(SystemExit) as e:
+        rp.main([str(long_replay), "--keep", str(tmp_path / "dumps"), *args])
+    err = capsys.readouterr().err
+    assert e.value.code == rp.EXIT_BROKEN and says in err and "Traceback" not in err, err
+    assert not (tmp_path / "dumps").exists()
+
+
+def test_a_game_or_keep_folder_that_cannot_be_used_is_one_line(long_replay, tmp_path, capsys, monkeypatch):
+    """A --native-exe that is a folder or not executable, a --keep that is a file: these were
+    tracebacks with exit status 1 (a divergence's)."""
+    keep = tmp_path / "keep"
+    keep.write_text("mine")
+    for args, says in ((["--native-exe", str(tmp_path)], f"--native-exe {tmp_path} is not a program"),
+                       (["--native-exe", str(keep)], f"--native-exe {keep} is not a program"),
+                       (["--keep", str(keep)], f"--keep {keep}: cannot keep the dumps there: it is a file")):
+        assert rp.main([str(long_replay), *args]) == rp.EXIT_BROKEN
+        err = capsys.readouterr().err
+        assert says in err and err.count("\n") == 1, err
+    assert keep.read_text() == "mine"
+    # a game that cannot be started once checked (gone, a process limit): that variant is broken
+    monkeypatch.setattr(rp, "NATIVE_EXE", tmp_path / "gone")
+    res = check(long_replay, tmp_path, ["W3D_CUTS=0"])
+    assert res.verdict == "broken" and any("cannot start" in e and "gone" in e for e in res.errors), res.errors

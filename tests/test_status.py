@@ -632,6 +632,15 @@ def test_status_cli(tmp_path, capsys):
     assert "slot 0 (native): stopped, 1 restarts (crash 1)" in out
     assert status_cli.main(tmp_path / "nothing") == 2
     assert "not a run folder" in capsys.readouterr().err
+    # a folder where a log goes (events.jsonl, learner.jsonl) was a traceback: one line, exit 2
+    (tmp_path / "odd" / "events.jsonl").mkdir(parents=True)
+    assert status_cli.main(tmp_path / "odd") == 2
+    assert "not a run folder (no events.jsonl file)" in capsys.readouterr().err
+    (run / "learner.jsonl").unlink()
+    (run / "learner.jsonl").mkdir()
+    assert status_cli.main(run) == 2
+    err = capsys.readouterr().err
+    assert err == f"w3async status: {run}: cannot read {run / 'learner.jsonl'}: Is a directory\n", err
 
 
 # ---- a real run --------------------------------------------------------------------------

@@ -71,9 +71,13 @@ def _run(args) -> int:
         console(f"w3async: error: {e}")
         return 2
     name = args.run or f"{recipe.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    if "\0" in name or "\0" in args.runs_dir or name.strip("/") in ("", ".", ".."):
+    name = name.rstrip("/") or name  # "r1/" (a shell's completion) is r1; "/" stays, and is refused
+    # The run folder is one name under --runs-dir: `--run ../x` or `--run /abs` would make or
+    # resume a folder elsewhere (an existing one, e.g. ../recipes, gets the run's files).
+    if "\0" in name or "\0" in args.runs_dir or "/" in name or name in ("", ".", ".."):
         return _error(path, [f"--run {name!r}, --runs-dir {args.runs_dir!r}: the run folder needs a name "
-                             f"(not '', '.' or '..') and no NUL"])
+                             f"(not '', '.' or '..'), no '/' (it is made in --runs-dir: set that for "
+                             f"another place) and no NUL"])
     runs_dir = Path(args.runs_dir)
     run_dir = runs_dir / name
     # Everything against the machine before anything is created: the run folder is made

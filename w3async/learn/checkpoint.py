@@ -139,14 +139,27 @@ def load_checkpoint(path: Path | str) -> dict:
     return ckpt
 
 
-def _load(path: Path) -> dict:
+def read_file(path: Path | str) -> Any:
+    """torch.load(weights_only=True) of one file (a checkpoint, a league snapshot), or
+    CheckpointLoadError naming it: the OSError of opening it (missing, a folder, no
+    permission), else "not a readable checkpoint" with torch's first line. The file is
+    opened here, not by torch: torch raises OSError EINVAL for a zip cut short, which
+    read as "Invalid argument" for a checkpoint that is only truncated."""
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        f = open(path, "rb")
     except OSError as e:
         raise CheckpointLoadError(path, describe(e), e.errno) from e
-    except Exception as e:  # noqa: BLE001 (torch raises many kinds for a corrupt file)
-        first = " ".join(re.sub(r"\x1b\[[0-9;]*m", "", str(e)).split("\n")[0].split())[:160]  # torch's: paragraphs, colours
-        raise CheckpointLoadError(path, f"not a readable checkpoint ({type(e).__name__}: {first})") from e
+    with f:
+        try:
+            return torch.load(f, map_location="cpu", weights_only=True)
+        except Exception as e:  # noqa: BLE001 (torch raises many kinds for a corrupt or truncated file)
+            first = " ".join(re.sub(r"\x1b\[[0-9;]*m", "", str(e)).split("\n")[0].split())[:160]  # torch's: paragraphs, colours
+            raise CheckpointLoadError(path, f"not a readable checkpoint, truncated or corrupt ({type(e).__name__}: "
+                                            f"{first})") from e
+
+
+def _load(path: Path) -> dict:
+    ckpt = read_file(path)
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
         raise CheckpointLoadError(path, f"not a w3async checkpoint of format {FORMAT}")
     missing = [k for k in ("learner", "counters", "league") if not isinstance(ckpt.get(k), dict)]

@@ -21,8 +21,9 @@ It runs through the Supervisor like any run (a run folder of its own under /tmp,
 with --keep), with `EvalAnswerer`: the checkpoint's network in an InferenceEngine, no
 learner, no trajectories, no checkpoints. It prints per level the games, wins, losses,
 draws (and truncated), the win rate and its 95% Wilson interval; `--json FILE` writes
-the same. A path that is not there, a file that is not a checkpoint or a checkpoint
-whose weights do not fit its network: one line naming the file and why, exit status 2.
+the same. A path that is not there, a file that is not a checkpoint, a checkpoint
+whose weights do not fit its network or a --json file that cannot be written: one line
+naming the file and why, exit status 2, before any game is played or folder made.
 """
 
 from __future__ import annotations
@@ -307,6 +308,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--keep", action="store_true", help="keep the eval run's folder (logs of each game)")
 
 
+def _check_json(out: Path) -> None:
+    """--json's file can be written (its folder exists and takes a file), before any game is
+    played: it was a traceback after the whole evaluation (2026-12-02)."""
+    from w3async.runtime.preflight import probe_folder  # noqa: PLC0415
+
+    if out.is_dir():
+        raise EvalError(out, "--json names a folder, not a file")
+    if not out.parent.is_dir():
+        raise EvalError(out, f"--json: the folder {out.parent} does not exist")
+    why = probe_folder(out.parent)
+    if why:
+        raise EvalError(out, f"--json: {why}")
+
+
 def run_eval(args, console) -> int:
     try:
         if args.games < 1 or args.parallel < 1 or args.lanes < 0:
@@ -317,6 +332,8 @@ def run_eval(args, console) -> int:
                 raise EvalError(args.checkpoint, f"--env {kv!r}: expected KEY=VALUE")
             k, v = kv.split("=", 1)
             env[k] = v
+        if args.json:
+            _check_json(Path(args.json))
         path = resolve(args.checkpoint)
         recipe, net, version = load_policy(path, args.recipe or None)
         game = games.get(recipe.game)
@@ -335,10 +352,12 @@ def _play(args, path: Path, data: dict, levels: list[str], net, version: int, co
     from w3async.runtime.preflight import preflight  # noqa: PLC0415
     from w3async.runtime.supervisor import RunError, Supervisor  # noqa: PLC0415
 
-    run_dir = Path(tempfile.mkdtemp(prefix="w3async-eval-")) / "run"
     try:
         recipe = recipe_from_dict(data, f"{path} (eval)")
-        problems = preflight(recipe, run_dir, run_dir.parent)
+        # Checked where the run folder will be made, before it is: a refused eval left an
+        # empty w3async-eval-* folder behind in $TMPDIR each time.
+        tmp = Path(tempfile.gettempdir())
+        problems = preflight(recipe, tmp / "w3async-eval-(new)" / "run", tmp)
         if problems:
             console(f"w3async: error: eval {path}:\n  " + "\n  ".join(problems))
             return 2
@@ -346,6 +365,7 @@ def _play(args, path: Path, data: dict, levels: list[str], net, version: int, co
         console(f"w3async: error: eval {e}")
         return 2
     made: list[EvalAnswerer] = []
+    run_dir = Path(tempfile.mkdtemp(prefix="w3async-eval-")) / "run"
 
     def answerer(control):
         quota, level = _quotas(control, args.games, levels)
@@ -380,8 +400,12 @@ def _play(args, path: Path, data: dict, levels: list[str], net, version: int, co
         print(f"{lvl:<12} {r['games']:>5} {r['wins']:>5} {r['losses']:>5} {r['draws']:>5} {r['truncated']:>5} "
               f"{_pct(r['win_rate']):>9}  [{_pct(r['lo'])}, {_pct(r['hi'])}]")
     if args.json:
-        atomic_write_text(args.json, json.dumps(dict(checkpoint=str(path), version=version, games=args.games,
-                                                     seed=args.seed, levels=out), indent=1) + "\n")
+        try:
+            atomic_write_text(args.json, json.dumps(dict(checkpoint=str(path), version=version, games=args.games,
+                                                         seed=args.seed, levels=out), indent=1) + "\n")
+        except OSError as e:  # checked before the games; changed since (the table above has the results)
+            console(f"w3async: eval {path}: --json {args.json}: {e}")
+            return 1
     return 0 if not short and not sup.error else 1
 
 

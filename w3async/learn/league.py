@@ -18,14 +18,14 @@ network each).
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from w3async.learn.checkpoint import CheckpointLoadError, atomic_save, describe
+from w3async.learn.checkpoint import CheckpointLoadError, atomic_save, describe, read_file
 
 LEAGUE_DIR = "league"
 
@@ -87,7 +87,7 @@ class League:
         return pool[int(self.rng.integers(len(pool)))]
 
     def load(self, snap: Snapshot) -> dict:
-        return torch.load(self.dir / snap.file, map_location="cpu", weights_only=True)
+        return read_file(self.dir / snap.file)
 
     def state_dict(self) -> dict:
         return {"snapshots": [asdict(s) for s in self.snapshots], "rng": self.rng.bit_generator.state}
@@ -109,11 +109,11 @@ class League:
                 raise CheckpointLoadError(path, "a snapshot name outside the league folder")
             try:
                 if s.file in pool:
-                    torch.load(path, map_location="cpu", weights_only=True)
+                    read_file(path)
                 elif not path.is_file():
-                    raise FileNotFoundError(2, "No such file or directory")
-            except Exception as e:  # noqa: BLE001 (missing, unreadable, corrupt: all the same to a resume)
-                raise CheckpointLoadError(path, f"league snapshot of version {s.version}: {describe(e)}") from e
+                    raise CheckpointLoadError(path, "No such file or directory [ENOENT]", errno.ENOENT)
+            except CheckpointLoadError as e:  # missing, unreadable, corrupt: all the same to a resume
+                raise CheckpointLoadError(path, f"league snapshot of version {s.version}: {e.cause}", e.errno) from e
         self.snapshots = snapshots
         self.rng.bit_generator.state = sd["rng"]
 

@@ -27,8 +27,11 @@ def restore(run_dir: Path, learner, league, counters, tally) -> dict | None:
     try:
         learner.load_state_dict(ckpt["learner"])
     except Exception as e:  # noqa: BLE001 (shapes of another network, a truncated state)
+        # torch lists every mismatched tensor, a paragraph of them: its heading and the first
+        lines = [" ".join(x.split()) for x in str(e).splitlines() if x.strip()]
+        more = f" (and {len(lines) - 2} more)" if len(lines) > 2 else ""
         raise CheckpointLoadError(path, "its learner state does not load into this recipe's network "
-                                        f"({describe(e)})") from e
+                                        f"({type(e).__name__}: {' '.join(lines[:2])[:300]}{more})") from e
     try:
         league.load_state_dict(ckpt["league"])
     except CheckpointLoadError as e:

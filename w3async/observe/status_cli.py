@@ -65,15 +65,19 @@ def summary(st: dict, games: list[dict]) -> list[str]:
 
 def main(run_dir: str | Path) -> int:
     run_dir = Path(run_dir)
-    if not (run_dir / "events.jsonl").exists():
-        print(f"w3async status: {run_dir} is not a run folder (no events.jsonl): give runs/<run>", file=sys.stderr)
+    if not (run_dir / "events.jsonl").is_file():  # a folder in its place was a traceback
+        print(f"w3async status: {run_dir} is not a run folder (no events.jsonl file): give runs/<run>", file=sys.stderr)
         return 2
     view = RunView(run_dir)
     live = _from_server(run_dir) if view.live() else None
     if live is not None:
         st, games = live
     else:
-        view.refresh()
+        try:
+            view.refresh()
+        except OSError as e:  # a log that is a folder or cannot be read: say which, no traceback
+            print(f"w3async status: {run_dir}: cannot read {e.filename}: {e.strerror or e}", file=sys.stderr)
+            return 2
         st, games = view.status(), view.games()
     for line in summary(st, games):
         print(line)

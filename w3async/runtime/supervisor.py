@@ -109,7 +109,6 @@ class Supervisor:
             # We hold the lock, so the supervisor that wrote it is dead (killed, or the
             # machine went down): end what it left before anything else.
             self.events.warning("previous_run", **cleanup_previous_run(self.lock.previous))
-        files.atomic_write_text(self.run_dir / "recipe.json", json.dumps(recipe_to_dict(self.recipe), indent=1))
         r = self.recipe
         groups = [g for g in r.games if not g.host for _ in range(g.count)]  # one per game slot here
         sizes = [g.lanes * g.sides for g in groups]  # its rows
@@ -145,6 +144,9 @@ class Supervisor:
             self.answerer = Training(self.control)  # loads the latest checkpoint, or refuses the run
         else:
             self.answerer = policy_answerer(self.control, r.supervisor.policy)
+        # Only now, the checkpoint loaded: a resume refused above (weights of another network,
+        # a missing snapshot) left the run's recipe.json replaced by the recipe it refused.
+        files.atomic_write_text(self.run_dir / "recipe.json", json.dumps(recipe_to_dict(r), indent=1))
         self.events.info("run_start", run=self.run_dir.name, recipe=r.name, pid=os.getpid(), shm=self.table.name,
                          rows=n_rows, games=n_games, gather=r.supervisor.gather, policy=r.supervisor.policy)
 

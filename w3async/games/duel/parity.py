@@ -12,7 +12,9 @@ variant, unit by unit and field by field. The report is a table (replay, steps,
 variants, verdict) and, for a divergence, the first step and the fields that differ.
 
 Exit status: 0 all identical; 1 a divergence; 2 a replay that fails to load, a variant
-that crashes, hangs past --timeout or stops early.
+that crashes, hangs past --timeout or stops early, or bad options (a --steps or --timeout
+that is not a positive number, a malformed --env, a game that is not a program, a --keep
+that is not a folder): one line naming the option and the value, nothing run.
 
 Trap (seeds/000): a variant's environment must really reach the game. Each variant's
 values are set last, over the caller's environment, and the table prints them.
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import math
 import os
 import subprocess
 import sys
@@ -80,8 +83,8 @@ def parse_env(specs: list[str]) -> list[list[tuple[str, str]]]:
     axes = []
     for spec in specs:
         key, sep, values = spec.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"replay_parity: --env {spec!r}: expected KEY=a,b,...")
+        if not sep or not key or "\0" in spec:
+            raise ValueError(f"--env {spec!r}: expected KEY=a,b,...")
         axes.append([(key, v) for v in values.split(",")])
     return axes
 
@@ -131,7 +134,12 @@ def play_variants(replay: Path, variants: list[Variant], steps: int | None, time
         else:
             args[1], args[3] = _windows_path(replay), _windows_path(dump)
             cmd, env = wine_prefix.command(str(exes["wine"]), args), wine_prefix.env(extra)
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+        except OSError as e:  # the game went since main() checked it, a limit on processes: this variant is broken
+            errors.append(f"{v.name}: cannot start {cmd[0]}: {e.strerror or e}")
+            continue
         runs.append(_Run(v, dump, proc))
     deadline = time.monotonic() + timeout_s
     last_report = 0.0
@@ -225,6 +233,29 @@ def report(results: list[Result], out=None) -> None:
                 print(f"    {f.what} {f.field}: {f.a} vs {f.b}", file=out)
 
 
+def _positive(kind):
+    """An argparse type: a finite number > 0 (a --timeout of nan never ends, a --steps of
+    0 or -5 compared nothing and said "identical")."""
+    def parse(text: str):
+        try:
+            x = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not (math.isfinite(x) and x > 0):
+            raise argparse.ArgumentTypeError(f"{text!r}: must be a finite number > 0")
+        return x
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def _not_a_program(exe: Path) -> str | None:
+    if not exe.exists():
+        return "is missing: run `make build`"
+    if not exe.is_file() or not os.access(exe, os.X_OK):
+        return "is not a program (a folder, or a file without execute permission)"
+    return None
+
+
 def main(argv: list[str] | None = None, acquire_wine_prefix: Callable[[], ContextManager] | None = None) -> int:
     """The command line. acquire_wine_prefix: a context manager factory giving a Wine
     prefix (.command, .env) for --runtime wine; w3async.replay_parity passes the
@@ -233,8 +264,9 @@ def main(argv: list[str] | None = None, acquire_wine_prefix: Callable[[], Contex
     ap.add_argument("replays", nargs="+", type=Path)
     ap.add_argument("--env", action="append", default=[], help="KEY=a,b: one variant per value (repeatable)")
     ap.add_argument("--runtime", default="native", help="native, wine or native,wine")
-    ap.add_argument("--steps", type=int, default=None, help="compare at most this many steps")
-    ap.add_argument("--timeout", type=float, default=300.0, help="seconds per replay before a variant counts as hung")
+    ap.add_argument("--steps", type=_positive(int), default=None, help="compare at most this many steps")
+    ap.add_argument("--timeout", type=_positive(float), default=300.0,
+                    help="seconds per replay before a variant counts as hung")
     ap.add_argument("--keep", type=Path, default=None, help="keep the dumps in this folder")
     ap.add_argument("--native-exe", type=Path, default=None, help=f"the native game (default {NATIVE_EXE})")
     ap.add_argument("--wine-exe", type=Path, default=None, help=f"the Windows game (default {WIN_EXE})")
@@ -244,10 +276,22 @@ def main(argv: list[str] | None = None, acquire_wine_prefix: Callable[[], Contex
     bad = [r for r in runtimes if r not in ("native", "wine")]
     if bad or not runtimes:
         ap.error(f"--runtime {a.runtime}: each must be native or wine")
-    variants = make_variants(runtimes, parse_env(a.env))
+    try:
+        variants = make_variants(runtimes, parse_env(a.env))
+    except ValueError as e:
+        ap.error(str(e))
     for rt, exe in exes.items():
-        if rt in runtimes and not exe.exists():
-            print(f"replay_parity: {exe} is missing: run `make build`", file=sys.stderr)
+        why = _not_a_program(exe) if rt in runtimes else None
+        if why:
+            print(f"replay_parity: --{rt}-exe {exe} {why}", file=sys.stderr)
+            return EXIT_BROKEN
+    if a.keep is not None:
+        try:
+            if a.keep.exists() and not a.keep.is_dir():
+                raise NotADirectoryError(0, "it is a file, not a folder")
+            a.keep.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            print(f"replay_parity: --keep {a.keep}: cannot keep the dumps there: {e.strerror or e}", file=sys.stderr)
             return EXIT_BROKEN
     print(f"replay_parity: {len(a.replays)} replay(s) x {len(variants)} variant(s): "
           + "; ".join(v.name for v in variants), flush=True)
@@ -265,7 +309,6 @@ def main(argv: list[str] | None = None, acquire_wine_prefix: Callable[[], Contex
                 print(f"replay_parity: no Wine prefix for --runtime wine: {e}", file=sys.stderr)
                 return EXIT_BROKEN
         workdir = a.keep or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="w3a-parity-")))
-        workdir.mkdir(parents=True, exist_ok=True)
         for path in a.replays:
             print(f"replay_parity: {path} ...", flush=True)
             results.append(check_replay(path, variants, a.steps, a.timeout, workdir,

@@ -110,10 +110,12 @@ def parse_header(path: str | Path, buf: bytes) -> Header:
         raise ReplayError(path, 0, "magic", f"{buf[:8]!r} is not {MAGIC!r} (not a duel replay)")
     if not _crc_ok(buf, 0, 60):
         raise ReplayError(path, 60, "header crc", "does not match the header's bytes: corrupted")
-    version, _hsize, map_, step_turns, limit, flags, seed, lane, episode, c0, c1, reward = struct.unpack_from(
+    version, hsize, map_, step_turns, limit, flags, seed, lane, episode, c0, c1, reward = struct.unpack_from(
         "<IIIIIIQIIIII", buf, 8)
     if version != VERSION:
         raise ReplayError(path, 8, "version", f"is {version}, this reader knows {VERSION}")
+    if hsize != HEADER_SIZE:  # a writer of another layout, whatever its CRC says
+        raise ReplayError(path, 12, "header size", f"is {hsize}, version {VERSION} has {HEADER_SIZE}")
     if map_ >= len(MAPS) or step_turns < 1 or limit < 1:
         raise ReplayError(path, 16, "map/step_turns/time_limit_turns", f"out of range: {map_}, {step_turns}, {limit}")
     return Header(map_, step_turns, limit, flags, seed, lane, episode, (_controller(c0), _controller(c1)), reward)
@@ -122,8 +124,9 @@ def parse_header(path: str | Path, buf: bytes) -> Header:
 def read_replay(path: str | Path, *, max_steps: int | None = None, require_end: bool = True) -> Replay:
     """Reads and validates a whole replay (or its first max_steps steps).
 
-    Raises ReplayError for a bad magic, version or CRC, a record cut short, a step out
-    of sequence, a unit count over MAX_UNITS, or (with require_end) a missing end record.
+    Raises ReplayError for a bad magic, version, header size or CRC, a record cut short,
+    a step out of sequence, a unit count over MAX_UNITS, an end record whose step count
+    is not the steps read, or (with require_end) a missing end record.
     """
     buf = Path(path).read_bytes()
     header = parse_header(path, buf)
@@ -135,7 +138,8 @@ def read_replay(path: str | Path, *, max_steps: int | None = None, require_end: 
             return rep
         if off == len(buf):
             if require_end:
-                raise ReplayError(path, off, "end record", f"truncated: the file ends after step {len(rep.steps) - 1} without one")
+                after = f"step {len(rep.steps) - 1}" if rep.steps else "the header"
+                raise ReplayError(path, off, "end record", f"truncated: the file ends after {after} without one")
             return rep
         if off + 4 > len(buf):
             raise ReplayError(path, off, "record tag", f"truncated: {len(buf) - off} bytes left, a tag needs 4")
@@ -146,6 +150,11 @@ def read_replay(path: str | Path, *, max_steps: int | None = None, require_end: 
             if not _crc_ok(buf, off, off + 24):
                 raise ReplayError(path, off + 24, "end record crc", "does not match the record's bytes: corrupted")
             steps, winner, reason, h = struct.unpack_from("<IiiQ", buf, off + 4)
+            if steps != len(rep.steps):
+                # A file cut (or spliced) at a record boundary with an end record after it: its
+                # CRCs all pass, and a comparison of the steps left would say "identical".
+                raise ReplayError(path, off + 4, "end record steps",
+                                  f"is {steps}, the file holds {len(rep.steps)} step records: steps are missing")
             rep.end = End(steps, winner, reason, h)
             return rep
         if tag != TAG_STEP:
