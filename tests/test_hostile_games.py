@@ -5,7 +5,6 @@ cause, the honest games keep stepping with every answer checked, and nothing is 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
