@@ -338,6 +338,33 @@ def test_cli_resumed_run_folder_with_a_folder_where_a_log_goes(tmp_path):
     assert sorted(os.listdir(runs / "r1")) == ["events.jsonl", "games"]  # no run.lock, no recipe.json
 
 
+def test_cli_a_run_folder_is_resumed_only_by_a_recipe_of_its_game(tmp_path):
+    """A resume appends to the run's logs and replaces its recipe.json: a recipe of another
+    game (a --run typed wrong), or one that does not train for a training run's folder, is
+    refused, both recipes named, and the folder is left byte for byte."""
+    runs = tmp_path / "runs"
+    r = subprocess.run([sys.executable, "-m", "w3async", "run", "null", "--run", "r1", "--runs-dir", str(runs),
+                        "--set", "stop.seconds=1"], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert r.returncode == 0, r.stderr
+    run = runs / "r1"
+
+    def files() -> dict:
+        return {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
+
+    before = files()
+    err = _cli_bad(tmp_path, ["duelai", "--run", "r1"], runs=runs)
+    assert (f"run folder '{run}' holds a run of game 'null', made by recipe 'null' (its recipe.json); "
+            f"recipe 'duelai' runs game 'duel'") in err, err
+    assert files() == before
+    (run / "checkpoints").mkdir(exist_ok=True)
+    (run / "checkpoints" / "ckpt-00000001.pt").write_bytes(b"")  # what a training run leaves
+    before = files()
+    err = _cli_bad(tmp_path, ["null", "--run", "r1"], runs=runs)
+    assert f"run folder '{run}' holds a training run's checkpoints, made by recipe 'null'" in err, err
+    assert "recipe 'null' answers with policy 'check', not a network that trains" in err, err
+    assert files() == before
+
+
 @pytest.mark.parametrize("name", ["../outside", "{tmp}/outside", "sub/r1"])
 def test_cli_a_run_name_that_leaves_the_runs_folder(tmp_path, name):
     """--run is one folder name under --runs-dir: `../x` or an absolute path would make (or

@@ -15,6 +15,7 @@ removing one file in it (or in its nearest existing parent, when it does not exi
 from __future__ import annotations
 
 import errno
+import json
 import os
 import resource
 import stat
@@ -211,6 +212,7 @@ def check_folders(recipe: Recipe, run_dir: Path, runs_dir: Path | None = None) -
             if os.path.lexists(p) and os.path.isdir(p) != (name in RUN_FOLDERS):
                 problems.append(f"run folder '{run_dir}': {p} is a {'folder' if os.path.isdir(p) else 'file'}, "
                                 f"where the run keeps a {'folder' if name in RUN_FOLDERS else 'file'}")
+        problems += check_resume(recipe, run_dir)
     if recipe.runtime.cache_dir or any(g.runtime == "wine" for g in recipe.games):
         from w3async.runtime.wine import WineConfig, cache_root  # noqa: PLC0415
 
@@ -221,6 +223,31 @@ def check_folders(recipe: Recipe, run_dir: Path, runs_dir: Path | None = None) -
                    else "Wine's cache ($W3ASYNC_CACHE or ~/.cache/w3async; set runtime.cache_dir)")
             problems.append(f"{key}: {where}: {why}")
     return problems
+
+
+def check_resume(recipe: Recipe, run_dir: Path) -> list[str]:
+    """A run folder is continued by a recipe of its game, and a training run's folder by a
+    recipe that trains (policy "network"): another one (a `--run` typed wrong, a recipe mixed up) would append
+    its lines to the run's logs and replace its recipe.json. A recipe of another name and
+    the same game may continue it (fgself's run under fgself-injected); the checkpoint
+    then has to fit its network (learn/resume.py)."""
+    try:
+        made_by = json.loads((run_dir / "recipe.json").read_text())
+    except (OSError, ValueError):
+        return []  # a new folder, or one that never got as far as its recipe
+    if not isinstance(made_by, dict):
+        return []
+    was = f"recipe {made_by.get('name')!r} (its recipe.json)"
+    if made_by.get("game", "null") != recipe.game:
+        return [f"run folder '{run_dir}' holds a run of game {made_by.get('game', 'null')!r}, made by {was}; "
+                f"recipe {recipe.name!r} runs game {recipe.game!r}: resume it with a recipe of that game, "
+                f"or give this run another --run"]
+    trained = (run_dir / "checkpoints").is_dir() and any((run_dir / "checkpoints").glob("ckpt-*.pt"))
+    if trained and recipe.supervisor.policy != "network":
+        return [f"run folder '{run_dir}' holds a training run's checkpoints, made by {was}; recipe "
+                f"{recipe.name!r} answers with policy {recipe.supervisor.policy!r}, not a network that trains: "
+                f"resume it with a recipe that trains, or give this run another --run"]
+    return []
 
 
 # ---- status server --------------------------------------------------------------------
