@@ -333,6 +333,8 @@ int w3s_ring(w3s_conn *c, char *err, size_t errlen)
             return 0;
         if (n < 0 && errno == EINTR)
             continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return 0; /* a full pipe: rings not yet read, so a wake-up is pending */
         w3s_errf(err, errlen, "w3s: write(obs doorbell fd %d) failed: %s", c->obs_fd,
                  n < 0 ? strerror(errno) : "short write");
         return -1;

@@ -5,10 +5,12 @@ cause, the honest games keep stepping with every answer checked, and nothing is 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -184,4 +186,57 @@ async def test_a_doorbell_rung_without_end_harms_no_one(tmp_path, rogue, null_na
     sup, stats, run = await _run(tmp_path, _recipe(rogue, null_native, "ring", 3.0))
     assert stats["games"][0]["causes"] == {} and stats["games"][0]["state"] == "stopped"
     _honest_games_unharmed(stats, run)
+    assert_nothing_left(sup, run)
+
+
+# The supervisor in a child process: a loop that freezes fails the test instead of hanging it.
+FREEZABLE_RUN = """
+import asyncio, json, sys
+from w3async.recipes import recipe_from_dict
+from w3async.runtime.supervisor import Supervisor
+sup = Supervisor(recipe_from_dict(json.loads(sys.argv[1])), sys.argv[2])
+stats = asyncio.run(sup.run())
+print(json.dumps({"games": stats["games"], "agent_steps": stats["agent_steps"], "leftovers": sup.leftovers},
+                 default=str))
+"""
+
+
+def _run_apart(tmp_path: Path, data: dict) -> tuple[dict, Path]:
+    run = tmp_path / "run"
+    p = subprocess.Popen([sys.executable, "-c", FREEZABLE_RUN, json.dumps(data), str(run)], cwd=REPO, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=30 + data["stop"]["seconds"])
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)  # the games follow their supervisor (PR_SET_PDEATHSIG)
+        p.communicate()
+        pytest.fail("the supervisor's loop froze: the run never stopped")
+    assert p.returncode == 0, err[-3000:]
+    stats = json.loads(out.splitlines()[-1])
+    stats["games"] = {int(k): v for k, v in stats["games"].items()}
+    return stats, run
+
+
+def test_a_game_that_takes_the_obs_doorbell_stops_no_one(tmp_path, rogue, null_native):
+    """The rogue makes the obs doorbell it inherited blocking and reads it without end.
+    When that doorbell was the supervisor's own eventfd (one open file for every holder),
+    the rogue took the rings of every game: the honest games made 0 to 8 steps in 4 s (5
+    tries), and the loop's read of the now blocking eventfd could wait for a ring that
+    never came. A game's end of the obs pipe can only be written: every game steps on."""
+    stats, run = _run_apart(tmp_path, _recipe(rogue, null_native, "steal", 4.0))
+    assert stats["games"][0]["causes"] == {}, stats["games"][0]
+    _honest_games_unharmed(stats, run)
+    assert stats["leftovers"]["processes"] == [] and stats["leftovers"]["wine"] == []
+    assert [e for e in events(run) if e["event"] == "shutdown"]
+
+
+async def test_a_game_whose_rings_are_lost_still_steps(tmp_path, rogue, null_native):
+    """A game alone in its recipe whose obs doorbell goes nowhere (a ring lost to another
+    reader of a Windows game's shared FIFO looks the same): the watch's round, twice a
+    second, still answers it, so it steps on; before, its rows waited for good."""
+    data = _recipe(rogue, null_native, "deaf", 4.0, env={"W3R_STEP": "0"})
+    data["games"] = data["games"][:1]
+    sup, stats, run = await _run(tmp_path, data)
+    assert stats["games"][0]["causes"] == {}, stats["games"][0]
+    assert stats["agent_steps"] >= 2 * 3, stats  # 2 rows a step, 3 steps or more in 4 s (about 8)
     assert_nothing_left(sup, run)

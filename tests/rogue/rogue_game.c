@@ -20,6 +20,10 @@
  *              process group, zeroes its environment block and keeps writing garbage
  *              into the rows it still maps (the supervisor sees them: bad_row), prints
  *              its pid, then crashes; later starts are honest
+ *   steal      a thread makes the obs doorbell it inherited blocking (fcntl) and reads
+ *              it without end, taking every game's rings; the game steps on
+ *   deaf       from step W3R_STEP, its obs doorbell goes to /dev/null (its rings are
+ *              lost) and it steps on, alone in its recipe or not
  *   unlink     unlinks its own segment's name and points its obs doorbell at
  *              /dev/null, steps on (woken by the other games' rings), and crashes at
  *              step W3R_STEP + 50
@@ -88,6 +92,21 @@ static void *rogue_ringer(void *arg)
     return NULL;
 }
 
+/* The thief: the supervisor's obs doorbell, made blocking for every holder of the same
+ * open file, read without end (an error, such as reading the write end of a pipe, is
+ * retried after a millisecond). */
+static void *rogue_thief(void *arg)
+{
+    int fd = *(int *)arg;
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    for (;;) {
+        uint64_t v;
+        if (read(fd, &v, sizeof(v)) < 0)
+            usleep(1000);
+    }
+    return NULL;
+}
+
 /* The orphan: out of the game's process group and session, no environment left to
  * find it by (/proc/PID/environ shows the original block, so zero it in place), and
  * still mapping the rows it writes garbage into. */
@@ -131,6 +150,12 @@ int main(void)
         pthread_t t;
         pthread_create(&t, NULL, rogue_ringer, c);
     }
+    static int obs_fd;
+    if (!strcmp(mode, "steal")) {
+        pthread_t t;
+        obs_fd = atoi(getenv("W3S_OBS_FD"));
+        pthread_create(&t, NULL, rogue_thief, &obs_fd);
+    }
     for (uint64_t step = 0;; step++) {
         int bad = (long)step >= from;
         for (uint32_t i = 0; i < n; i++)
@@ -172,6 +197,8 @@ int main(void)
                 shm_unlink(name);
             dup2(null, atoi(getenv("W3S_OBS_FD")));
         }
+        if ((long)step == from && !strcmp(mode, "deaf"))
+            dup2(open("/dev/null", O_WRONLY), atoi(getenv("W3S_OBS_FD")));
         if ((long)step == from + 50 && !strcmp(mode, "unlink"))
             abort();
         if (bad && !strcmp(mode, "header")) {

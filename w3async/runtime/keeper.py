@@ -244,12 +244,17 @@ class GameKeeper:
             self.host.fail(f"every game slot failed; the last: slot {s.index}: {why}")
 
     async def watch(self) -> None:
-        """Twice a second: find games that posted nothing for too long."""
+        """Twice a second: find games that posted nothing for too long, cut logs past their
+        cap, and run a round."""
         sv = self.host.recipe.supervisor
         obs, act = self.host.table.column("obs_seq"), self.host.gatherer.acked  # our act_seq, not the game's
         while not self.host.stopping:
             await asyncio.sleep(0.5)
             self.cap_logs()
+            # Rounds run when a doorbell rings; a ring can be lost to a game (a Windows game
+            # can open the shared obs FIFO and read it). A round now bounds such a loss to
+            # half a second instead of leaving the rows waiting for good.
+            self.host.schedule_round()
             now = time.monotonic()
             for s in self.host.slots:
                 if s.state not in (STARTING, RUNNING) or s.proc is None:

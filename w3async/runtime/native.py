@@ -1,4 +1,4 @@
-"""Native Linux games: eventfd doorbells, the table by name, a process group each."""
+"""Native Linux games: a pipe and eventfd doorbells, the table by name, a process group each."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from w3async.sync.doorbells import Doorbells, SharedObs, eventfd_pair, shared_obs_eventfd
+from w3async.sync.doorbells import Doorbells, SharedObs, native_pair, shared_obs_pipe
 from w3async.sync.table import GameSegment
 
 
@@ -19,11 +19,11 @@ class NativeRuntime:
     def open_obs(self, run_dir: Path) -> SharedObs:
         """The obs doorbell all this runtime's games ring (made once)."""
         if self.obs is None:
-            self.obs = shared_obs_eventfd()
+            self.obs = shared_obs_pipe()
         return self.obs
 
     def doorbells(self, run_dir: Path, slot: int) -> Doorbells:
-        return eventfd_pair(self.open_obs(run_dir))
+        return native_pair(self.open_obs(run_dir))
 
     def spawn(self, binary: Path, env: dict, bells: Doorbells, segment: GameSegment, nice: int, log) -> subprocess.Popen:
         """Start the game in a process group of its own (so that ending it ends its

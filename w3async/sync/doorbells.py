@@ -9,8 +9,13 @@ The obs doorbell of every game of a runtime is one and the same (the games need 
 know): the loop then wakes once for all the games that posted since it last looked,
 instead of running a callback and a read per game.
 
-Native games get eventfds, inherited by number. Windows games under Wine get FIFOs
-in the run folder, opened through Wine's Z: drive. The supervisor opens each FIFO
+Native games get the write end of a pipe (obs) and an eventfd (act), inherited by
+number. The obs doorbell is a pipe, not an eventfd, because every native game holds it:
+an inherited eventfd is the supervisor's own open file, which any game could read (its
+rings taken: the rows wait unseen) or make blocking (fcntl: the loop's next read of an
+empty eventfd never returns). A game's end of a pipe can only write, and its flags are
+its own. Windows games under Wine get FIFOs in the run folder, opened through Wine's
+Z: drive. The supervisor opens each FIFO
 read-write before the game starts: opened the usual way (read-only, write-only) the
 two ends' opens raced, and reads saw end-of-file while the game was still starting.
 """
@@ -33,29 +38,34 @@ _EVENTFD_ONE = (1).to_bytes(8, "little")
 class SharedObs:
     """The obs doorbell that all the games of a runtime ring."""
 
-    kind: str  # "eventfd" or "fifo"
-    fd: int
+    kind: str  # "pipe" or "fifo"
+    fd: int  # the supervisor reads it
     path: str = ""
+    write_fd: int = -1  # the pipe's other end: what native games get
 
     def drain(self) -> None:
-        """Read whatever rang; never blocks."""
+        """Read whatever rang; never blocks (the read end's flags are the supervisor's own)."""
         try:
-            os.read(self.fd, 8 if self.kind == "eventfd" else 65536)
+            os.read(self.fd, 65536)
         except BlockingIOError:
             pass
 
     def close(self) -> None:
-        try:
-            os.close(self.fd)
-        except OSError:
-            pass
+        for fd in (self.fd, self.write_fd):
+            try:
+                if fd >= 0:
+                    os.close(fd)
+            except OSError:
+                pass
         if self.path:
             Path(self.path).unlink(missing_ok=True)
 
 
-def shared_obs_eventfd() -> SharedObs:
-    """Non-blocking: the shim polls before it reads, so the shared flag is harmless."""
-    return SharedObs("eventfd", os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC))
+def shared_obs_pipe() -> SharedObs:
+    """A pipe, both ends non-blocking: a game's ring into a full pipe (64 KiB of rings not
+    yet read) fails with EAGAIN, and the shim takes that as rung (a wake is pending)."""
+    r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    return SharedObs("pipe", r, write_fd=w)
 
 
 def shared_obs_fifo(folder: Path) -> SharedObs:
@@ -75,7 +85,7 @@ def _open_fifo(p: Path) -> tuple[int, str]:
 class Doorbells:
     """A game's doorbells: its own act doorbell and its runtime's shared obs doorbell."""
 
-    kind: str  # "eventfd" or "fifo"
+    kind: str  # "eventfd" or "fifo": the act doorbell's
     obs_fd: int  # the supervisor reads it (shared: not closed with the game)
     act_fd: int  # the supervisor writes it
     child_env: dict = field(default_factory=dict)
@@ -102,11 +112,12 @@ class Doorbells:
             Path(p).unlink(missing_ok=True)
 
 
-def eventfd_pair(obs: SharedObs) -> Doorbells:
-    """The shared obs eventfd and a new act eventfd for a native game, passed to it by
-    number (W3S_OBS_FD, W3S_ACT_FD)."""
+def native_pair(obs: SharedObs) -> Doorbells:
+    """For a native game: the write end of the shared obs pipe and a new act eventfd,
+    passed to it by number (W3S_OBS_FD, W3S_ACT_FD)."""
     act = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-    return Doorbells("eventfd", obs.fd, act, {"W3S_OBS_FD": str(obs.fd), "W3S_ACT_FD": str(act)}, (obs.fd, act))
+    return Doorbells("eventfd", obs.fd, act, {"W3S_OBS_FD": str(obs.write_fd), "W3S_ACT_FD": str(act)},
+                     (obs.write_fd, act))
 
 
 def fifo_pair(folder: Path, slot: int, obs: SharedObs) -> Doorbells:
