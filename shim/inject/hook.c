@@ -142,224 +142,11 @@ static long env_long(const char *name, long dflt, long lo, long hi)
     return v;
 }
 
-/* ---- the step point's other candidates, and drawing off ---- */
-
-static BOOL(WINAPI *r_SwapBuffers)(HDC);
-static BOOL(WINAPI *r_wglSwapBuffers)(HDC);
-static BOOL(WINAPI *r_BitBlt)(HDC, int, int, int, int, HDC, int, int, DWORD);
-static BOOL(WINAPI *r_StretchBlt)(HDC, int, int, int, int, HDC, int, int, int, int, DWORD);
-static int(WINAPI *r_StretchDIBits)(HDC, int, int, int, int, int, int, int, int, const void *, const BITMAPINFO *, UINT, DWORD);
-static int(WINAPI *r_SetDIBitsToDevice)(HDC, int, int, DWORD, DWORD, int, int, UINT, UINT, const void *, const BITMAPINFO *, UINT);
-static BOOL(WINAPI *r_PatBlt)(HDC, int, int, int, int, DWORD);
-static int(WINAPI *r_FillRect)(HDC, const RECT *, HBRUSH);
-static BOOL(WINAPI *r_Rectangle)(HDC, int, int, int, int);
-static BOOL(WINAPI *r_Ellipse)(HDC, int, int, int, int);
-static BOOL(WINAPI *r_PeekMessageA)(MSG *, HWND, UINT, UINT, UINT);
-static BOOL(WINAPI *r_PeekMessageW)(MSG *, HWND, UINT, UINT, UINT);
-static FARPROC(WINAPI *r_GetProcAddress)(HMODULE, LPCSTR);
-
-static int g_draw_off[16]; /* per draw function below: 1 when it is a no-op */
-enum { D_SwapBuffers, D_wglSwapBuffers, D_BitBlt, D_StretchBlt, D_StretchDIBits, D_SetDIBitsToDevice, D_PatBlt,
-       D_FillRect, D_Rectangle, D_Ellipse, D_N };
-static const char *const DRAW_NAMES[D_N] = {"SwapBuffers", "wglSwapBuffers", "BitBlt", "StretchBlt", "StretchDIBits",
-                                            "SetDIBitsToDevice", "PatBlt", "FillRect", "Rectangle", "Ellipse"};
-
-/* A frame's step, when name is the step point and this is the step thread. */
-static void step_at(const char *name)
-{
-    if (hk_claim_step_thread(name))
-        hk_step();
-}
-
-static BOOL WINAPI h_SwapBuffers(HDC dc)
-{
-    step_at("SwapBuffers");
-    return g_draw_off[D_SwapBuffers] ? TRUE : r_SwapBuffers(dc);
-}
-
-static BOOL WINAPI h_wglSwapBuffers(HDC dc)
-{
-    step_at("wglSwapBuffers");
-    if (g_draw_off[D_wglSwapBuffers] || !r_wglSwapBuffers)
-        return TRUE;
-    return r_wglSwapBuffers(dc);
-}
-
-static BOOL WINAPI h_BitBlt(HDC d, int x, int y, int w, int h, HDC s, int sx, int sy, DWORD rop)
-{
-    step_at("BitBlt");
-    return g_draw_off[D_BitBlt] ? TRUE : r_BitBlt(d, x, y, w, h, s, sx, sy, rop);
-}
-
-static BOOL WINAPI h_StretchBlt(HDC d, int x, int y, int w, int h, HDC s, int sx, int sy, int sw, int sh, DWORD rop)
-{
-    return g_draw_off[D_StretchBlt] ? TRUE : r_StretchBlt(d, x, y, w, h, s, sx, sy, sw, sh, rop);
-}
-
-static int WINAPI h_StretchDIBits(HDC d, int x, int y, int w, int h, int sx, int sy, int sw, int sh, const void *bits,
-                                  const BITMAPINFO *bi, UINT use, DWORD rop)
-{
-    step_at("StretchDIBits");
-    return g_draw_off[D_StretchDIBits] ? (sh < 0 ? -sh : sh) : r_StretchDIBits(d, x, y, w, h, sx, sy, sw, sh, bits, bi, use, rop);
-}
-
-static int WINAPI h_SetDIBitsToDevice(HDC d, int x, int y, DWORD w, DWORD h, int sx, int sy, UINT start, UINT lines,
-                                      const void *bits, const BITMAPINFO *bi, UINT use)
-{
-    return g_draw_off[D_SetDIBitsToDevice] ? (int)lines : r_SetDIBitsToDevice(d, x, y, w, h, sx, sy, start, lines, bits, bi, use);
-}
-
-static BOOL WINAPI h_PatBlt(HDC d, int x, int y, int w, int h, DWORD rop)
-{
-    return g_draw_off[D_PatBlt] ? TRUE : r_PatBlt(d, x, y, w, h, rop);
-}
-
-static int WINAPI h_FillRect(HDC d, const RECT *r, HBRUSH b) { return g_draw_off[D_FillRect] ? 1 : r_FillRect(d, r, b); }
-static BOOL WINAPI h_Rectangle(HDC d, int a, int b, int c, int e) { return g_draw_off[D_Rectangle] ? TRUE : r_Rectangle(d, a, b, c, e); }
-static BOOL WINAPI h_Ellipse(HDC d, int a, int b, int c, int e) { return g_draw_off[D_Ellipse] ? TRUE : r_Ellipse(d, a, b, c, e); }
-
-static BOOL WINAPI h_PeekMessageA(MSG *m, HWND w, UINT lo, UINT hi, UINT rm)
-{
-    step_at("PeekMessageA");
-    return r_PeekMessageA(m, w, lo, hi, rm);
-}
-
-static BOOL WINAPI h_PeekMessageW(MSG *m, HWND w, UINT lo, UINT hi, UINT rm)
-{
-    step_at("PeekMessageW");
-    return r_PeekMessageW(m, w, lo, hi, rm);
-}
-
-static hk_fn *find_fn(const char *name);
-
-/* A game that looks its functions up at run time gets the hooked ones too. */
-static FARPROC WINAPI h_GetProcAddress(HMODULE m, LPCSTR name)
-{
-    if ((ULONG_PTR)name > 0xffff) {
-        hk_fn *f = find_fn(name);
-        if (f && f->on && f->repl != (void *)h_GetProcAddress)
-            return (FARPROC)f->repl;
-    }
-    return r_GetProcAddress(m, name);
-}
-
-#define FN(name, kind) {#name, (void *)h_##name, (void **)&r_##name, kind, 0}
-static hk_fn g_fns[] = {
-    FN(SwapBuffers, HK_STEP | HK_DRAW), FN(wglSwapBuffers, HK_STEP | HK_DRAW), FN(BitBlt, HK_STEP | HK_DRAW),
-    FN(StretchBlt, HK_DRAW), FN(StretchDIBits, HK_STEP | HK_DRAW), FN(SetDIBitsToDevice, HK_DRAW),
-    FN(PatBlt, HK_DRAW), FN(FillRect, HK_DRAW), FN(Rectangle, HK_DRAW), FN(Ellipse, HK_DRAW),
-    FN(PeekMessageA, HK_STEP), FN(PeekMessageW, HK_STEP), FN(GetProcAddress, HK_LOADER),
-};
-#undef FN
-#define N_FNS ((int)(sizeof(g_fns) / sizeof(g_fns[0])))
-
-static hk_fn *find_fn(const char *name)
-{
-    for (int i = 0; i < hk_n_clock_fns; i++)
-        if (!strcmp(hk_clock_fns[i].name, name))
-            return &hk_clock_fns[i];
-    for (int i = 0; i < N_FNS; i++)
-        if (!strcmp(g_fns[i].name, name))
-            return &g_fns[i];
-    return NULL;
-}
-
+/* The step point (one of the hooked calls, or export:NAME), the parts' tables (patch.c)
+ * and the hook's reals. */
 int hk_is_step_point(const char *name)
 {
     return !strcmp(hk_config.step_point, name);
-}
-
-/* The step point may be any hooked function a frame calls, except the clock's reads
- * (a game reads the clock many times a frame) and the loader's. */
-static int can_be_step_point(const hk_fn *f)
-{
-    return f && ((f->kind & (HK_STEP | HK_WAIT)) != 0);
-}
-
-/* ---- import tables ---- */
-
-/* Points every import of m named like an active hook function at the hook. Returns
- * the number of entries patched; *step_found is set when the step point was one. */
-static int patch_imports(HMODULE m, int *step_found)
-{
-    BYTE *base = (BYTE *)m;
-    IMAGE_NT_HEADERS *nt = (IMAGE_NT_HEADERS *)(base + ((IMAGE_DOS_HEADER *)base)->e_lfanew);
-    IMAGE_DATA_DIRECTORY dir = nt->OptionalHeader.DataDirectory[IMAGE_DIRECTORY_ENTRY_IMPORT];
-    int n = 0;
-    if (!dir.VirtualAddress)
-        return 0;
-    for (IMAGE_IMPORT_DESCRIPTOR *d = (IMAGE_IMPORT_DESCRIPTOR *)(base + dir.VirtualAddress); d->Name; d++) {
-        if (!d->OriginalFirstThunk) /* no names left to match (a bound, stripped table) */
-            continue;
-        IMAGE_THUNK_DATA *names = (IMAGE_THUNK_DATA *)(base + d->OriginalFirstThunk);
-        IMAGE_THUNK_DATA *iat = (IMAGE_THUNK_DATA *)(base + d->FirstThunk);
-        for (; names->u1.AddressOfData; names++, iat++) {
-            if (IMAGE_SNAP_BY_ORDINAL(names->u1.Ordinal))
-                continue;
-            const char *name = (const char *)((IMAGE_IMPORT_BY_NAME *)(base + names->u1.AddressOfData))->Name;
-            hk_fn *f = find_fn(name);
-            if (!f || !f->on)
-                continue;
-            DWORD old;
-            if (!VirtualProtect(&iat->u1.Function, sizeof(iat->u1.Function), PAGE_READWRITE, &old))
-                hk_fatal(W3S_EXIT_INJECT, "cannot patch the import of %s (VirtualProtect: Windows error %lu)", name,
-                         (unsigned long)GetLastError());
-            iat->u1.Function = (ULONG_PTR)f->repl;
-            VirtualProtect(&iat->u1.Function, sizeof(iat->u1.Function), old, &old);
-            n++;
-            if (hk_is_step_point(name))
-                *step_found = 1;
-        }
-    }
-    return n;
-}
-
-static void set_on(unsigned kinds)
-{
-    for (int i = 0; i < hk_n_clock_fns; i++)
-        if (hk_clock_fns[i].kind & kinds)
-            hk_clock_fns[i].on = 1;
-    for (int i = 0; i < N_FNS; i++)
-        if (g_fns[i].kind & kinds)
-            g_fns[i].on = 1;
-}
-
-/* W3H_DRAW_CALLS: the draw calls that become no-ops while W3H_DRAW=0. */
-static void set_draw_off(const char *list)
-{
-    char buf[512];
-    snprintf(buf, sizeof(buf), "%s", list);
-    for (char *tok = strtok(buf, ", "); tok; tok = strtok(NULL, ", ")) {
-        int k = 0;
-        while (k < D_N && strcmp(DRAW_NAMES[k], tok))
-            k++;
-        if (k == D_N) {
-            char known[256] = "";
-            for (int j = 0; j < D_N; j++)
-                strcat(strcat(known, j ? ", " : ""), DRAW_NAMES[j]);
-            hk_fatal(W3S_EXIT_INJECT, "W3H_DRAW_CALLS names %s, which is not a draw call the hook knows (%s)", tok, known);
-        }
-        g_draw_off[k] = 1;
-        find_fn(tok)->on = 1;
-    }
-}
-
-static void init_reals(void)
-{
-    r_SwapBuffers = SwapBuffers;
-    r_BitBlt = BitBlt;
-    r_StretchBlt = StretchBlt;
-    r_StretchDIBits = StretchDIBits;
-    r_SetDIBitsToDevice = SetDIBitsToDevice;
-    r_PatBlt = PatBlt;
-    r_FillRect = FillRect;
-    r_Rectangle = Rectangle;
-    r_Ellipse = Ellipse;
-    r_PeekMessageA = PeekMessageA;
-    r_PeekMessageW = PeekMessageW;
-    r_GetProcAddress = GetProcAddress;
-    HMODULE gl = GetModuleHandleA("opengl32.dll");
-    r_wglSwapBuffers = gl ? (BOOL(WINAPI *)(HDC))(void *)GetProcAddress(gl, "wglSwapBuffers") : NULL;
 }
 
 /* The game's main thread: while the hook loads, the game's threads are its main thread,
@@ -408,19 +195,15 @@ static void setup(void)
         hk_fatal(W3S_EXIT_INJECT, "W3H_ADAPTER is not set: the adapter DLL's path (the launcher's --adapter)");
     snprintf(g_adapter_path, sizeof(g_adapter_path), "%s", ad);
     const char *export = !strncmp(c->step_point, "export:", 7) ? c->step_point + 7 : NULL;
-    hk_fn *spf = export ? NULL : find_fn(c->step_point);
-    if (!export && !can_be_step_point(spf)) {
-        char known[512] = "";
-        for (int i = 0; i < hk_n_clock_fns; i++)
-            if (can_be_step_point(&hk_clock_fns[i]))
-                strcat(strcat(known, *known ? ", " : ""), hk_clock_fns[i].name);
-        for (int i = 0; i < N_FNS; i++)
-            if (can_be_step_point(&g_fns[i]))
-                strcat(strcat(known, ", "), g_fns[i].name);
+    hk_fn *spf = export ? NULL : hk_find_fn(c->step_point);
+    if (!export && !hk_can_be_step_point(spf)) {
+        char known[512];
+        hk_step_point_names(known, sizeof(known));
         hk_fatal(W3S_EXIT_INJECT, "W3H_STEP_POINT=%s: not a call the hook can make the step point (one of: %s; "
                  "or export:NAME, a function the .exe exports)", c->step_point, known);
     }
-    init_reals();
+    hk_draw_init();
+    hk_msg_init();
     hk_clock_init();
     if (!c->step_first) {
         DWORD tid = main_thread();
@@ -429,19 +212,19 @@ static void setup(void)
                      "thread to call the step point the step thread)");
         hk_set_step_thread(tid);
     }
-    set_on(HK_LOADER | (c->clock ? HK_CLOCK | HK_WAIT : 0));
+    hk_set_on(HK_LOADER | (c->clock ? HK_CLOCK | HK_WAIT : 0));
     if (spf)
         spf->on = 1;
     if (!c->draw) {
         const char *calls = getenv("W3H_DRAW_CALLS");
-        set_draw_off(calls && *calls ? calls : "BitBlt,StretchBlt,StretchDIBits,SetDIBitsToDevice,SwapBuffers,wglSwapBuffers");
+        hk_draw_off(calls && *calls ? calls : "BitBlt,StretchBlt,StretchDIBits,SetDIBitsToDevice,SwapBuffers,wglSwapBuffers");
     }
     int step_found = 0;
     if (export) {
         hk_trap_install(export);
         step_found = 1;
     }
-    patch_imports(GetModuleHandleW(NULL), &step_found);
+    hk_patch_imports(GetModuleHandleW(NULL), &step_found);
     const char *mods = getenv("W3H_MODULES");
     if (mods && *mods) {
         char buf[512];
@@ -450,7 +233,7 @@ static void setup(void)
             HMODULE m = GetModuleHandleA(tok);
             if (!m)
                 hk_fatal(W3S_EXIT_INJECT, "W3H_MODULES names %s, which the game has not loaded at its start", tok);
-            patch_imports(m, &step_found);
+            hk_patch_imports(m, &step_found);
         }
     }
     if (!step_found)
@@ -465,7 +248,7 @@ static void setup(void)
 static void *host_find_export(const char *module, const char *name)
 {
     HMODULE m = module ? GetModuleHandleA(module) : GetModuleHandleW(NULL);
-    return m ? (void *)r_GetProcAddress(m, name) : NULL;
+    return m ? (void *)GetProcAddress(m, name) : NULL;
 }
 
 /* W3H_ADDR_<name>="module+0xoffset" ("exe" for the game's .exe). */
@@ -494,7 +277,7 @@ static void host_finish(void) { g_finish = 1; }
 
 static void *adapter_fn(const char *name, int required)
 {
-    void *f = (void *)r_GetProcAddress(g_adapter, name);
+    void *f = (void *)GetProcAddress(g_adapter, name);
     if (!f && required)
         hk_fatal(W3S_EXIT_ADAPTER, "the adapter %s exports no %s (w3h.h)", g_adapter_path, name);
     return f;
@@ -518,8 +301,19 @@ static void attach(void)
         hk_fatal(rc, "%s", err);
     long row0 = 0;
     w3s_env_int("W3S_ROW0", 0, &row0, err, sizeof(err));
-    g_host = (w3h_host){W3H_ABI, w3s_nrows(g_conn), (uint32_t)row0, hk_config.step_ms, GetModuleHandleW(NULL),
-                        host_find_export, host_find_address, host_log, host_fail, host_game_time_ms, host_finish};
+    g_host = (w3h_host){
+        .abi = W3H_ABI,
+        .nrows = w3s_nrows(g_conn),
+        .row0 = (uint32_t)row0,
+        .step_ms = hk_config.step_ms,
+        .exe = GetModuleHandleW(NULL),
+        .find_export = host_find_export,
+        .find_address = host_find_address,
+        .log = host_log,
+        .fail = host_fail,
+        .game_time_ms = host_game_time_ms,
+        .finish = host_finish,
+    };
     err[0] = 0;
     g_in_adapter = "w3a_attach";
     rc = g_ad.attach(&g_host, err, sizeof(err));

@@ -3,6 +3,7 @@
 #ifndef W3H_HOOK_H
 #define W3H_HOOK_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <windows.h>
 
@@ -18,9 +19,13 @@ typedef struct hk_fn {
 
 enum { HK_CLOCK = 1, HK_WAIT = 2, HK_STEP = 4, HK_DRAW = 8, HK_LOADER = 16 };
 
-/* The hook's functions (clock.c and hook.c each add theirs). */
-extern hk_fn hk_clock_fns[];
+/* The hook's functions: each part lists those it can put in an import table. */
+extern hk_fn hk_clock_fns[]; /* clock.c: the clock's reads, sleeps and timed waits */
 extern const int hk_n_clock_fns;
+extern hk_fn hk_draw_fns[]; /* draw.c: the draw calls (and presents) */
+extern const int hk_n_draw_fns;
+extern hk_fn hk_msg_fns[]; /* msgloop.c: the window message calls */
+extern const int hk_n_msg_fns;
 
 /* Settings (W3H_* environment, docs/hooking.md). */
 typedef struct hk_cfg {
@@ -56,6 +61,26 @@ int hk_claim_step_thread(const char *name);
 void hk_step(void);
 /* Whether name is the configured step point. */
 int hk_is_step_point(const char *name);
+
+/* patch.c: the import tables. */
+hk_fn *hk_find_fn(const char *name);
+/* Switches on every function of the given HK_* kinds. */
+void hk_set_on(unsigned kinds);
+/* Whether f may be the step point (a call a frame makes, not a clock read). */
+int hk_can_be_step_point(const hk_fn *f);
+/* The names that may be the step point, ", "-separated, for an error message. */
+void hk_step_point_names(char *out, size_t n);
+/* Points every import of module m named like a switched-on function at the hook.
+ * Returns the number of entries patched; *step_found is set when the step point was one. */
+int hk_patch_imports(HMODULE m, int *step_found);
+
+/* draw.c: the reals; W3H_DRAW_CALLS (a comma list) made no-ops, a fatal error naming an
+ * unknown one. */
+void hk_draw_init(void);
+void hk_draw_off(const char *list);
+
+/* msgloop.c: the reals. */
+void hk_msg_init(void);
 
 /* trap.c: the step point at a function the .exe exports ("export:NAME"). */
 void hk_trap_install(const char *name);
