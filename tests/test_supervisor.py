@@ -121,6 +121,36 @@ async def test_crash_exit_and_recycle_restart_with_causes(tmp_path, null_native)
     assert_nothing_left(sup, tmp_path / "run")
 
 
+# The supervisor's defaults: a failing start backs off 0.5, 1, 2 ... 10 s; 20 restarts a minute.
+DEFAULT_RESTARTS = {"backoff_s": 0.5, "backoff_max_s": 10.0, "restart_budget": 20, "min_uptime_s": 2.0}
+
+
+async def test_a_game_that_finishes_each_episode_recycles_at_once_uncounted(tmp_path, null_native):
+    # host->finish() in an injected game, W3N_EPISODES here: exit 0 after a 5-step episode,
+    # each process living a few ms, far under min_uptime_s. Backed off, it made 3 starts in 3 s.
+    data = null_recipe([{"binary": str(null_native), "count": 1,
+                         "env": {"W3N_EPISODES": "1", "W3N_EPISODE_STEPS": "5"}}],
+                       supervisor=DEFAULT_RESTARTS, stop={"seconds": 3})
+    sup, stats = await run_recipe(data, tmp_path / "run")
+    g = stats["games"][0]
+    assert g["recycles"] >= 25, g  # over the restart budget: none was counted in it
+    assert g["restarts"] == 0 and set(g["causes"]) == {"recycle"} and g["state"] == "stopped"
+    restarts = [e for e in events(tmp_path / "run") if e["event"] == "game_restart"]
+    assert restarts and all(e["cause"] == "recycle" and e["delay_s"] == 0 for e in restarts)
+    assert not [e for e in events(tmp_path / "run") if e["event"] == "slot_failed"]
+    assert_nothing_left(sup, tmp_path / "run")
+
+
+async def test_a_game_that_exits_0_before_posting_backs_off_and_fails(tmp_path):
+    data = null_recipe([{"binary": "/bin/true", "count": 1, "nice": 0}], supervisor=DEFAULT_RESTARTS,
+                       stop={"seconds": 20})
+    with pytest.raises(RunError) as e:
+        await run_recipe(data, tmp_path / "run")
+    assert "exited before its first post 3 times in a row, last with code 0" in str(e.value)
+    restarts = [e for e in events(tmp_path / "run") if e["event"] == "game_restart"]
+    assert [(e["cause"], e["delay_s"], e["recycles"]) for e in restarts] == [("recycle", 0.5, 0), ("recycle", 1.0, 0)]
+
+
 async def test_hang_is_detected_and_restarted(tmp_path, null_native):
     data = null_recipe(
         [{"binary": str(null_native), "count": 1, "env": {"W3N_ROGUE": "hang", "W3N_ROGUE_STEP": "10"}},

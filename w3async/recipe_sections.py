@@ -156,13 +156,15 @@ class SupervisorSection:
     backoff_max_s: Float = Field(10.0, gt=0, le=YEAR_S)
     """Cap on a slot's restart delay."""
     restart_budget: Int = 20
-    """Restarts a slot may need within restart_window_s (exits of every kind, 0 included,
-    hangs, bad rows; not the recycle of a healthy start) before it is marked failed."""
+    """Restarts a slot may need within restart_window_s (exits of every kind, hangs, bad
+    rows, an exit 0 before the first post; not a recycle: an exit 0 after a post) before
+    it is marked failed."""
     restart_window_s: Float = Field(60.0, ge=0, le=YEAR_S)
     """The window of the restart budget."""
     min_uptime_s: Float = Field(2.0, ge=0, le=YEAR_S)
-    """A start that posted and lived this long is healthy: its exit 0 (an episode quota)
-    restarts at once, uncounted, and the backoff starts over."""
+    """A start that posted and lived this long is healthy: a failure after it backs off
+    from backoff_s again. (An exit 0 after a post, a recycle, restarts at once whatever
+    the uptime.)"""
     game_log_mb: Float = Field(64.0, gt=0, le=2**20)
     """A game's log (games/slot-N.log, its stdout and stderr) is cut to its last 64 KiB
     when it passes this many MiB (checked twice a second): a game that prints without end

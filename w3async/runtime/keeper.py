@@ -208,18 +208,19 @@ class GameKeeper:
         self.schedule_restart(s, cause)
 
     def schedule_restart(self, s: Slot, cause: str) -> None:
-        """Restart slot s after its backoff, within its restart budget. A start that
-        posted and lived min_uptime_s is healthy: its recycle restarts at once and is
-        not counted. Every other restart (exit 0 included) is counted in the budget
-        (restart_budget in restart_window_s) and backs off, doubling per short-lived
-        start in a row; a slot over its budget is marked failed."""
+        """Restart slot s after its backoff, within its restart budget. A recycle (exit
+        0) of a start that posted restarts at once and is not counted, whatever its
+        uptime. Every other restart (an exit 0 before any post included) is counted in
+        the budget (restart_budget in restart_window_s) and backs off, doubling per
+        short-lived start in a row; a slot over its budget is marked failed."""
         d = decide_restart(s, cause, time.monotonic(), self.host.recipe.supervisor)
         if d.fail:
             self.fail_slot(s, d.fail)
             return
         delay = d.delay_s
         s.state = RESTARTING
-        self.host.events.info("game_restart", slot=s.index, cause=cause, delay_s=round(delay, 3), restarts=s.restarts)
+        self.host.events.info("game_restart", slot=s.index, cause=cause, delay_s=round(delay, 3), restarts=s.restarts,
+                              recycles=s.recycles)
         s.restart_handle = self.host.loop.call_later(delay, self.host.barrier, "spawn", self.spawn, s)
 
     def _start_failed(self, s: Slot, why: str, e: BaseException) -> None:

@@ -44,7 +44,8 @@ class Slot:
     pidfd: int = -1
     bells: Doorbells | None = None
     starts: int = 0
-    restarts: int = 0
+    restarts: int = 0  # restarts counted against it: every end but a healthy recycle
+    recycles: int = 0  # healthy recycles: exit 0 (host->finish(), an episode quota) after a post
     causes: collections.Counter = field(default_factory=collections.Counter)
     fail_streak: int = 0  # starts in a row that exited before their first post
     started_at: float = 0.0
@@ -78,16 +79,21 @@ class RestartDecision:
 
 def decide_restart(s: Slot, cause: str, now: float, sv) -> RestartDecision:
     """Count a restart of slot s (cause) in its history and decide. `sv` is the recipe's
-    [supervisor] section. A start that posted and lived min_uptime_s is healthy: its
-    recycle (exit 0, an episode quota) restarts at once and is not counted. Every other
-    restart (exit 0 included) is counted in the budget (restart_budget in
-    restart_window_s) and backs off, doubling per short-lived start in a row."""
-    s.restarts += 1
+    [supervisor] section. A recycle (exit 0) of a start that posted is healthy whatever
+    its uptime: a game that ends each episode by exiting (host->finish(), an episode
+    quota) restarts at once, counted in s.recycles, not in the budget, and its backoff
+    starts over (backing it off cost such a game 10x its steps). Every other restart
+    (an exit 0 before any post included: a start that cannot get going, a storm) is
+    counted in s.restarts and the budget (restart_budget in restart_window_s) and backs
+    off, doubling per start in a row that did not post and live min_uptime_s."""
     s.causes[cause] += 1
+    if cause == "recycle" and s.posted:
+        s.recycles += 1
+        s.short_streak = 0
+        return RestartDecision(0.0)
+    s.restarts += 1
     healthy = s.posted and now - s.started_at >= sv.min_uptime_s
     s.short_streak = 0 if healthy else s.short_streak + 1
-    if cause == "recycle" and healthy:
-        return RestartDecision(0.0)
     s.restart_times.append(now)
     while now - s.restart_times[0] > sv.restart_window_s:
         s.restart_times.popleft()

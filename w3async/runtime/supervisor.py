@@ -262,7 +262,7 @@ class Supervisor:
             rows_per_round=self.agent_steps / max(self.rounds, 1), seconds=time.monotonic() - self.started_monotonic,
             cpu_s=cpu, bad_rows=self.bad_rows,
             restarts=dict(sum((s.causes for s in self.slots), collections.Counter())),
-            games={s.index: dict(pid=s.pid, state=s.state, restarts=s.restarts, causes=dict(s.causes))
+            games={s.index: dict(pid=s.pid, state=s.state, restarts=s.restarts, recycles=s.recycles, causes=dict(s.causes))
                    for s in self.slots},
             **({"hosts": self.cluster.hosts()} if self.cluster is not None else {}),
         )
