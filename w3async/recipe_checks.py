@@ -148,9 +148,13 @@ def _dotted(where: str, loc: tuple) -> str:
 def _class_at(cls: type, loc: tuple) -> tuple[type | None, Any]:
     """The dataclass that holds the key at loc, and that key's pydantic FieldInfo (or None)."""
     info = None
+    named = False  # the next part is a name in a table of sections (spec.levels.LABEL)
     for part in loc:
         if isinstance(part, int):
             continue  # an element of games: list[GameGroup]; its class is read below
+        if named:
+            named = False
+            continue
         if cls is None or not hasattr(cls, "__pydantic_fields__"):
             return None, None
         holder, info = cls, cls.__pydantic_fields__.get(part)
@@ -159,6 +163,8 @@ def _class_at(cls: type, loc: tuple) -> tuple[type | None, Any]:
         tp = _base_type(info.annotation)
         args = typing.get_args(tp)
         cls = args[0] if typing.get_origin(tp) is list and args else tp
+        if typing.get_origin(tp) is dict and len(args) == 2 and dataclasses.is_dataclass(args[1]):
+            cls, named = args[1], True
         cls = cls if dataclasses.is_dataclass(cls) else None
     return holder if loc else cls, info
 

@@ -29,6 +29,7 @@ from w3async.recipe_checks import (
     game_groups,
     year_in,
 )
+from w3async.recipe_spec import SpecSection
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MAX_ROUND_PERIOD_MS = 60_000.0
@@ -258,7 +259,8 @@ class Recipe:
     name: Name = "unnamed"
     """The run's name: it starts the run folder's name (no '/')."""
     game: Annotated[Str, _one_of("", "game")] = "null"
-    """The game spec: a name in the games registry (w3async.games: "null", "duel", ...)."""
+    """The game spec: a name in the games registry (w3async.games: "null", "duel", ...),
+    or the name of the game the recipe's [spec] declares."""
     games: Annotated[list[GameGroup], BeforeValidator(game_groups)] = Field(default_factory=lambda: [GameGroup()])
     runtime: RuntimeSection = Field(default_factory=RuntimeSection)
     supervisor: SupervisorSection = Field(default_factory=SupervisorSection)
@@ -269,6 +271,9 @@ class Recipe:
     status: StatusSection = Field(default_factory=StatusSection)
     cluster: ClusterSection | None = None
     """[cluster]: game groups on other machines (None: every game runs here)."""
+    spec: SpecSection | None = None
+    """[spec] or spec = "FILE.toml": the recipe's own game, declared under `game`
+    (recipe_spec.py, docs/games.md); None: `game` names a registered game."""
     network: object = None
     """network.NetConfig ([network]): the policy's size."""
     learner: object = None

@@ -25,6 +25,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from w3async import recipe_spec
 from w3async.recipe_checks import (  # noqa: F401 (MAX_ROWS, YEAR_S, _base_type: the module's API)
     MAX_ROWS,
     YEAR_S,
@@ -49,6 +50,7 @@ from w3async.recipe_sections import (  # noqa: F401 (the sections: recipes.py is
     StopSection,
     SupervisorSection,
 )
+from w3async.recipe_spec import SpecSection
 
 
 class RecipeError(ValueError):
@@ -98,13 +100,33 @@ def _validate(model: type, data: dict, where: str, problems: list[str]) -> Any:
     return model()
 
 
+def _key_parts(key: str) -> list[str]:
+    """A dotted key's parts, as TOML reads them: a part in quotes may hold dots and
+    colons (spec.levels."v1.2".env.X); an unclosed quote leaves the rest one part."""
+    parts, cur, quote = [], "", ""
+    for ch in key:
+        if quote:
+            if ch == quote:
+                quote = ""
+            else:
+                cur += ch
+        elif ch in "\"'":
+            quote = ch
+        elif ch == ".":
+            parts.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    return [*parts, cur.strip()]
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
     """'section.key=value' -> (['section', 'key'], value read as TOML or a string).
     ValueError names the --set when there is no '=' or the key has an empty part."""
     if "=" not in text:
         raise ValueError(f"--set {text!r}: expected section.key=value")
     key, raw = text.split("=", 1)
-    parts = [p.strip() for p in key.split(".")]
+    parts = _key_parts(key)
     if not all(parts):
         raise ValueError(f"--set {text!r}: the key {key.strip()!r} has an empty part: expected section.key=value")
     try:
@@ -119,42 +141,67 @@ def _fields(cls: type) -> dict[str, Any]:
     return {f.name: _base_type(hints[f.name]) for f in dataclasses.fields(cls) if f.init}
 
 
+def _walk(text: str, cls: type, done: list[str], rest: list[str]) -> str | None:
+    """Follows the --set path `rest` through the schema from section class cls (`done`:
+    the path so far): a key of a section, a section within it ([games.inject], [spec]),
+    a name in a table of names (env.NAME, addresses.NAME, levels.LABEL) and on into the
+    class of its values. A problem naming the path, or None."""
+    while True:
+        known = _fields(cls)
+        where = ".".join(done)
+        if rest[0] not in known:
+            return (f"--set {text!r}: unknown key {'.'.join(done + rest)!r} "
+                    f"(known in {where}: {', '.join(sorted(known))})")
+        tp, done, rest = known[rest[0]], done + [rest[0]], rest[1:]
+        if not rest:
+            return None  # a value, or a whole section as a TOML table
+        if dataclasses.is_dataclass(tp):
+            cls = tp
+            continue
+        if tp is dict or typing.get_origin(tp) is dict:
+            args = typing.get_args(tp)
+            done, rest = done + [rest[0]], rest[1:]
+            if not rest:
+                return None
+            if args and dataclasses.is_dataclass(args[1]):
+                cls = args[1]
+                continue
+        return f"--set {text!r}: {'.'.join(done)} is a value, not a section"
+
+
 def _check_path(text: str, parts: list[str]) -> str | None:
     """Does the --set path name a value of the recipe's schema? A problem, or None."""
     sections = {**_SECTIONS, **_learning_sections()}
     head, rest = parts[0], parts[1:]
-    dotted = ".".join(parts)
     if head == "games":
         if not rest:
             return (f"--set {text!r}: games is the list of [[games]] groups: set games.KEY (every group) "
                     f"or games.N.KEY (group N)")
         if rest[0].isdigit():
-            rest = rest[1:]
-            if not rest:
+            if not rest[1:]:
                 return f"--set {text!r}: games.{parts[1]} is a group: set games.{parts[1]}.KEY"
-        cls, where = GameGroup, "games"
-    elif head in sections:
+            return _walk(text, GameGroup, parts[:2], rest[1:])
+        return _walk(text, GameGroup, ["games"], rest)
+    if head in sections:
         if not rest:
             return f"--set {text!r}: {head} is a section: set {head}.KEY"
-        cls, where = sections[head], head
-    else:
-        cls, where, rest = Recipe, "", parts
-    known = _fields(cls)
-    if where == "":
-        known = {k: t for k, t in known.items() if k not in sections and k != "games"}
-    if rest[0] not in known:
-        names = sorted(known) if where else sorted([*known, "games", *sections])
-        return f"--set {text!r}: unknown key {dotted!r} (known{' in ' + where if where else ''}: {', '.join(names)})"
-    depth = 2 if known[rest[0]] is dict else 1  # env.NAME
-    if len(rest) > depth:
-        return f"--set {text!r}: {'.'.join(parts[:len(parts) - len(rest) + depth])} is a value, not a section"
-    return None
+        return _walk(text, sections[head], [head], rest)
+    known = {k: t for k, t in _fields(Recipe).items() if k not in sections and k != "games"}
+    if head not in known:
+        return (f"--set {text!r}: unknown key {'.'.join(parts)!r} "
+                f"(known: {', '.join(sorted([*known, 'games', *sections]))})")
+    if not rest:
+        return None
+    if head == "spec":
+        return _walk(text, SpecSection, ["spec"], rest)
+    return f"--set {text!r}: {head} is a value, not a section"
 
 
-def apply_overrides(data: dict, overrides: list[str]) -> list[str]:
+def apply_overrides(data: dict, overrides: list[str], path: str = "<overrides>") -> list[str]:
     """Set each 'a.b=value' in the raw TOML dict; games.KEY sets KEY in every group,
-    games.N.KEY in group N only. Returns a problem per --set that could not be applied
-    (the others are applied)."""
+    games.N.KEY in group N only; spec.KEY in a spec file's table (read first, relative
+    to the recipe at path). Returns a problem per --set that could not be applied (the
+    others are applied)."""
     problems = []
     for text in overrides:
         try:
@@ -184,6 +231,11 @@ def apply_overrides(data: dict, overrides: list[str]) -> list[str]:
                 targets, rest = groups, parts[1:]
         else:
             targets, rest = [data], parts
+            if parts[0] == "spec" and len(parts) > 1:
+                bad = recipe_spec.inline(data, path)  # spec = "FILE": its table takes the --set
+                if bad:
+                    problems.append(f"--set {text!r}: {bad}")
+                    continue
         try:
             for t in targets:
                 d = t
@@ -226,7 +278,7 @@ def load_recipe(path: str | os.PathLike, overrides: list[str] | None = None) -> 
     data, problem = _read_toml(path)
     if problem:
         raise RecipeError(path, [problem])
-    problems = apply_overrides(data, overrides or [])
+    problems = apply_overrides(data, overrides or [], path)
     recipe = _build(data, path, problems)
     if problems:
         raise RecipeError(path, problems)
@@ -244,8 +296,16 @@ def recipe_from_dict(data: dict, path: str = "<dict>") -> Recipe:
 def _build(data: dict, path: str, problems: list[str]) -> Recipe:
     """The recipe from the raw dict; a message per problem appended to problems."""
     learning = _learning_sections()
-    recipe = _validate(Recipe, {k: v for k, v in data.items() if k not in learning}, "", problems)
+    declared = data.get("spec") is not None  # None: a resolved recipe of a registered game
+    # The game a [spec] declares is not in the registry yet: its name is checked by
+    # recipe_spec.declare, not by the registry's choice.
+    skip = {*learning, "spec", *(("game",) if declared else ())}
+    recipe = _validate(Recipe, {k: v for k, v in data.items() if k not in skip}, "", problems)
     recipe.path = path
+    if declared:
+        _declare(recipe, data, path, problems)
+    else:
+        recipe_spec.check_name(recipe.game, problems)
     for key, cls in learning.items():
         section = data.get(key, {})
         if not isinstance(section, dict):
@@ -259,6 +319,30 @@ def _build(data: dict, path: str, problems: list[str]) -> Recipe:
             setattr(recipe, key, cls())
     check_ranges(recipe, problems)
     return recipe
+
+
+def _declare(recipe: Recipe, data: dict, path: str, problems: list[str]) -> None:
+    """The recipe's own game: its [spec] (or spec file) validated, declared under `game`."""
+    game = data.get("game", "null")
+    if not isinstance(game, str):
+        problems.append(f"game = {game!r}: expected str, got {type(game).__name__}")
+        return
+    recipe.game = game
+    bad = recipe_spec.inline(data, path)
+    if bad:
+        problems.append(bad)
+        return
+    table = data["spec"]
+    if not isinstance(table, dict):
+        problems.append(f"spec = {table!r}: expected a table [spec] or a file name (spec = \"mygame.toml\")")
+        return
+    source = getattr(table, "source", "")
+    found: list[str] = []
+    recipe.spec = _validate(SpecSection, dict(table), "" if source else "spec", found)
+    problems += [f"{source}: {p}" if source else p for p in found]
+    # the checks across keys run on what is left (a bad value took its default): every
+    # problem at once, and the game is declared only when there is none
+    recipe_spec.declare(game, recipe.spec, source, problems, register=not found)
 
 
 def resolve_recipe_path(name_or_path: str) -> str:

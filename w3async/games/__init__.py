@@ -14,7 +14,8 @@ The core (supervisor, training, status, series, recipes) asks the registry and h
 no game's name. A game is a module or package in this folder (games/NAME.py or
 games/NAME/) that defines `GAME = Game(...)`: it is found on the first lookup, with no
 edit of the core. A game that lives elsewhere (a test, a user's package) calls
-`register(game)` before its recipe is loaded. How to add one: docs/games.md.
+`register(game)` before its recipe is loaded; a recipe may declare its own game in a
+[spec] table (recipe_spec.py builds it, `declare` adds it). How to add one: docs/games.md.
 
 Imports: this package may import w3async.sync (the layout) and nothing else of
 w3async; the core imports it.
@@ -69,6 +70,9 @@ class Game:
     """(a group's environment, an evaluation level, a base seed) -> the environment of a
     group that plays that level at fixed seeds (`python -m w3async eval`); None: the game
     cannot make one (eval then plays only the levels of the checkpoint's eval groups)."""
+    eval_args: Callable[[list[str], str, int], list[str]] | None = None
+    """(an injected group's args, an evaluation level, a base seed) -> the args of a
+    group that plays that level ([games.inject] args; None: the group's own)."""
     parity: str | None = None
     """The module of the game's replay parity tool (`python -m w3async.replay_parity`
     dispatches to it; docs/games.md says what it provides), or None."""
@@ -90,6 +94,7 @@ class UnknownGame(KeyError):
 
 
 _GAMES: dict[str, Game] = {}
+_DECLARED: set[str] = set()  # names of games a recipe declared (declare), not a module
 _found = False
 
 
@@ -121,9 +126,29 @@ def register(game: Game) -> Game:
     return game
 
 
+def declare(game: Game) -> Game:
+    """Adds a game a recipe declared ([spec]), replacing the last declaration of that
+    name (a process may load a recipe again, or several of one game: the last wins). A
+    name of a game registered by a module or register() is refused."""
+    if not isinstance(game, Game):
+        raise TypeError(f"declare: a Game is needed, not {type(game).__name__}")
+    _discover()
+    if game.name in _GAMES and game.name not in _DECLARED:
+        raise ValueError(f"game {game.name!r} is a registered game: a declared one needs another name")
+    _GAMES[game.name] = game
+    _DECLARED.add(game.name)
+    return game
+
+
+def is_declared(name: str) -> bool:
+    """Was the game of this name declared by a recipe (not registered by a module)?"""
+    return name in _DECLARED
+
+
 def unregister(name: str) -> None:
     """Removes a registered game (for tests that add one for a while)."""
     _GAMES.pop(name, None)
+    _DECLARED.discard(name)
 
 
 def get(name: str) -> Game:

@@ -168,8 +168,10 @@ def plan(recipe, levels: list[str], n_games: int, parallel: int, seed: int, env:
         g["env"] = dict(game.eval_env(base["env"], lvl, seed) if game.eval_env else base["env"], **env)
         if g.get("inject") is None:
             g.pop("inject", None)
+        elif game.eval_args:  # an injected game's level may be its command line
+            g["inject"] = dict(g["inject"], args=game.eval_args(g["inject"]["args"], lvl, seed))
         groups.append(g)
-    data = {k: rd[k] for k in ("game", "runtime", "network")}
+    data = {k: rd[k] for k in ("game", "runtime", "network", "spec") if rd.get(k) is not None}
     data.update(name="eval", games=groups,
                 supervisor=dict(rd["supervisor"], policy="network", progress_s=0),
                 inference=dict(rd["inference"], n_nets=1), status={"enabled": False}, stop={})
