@@ -13,7 +13,7 @@ from w3async.games.duel.spec import DUEL_SPEC
 from w3async.games.null import NULL_SPEC
 from w3async.observe.replay_view import ReplayError, replay_view
 from w3async.observe.series import RunSeries
-from w3async.recipes import RecipeError, recipe_from_dict
+from w3async.recipes import RecipeError, load_recipe, recipe_from_dict
 from w3async.runtime.supervisor import Supervisor
 
 from .games import third
@@ -132,3 +132,116 @@ async def test_a_third_game_from_the_tests_folder_runs_through_the_supervisor(tm
     stats = await Supervisor(recipe_from_dict(third_recipe(null_native, types=8, seconds=2)), run8).run()
     bad = [e for e in events(run8) if e["event"] == "bad_row"]
     assert stats["bad_rows"] > 0 and bad and all(e["field"] == "ent_type" for e in bad), bad[:3]
+
+
+# ---- a game declared by its recipe ([spec], spec = "FILE.toml") ----------------------------
+
+MINE = {"n_types": 4, "head_sizes": [16, 16, 16, 160], "pointer_head": 3, "noop": [0, -1, -1, -1],
+        "opponent_env": "MINE_OPPONENT", "seed_env": "MINE_SEED", "result": "sign", "draw_within": 0.1,
+        "levels": {"bot:easy": {"env": {"MINE_LEVEL": "1"}},
+                   "bot:hard": {"env": {"MINE_LEVEL": "3"}, "args": ["-level", "3", "-seed", "{eval_seed}"]}}}
+
+
+def mine_recipe(binary: Path, seconds: float, **top) -> dict:
+    d = third_recipe(binary, types=4, seconds=seconds)
+    d.update({"name": "mine-test", "game": "mine", "spec": json.loads(json.dumps(MINE)), **top})
+    d["games"][0]["env"] = {"W3N_TYPES": "4", "W3N_CHECK": "1"}
+    return d
+
+
+def test_a_declared_game_labels_levels_and_results(null_native):
+    r = recipe_from_dict(mine_recipe(null_native, 1))
+    mine = games.get("mine")
+    assert r.game == "mine" and games.is_declared("mine") and mine.spec.name == "mine"
+    assert (mine.spec.n_types, mine.spec.head_sizes, mine.spec.pointer_head, mine.spec.noop) == \
+        (4, (16, 16, 16, 160), 3, (0, None, None, None))
+    assert mine.opponent_of({"MINE_OPPONENT": " bot:hard "}) == "bot:hard" and mine.opponent_of({}) == "self"
+    assert mine.eval_levels == ("bot:easy", "bot:hard")
+    assert mine.eval_env({"A": "1"}, "bot:easy", 7) == {"A": "1", "MINE_OPPONENT": "bot:easy", "MINE_SEED": "7",
+                                                        "MINE_LEVEL": "1"}
+    assert mine.eval_args(["x"], "bot:hard", 7) == ["-level", "3", "-seed", "7"]
+    assert mine.eval_args(["x"], "bot:easy", 7) == ["x"]
+    assert [mine.result_of(x, {}) for x in (0.5, 0.05, -0.1, -2.0)] == ["win", "draw", "draw", "loss"]
+    near = recipe_from_dict(mine_recipe(null_native, 1, spec={"result": "nearest", "win_reward": 10.0,
+                                                                "loss_reward": -10.0, "draw_reward": -1.0}))
+    assert near.spec.result == "nearest" and games.get("mine").spec.n_types == 8  # the last declaration wins
+    assert [games.get("mine").result_of(x, {}) for x in (6.0, -0.2, -6.0)] == ["win", "draw", "loss"]
+    # a recipe without its [spec] may not borrow a declared game; a declared one may not take a registered name
+    with pytest.raises(RecipeError, match="declared by a recipe's \\[spec\\]; this recipe has none"):
+        recipe_from_dict({"game": "mine"})
+    with pytest.raises(RecipeError, match="game = 'duel': a registered game"):
+        recipe_from_dict(mine_recipe(null_native, 1, game="duel"))
+    games.unregister("mine")
+
+
+def test_a_spec_file_beside_the_recipe_and_every_problem_at_once(tmp_path):
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "mine.toml").write_text('n_types = 4\nhead_sizes = [8, 8, 8, 160]\npointer_head = 3\n'
+                                                  '[levels."bot:easy"]\nenv = { L = "1" }\n')
+    rec = tmp_path / "r.toml"
+    rec.write_text('game = "mine"\nspec = "specs/mine.toml"\n')
+    r = load_recipe(rec, ["spec.n_types=5", 'spec.levels."bot:easy".env.L=2'])
+    assert r.spec.n_types == 5 and r.spec.levels["bot:easy"].env == {"L": "2"}
+    assert games.get("mine").spec.head_sizes == (8, 8, 8, 160)
+    (tmp_path / "specs" / "bad.toml").write_text('n_types = 0\nhead_sizes = [16, 300]\nresult = "median"\ncolour = 1\n'
+                                                 'noop = "x"\nreplay_view = "no_such_mod_w3:view"\nparity = "no_such_w3"\n'
+                                                 '[levels.x]\nenv = { A = [1] }\n')
+    with pytest.raises(RecipeError) as e:
+        load_recipe(rec, ["spec=specs/bad.toml"])
+    bad = str(tmp_path / "specs" / "bad.toml")
+    assert sorted(e.value.problems) == sorted([
+        f"{bad}: n_types = 0: must be in 1..32767",
+        f"{bad}: result = 'median': must be one of 'sign', 'nearest'",
+        f"{bad}: unknown key 'colour' (known: draw_reward, draw_within, head_sizes, levels, loss_reward, n_types, "
+        f"noop, opponent_default, opponent_env, parity, pointer_head, replay_dir, replay_suffixes, replay_view, "
+        f"result, seed_env, win_reward)",
+        f"{bad}: noop = 'x': expected list, got str",
+        f"{bad}: levels.x.env.A = [1]: must be a string or a number, not list",
+        f"{bad}: head_sizes = [16, 300]: must hold 4 sizes, one per action head, each 1..192",
+        f"{bad}: replay_view = 'no_such_mod_w3:view': cannot import it: ModuleNotFoundError: "
+        f"No module named 'no_such_mod_w3'",
+        f"{bad}: parity = 'no_such_w3': no such module (a 'package.module' on the Python path)",
+    ]), e.value.problems
+    with pytest.raises(RecipeError) as e:
+        load_recipe(rec, ["spec=nope.toml"])
+    assert e.value.problems == [f"spec = 'nope.toml': no such file {str(tmp_path / 'nope.toml')!r} "
+                                f"(a path relative to the recipe's folder)"]
+    games.unregister("mine")
+
+
+async def test_a_declared_game_runs_through_the_supervisor(tmp_path, null_native):
+    """The declared spec is the one in force: its 4 type ids pass the row checks."""
+    run = tmp_path / "run"
+    sup = Supervisor(recipe_from_dict(mine_recipe(null_native, 2)), run)
+    stats = await sup.run()
+    assert sup.spec.name == "mine" and sup.spec.n_types == 4
+    assert stats["agent_steps"] > 0 and stats["bad_rows"] == 0 and stats["restarts"] == {}
+    saved = json.loads((run / "recipe.json").read_text())
+    assert saved["game"] == "mine" and saved["spec"]["levels"]["bot:hard"]["args"][0] == "-level"
+    games.unregister("mine")
+
+
+async def test_a_declared_game_trains_and_plans_its_evaluation(tmp_path, null_native):
+    from w3async.learn.evaluate import plan
+
+    from .test_training import learn_recipe
+
+    data = learn_recipe(count=1, stop={"updates": 2, "seconds": 120})
+    data["games"][0]["env"]["W3N_TYPES"] = "4"
+    data["games"].append(dict(data["games"][0], role="eval", env=dict(data["games"][0]["env"],
+                                                                        MINE_OPPONENT="bot:easy")))
+    data["game"], data["spec"] = "mine", json.loads(json.dumps(MINE))
+    run = tmp_path / "run"
+    sup = Supervisor(recipe_from_dict(data), run)
+    await sup.run()
+    eps = [json.loads(x) for x in (run / "episodes.jsonl").read_text().splitlines()]
+    assert {e.get("opponent") for e in eps if e.get("event") == "episode"} >= {"self", "bot:easy"}
+    assert [json.loads(x) for x in (run / "learner.jsonl").read_text().splitlines() if '"update"' in x]
+    recipe = recipe_from_dict(data)
+    recipe.games[1].inject = None
+    planned, levels = plan(recipe, ["bot:easy", "bot:hard"], 4, 1, 11, {})
+    assert levels == ["bot:easy", "bot:hard"] and planned["spec"]["n_types"] == 4
+    assert [g["env"]["MINE_OPPONENT"] for g in planned["games"]] == ["bot:easy", "bot:hard"]
+    assert [g["env"]["MINE_SEED"] for g in planned["games"]] == ["11", "11"]
+    assert recipe_from_dict(planned).game == "mine"
+    games.unregister("mine")
