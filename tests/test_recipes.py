@@ -125,6 +125,23 @@ def test_every_bad_set_is_reported_at_once_and_good_ones_apply():
     assert r.games[0].count == 3 and r.games[0].env["W3N_X"] == "7" and r.games[0].env["W3N_Y"] == "a=b"
 
 
+def test_set_reaches_every_key_of_nested_sections():
+    r = load_recipe(NULL, ["games.inject.step_ms=20", "games.0.inject.draw=false",
+                           "games.inject.addresses.HP='exe+0x10'", 'games.inject.draw_calls=["A", "B"]',
+                           "games.inject.args=['-seed', '{seed}']"])
+    inj = r.games[0].inject
+    assert (inj.step_ms, inj.draw, inj.addresses, inj.draw_calls, inj.args) == \
+        (20, False, {"HP": "exe+0x10"}, ["A", "B"], ["-seed", "{seed}"])
+    p = _problems(["games.inject.nope=1", "games.0.inject.addresses.A.B=1", "games.inject.step_ms.x=1",
+                   "games.inject.step_ms=0"])
+    assert p[:3] == ["--set 'games.inject.nope=1': unknown key 'games.inject.nope' (known in games.inject: adapter, "
+                     "addresses, args, clock, cwd, draw, draw_calls, modules, step_ms, step_point, step_thread, "
+                     "timeout_s)",
+                     "--set 'games.0.inject.addresses.A.B=1': games.0.inject.addresses.A is a value, not a section",
+                     "--set 'games.inject.step_ms.x=1': games.inject.step_ms is a value, not a section"]
+    assert p[3].startswith("games[0].inject.step_ms = 0: must be in 1..") and len(p) == 4, p
+
+
 def test_env_names_and_values(tmp_path):
     rec = tmp_path / "env.toml"
     rec.write_text('[[games]]\nenv = { "A=B" = "1", "" = "x", "N\\u0000M" = "y", K = "a\\u0000b", '
