@@ -11,7 +11,8 @@ FAIL), in one run of under 4 minutes on one H200.
    graph; round latency per (entity bucket, rows) (median, p99) against the same rows
    through the networks eagerly; syncs inside 200 rounds (set_sync_debug_mode); no graph
    captured after start; memory over --rounds rounds; the eager GRU fallback's syncs.
-2. The finisher thread's CPU per second of rounds in flight (a spinning wait shows here).
+2. The finisher thread's CPU per second of rounds in flight (a spinning wait shows here),
+   and rounds/s with two submitted ahead against one at a time.
 3. Noise: two nets with the same weights answer the same rows in the same rounds, each
    on its stream; the share of rows whose sampled actions are all the same.
 4. A publish during rounds in flight: a learner thread updates and publishes while rounds
@@ -24,7 +25,8 @@ FAIL), in one run of under 4 minutes on one H200.
 
 Bounds (issue 13 and 26, one H200): 64 rows at bucket 48 under 2 ms median; 256 rows at
 bucket 160 under 5 ms; graph at least 2x eager; no sync inside a round; no capture after
-start; memory flat (under 1 MiB of growth); finisher CPU under 0.3 s a second; identical
+start; memory flat (under 1 MiB of growth); finisher CPU under 0.3 s a second; two
+rounds ahead not slower than one; identical
 action rows under 50% (one shared noise gives 100%); publish: values within 1e-4; rounds
 during an update within 1.5x of idle at pause 8; CPU and GPU within 1e-3 (values,
 log-probabilities) and 1e-4 (GRU state). With --device cpu the GPU's bounds are shown,
@@ -251,8 +253,12 @@ def section_finisher(args, device: torch.device, cfg: NetConfig) -> None:
         c0 = engine._flights.cpu_s
         wall = in_flight(engine, b, per_row, args.repeats, 2)
         cpu = engine._flights.cpu_s - c0
+        one = in_flight(engine, b, per_row, args.repeats, 1)
     check("finisher CPU per second of rounds in flight", f"{cpu / wall:.3f} s/s ({args.repeats} rounds in {wall:.2f} s)",
           "< 0.3", cpu / wall < 0.3 if gpu else None)
+    check("rounds/s, 256 rows at bucket 160, two submitted ahead against one",
+          f"{args.repeats / wall:,.0f} against {args.repeats / one:,.0f}: {one / wall:.2f}x", ">= 1.0x",
+          one >= wall if gpu else None)
 
 
 def section_noise(args, device: torch.device, cfg: NetConfig) -> None:
