@@ -1,37 +1,47 @@
-"""Issue 13's device check: the inference engine and the learner on one GPU, each figure
-with the bound it must meet written beside it (PASS / FAIL), in one run.
+"""Issues 13 and 26's device check: the inference engine and the learner on one GPU in the
+run's own configuration, each figure with the bound it must meet written beside it (PASS /
+FAIL), in one run of under 4 minutes on one H200.
 
     python bench/device_check.py                  # on a GPU machine (bench/device_check.sh)
     python bench/device_check.py --device cpu --quick   # here: the script itself, small
 
-1. Rounds per (entity bucket, rows): round latency (submit to result, median and p99)
-   and rows/s through the engine; the same rows through the network eagerly (upload,
-   act, answers back, synchronised) for "graph against eager"; rounds/s with two rounds
-   submitted ahead against one at a time (rounds in flight).
-2. Syncs inside rounds: torch.cuda.set_sync_debug_mode("warn") around rounds after the
-   warm-up; every warning counted (worker thread included).
-3. Memory: allocated and reserved after the warm-up and after --rounds more rounds.
-4. Rounds during a learner update against idle, update_pause_ms 0 and 8, and the
-   update's time (the learner on the same device, a thread beside the rounds, as a run
-   has it).
-5. CPU against GPU: values and log-probabilities of the same actions by the same weights,
-   without and with a GRU (its state after a step too); and the GRU path through the
-   engines (the device's graphed, rounds in flight) against a CPU engine, 30 rounds.
+0. Versions: the device, torch and CUDA beside the project's torch pin (pyproject.toml).
+1. Per configuration (one net; three nets, rows spread over them, as fgself runs; three
+   nets with GRU): the graphs captured, capture time, GPU memory after capture and per
+   graph; round latency per (entity bucket, rows) (median, p99) against the same rows
+   through the networks eagerly; syncs inside 200 rounds (set_sync_debug_mode); no graph
+   captured after start; memory over --rounds rounds; the eager GRU fallback's syncs.
+2. The finisher thread's CPU per second of rounds in flight (a spinning wait shows here),
+   and rounds/s with two submitted ahead against one at a time.
+3. Noise: two nets with the same weights answer the same rows in the same rounds, each
+   on its stream; the share of rows whose sampled actions are all the same.
+4. A publish during rounds in flight: a learner thread updates and publishes while rounds
+   are submitted two ahead; every answer finite, versions never going back, and the
+   engine's values after the last publish equal to the learner's (the clone saw the
+   update's last weights).
+5. Rounds of 64 rows at bucket 48 while a learner thread updates, pause 0 and 8, at the
+   GIL's switch interval by default (5 ms) and at 0.5 ms.
+6. CPU against the device: values, log-probabilities and GRU states.
 
-Bounds (issue 13, one H200): 64 rows at bucket 48 under 2 ms median; 256 rows at bucket
-160 under 5 ms; graph at least 2x eager; no sync inside a round; rounds during an update
-within 1.5x of idle at pause 8; memory flat (under 1 MiB of growth); CPU and GPU within
-1e-3 (values, log-probabilities) and 1e-4 (GRU state). With --device cpu the latency
-bounds are not applied (they are the GPU's) and section 2 is skipped.
-Exit status: 0 when every bound holds, 1 otherwise.
+Bounds (issue 13 and 26, one H200): 64 rows at bucket 48 under 2 ms median; 256 rows at
+bucket 160 under 5 ms; graph at least 2x eager; no sync inside a round; no capture after
+start; memory flat (under 1 MiB of growth); finisher CPU under 0.3 s a second; two
+rounds ahead not slower than one; identical
+action rows under 50% (one shared noise gives 100%); publish: values within 1e-4; rounds
+during an update within 1.5x of idle at pause 8; CPU and GPU within 1e-3 (values,
+log-probabilities) and 1e-4 (GRU state). With --device cpu the GPU's bounds are shown,
+not applied, and the sync and memory checks are skipped. Exit status: 0 when every bound
+holds, 1 otherwise.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import statistics
 import sys
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -39,12 +49,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 from inference_bench import rounds_beside_updates, synthetic_trajbatch  # noqa: E402
 from w3async.games.duel.spec import DUEL_SPEC as SPEC  # noqa: E402
 from w3async.learn.inference import InferenceEngine, synthetic_batch  # noqa: E402
+from w3async.learn.learner import Learner, LearnerConfig  # noqa: E402
 from w3async.learn.network import NetConfig, Network, obs_from_numpy  # noqa: E402
 from w3async.sync import layout  # noqa: E402
 
@@ -59,11 +71,11 @@ def check(what: str, measured: str, bound: str, held: bool | None) -> None:
     print(f"  {mark:4} {what}: {measured} (bound: {bound})", flush=True)
 
 
-def batch_for(bucket: int, rows: int, seed: int = 1):
+def batch_for(bucket: int, rows: int, seed: int = 1, table: int | None = None):
     """Rows whose largest entity count fills `bucket` (the engine runs that bucket)."""
     rng = np.random.default_rng(seed)
     for _ in range(100):
-        b = synthetic_batch(SPEC, rows, rng, max_ent=bucket)
+        b = synthetic_batch(SPEC, rows, rng, max_ent=bucket, n_table_rows=table)
         if b.bucket == bucket:
             return b
     raise RuntimeError(f"no batch of bucket {bucket}")
@@ -74,130 +86,273 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def rounds(engine: InferenceEngine, b, n: int) -> list[float]:
+def mem(device: torch.device) -> tuple[float, float]:
+    """GPU memory allocated and reserved, MiB (0 on a CPU)."""
+    if device.type != "cuda":
+        return 0.0, 0.0
+    sync(device)
+    return torch.cuda.memory_allocated(device) / 2**20, torch.cuda.memory_reserved(device) / 2**20
+
+
+def rounds(engine: InferenceEngine, b, nets, n: int) -> list[float]:
     out = []
     for _ in range(n):
         t0 = time.perf_counter()
-        engine.submit(b).result()
+        engine.submit(b, nets).result()
         out.append((time.perf_counter() - t0) * 1e3)
     return out
 
 
-def in_flight_rate(engine: InferenceEngine, b, n: int, ahead: int) -> float:
-    """Rounds/s with `ahead` rounds submitted before the oldest is waited for (the loop's
-    way with rounds in flight); ahead=1 is one round at a time."""
+def in_flight(engine: InferenceEngine, b, nets, n: int, ahead: int) -> float:
+    """Seconds for n rounds with `ahead` submitted before the oldest is waited for."""
     t0 = time.perf_counter()
-    futs = [engine.submit(b) for _ in range(ahead)]
+    futs = [engine.submit(b, nets) for _ in range(ahead)]
     for _ in range(n - ahead):
         futs.pop(0).result()
-        futs.append(engine.submit(b))
+        futs.append(engine.submit(b, nets))
     for f in futs:
         f.result()
-    return n / (time.perf_counter() - t0)
+    return time.perf_counter() - t0
 
 
-def eager_ms(net: Network, b, device: torch.device, n: int) -> float:
-    """The same rows through the network without a graph: upload, act, answers back."""
+def eager_ms(nets: list[Network], b, per_row: np.ndarray, device: torch.device, n: int, gru: bool) -> float:
+    """The same rows through the networks without graphs: upload, act per net, answers
+    back, synchronised (with GRU, from a zero state)."""
     k = b.n
     times = []
     with torch.no_grad():
         for _ in range(n):
             t0 = time.perf_counter()
             obs = obs_from_numpy(b.glob[:k], b.ent[:k], b.ent_type[:k], b.n_ent[:k], b.mask[:k], device=device)
-            r = net.act(obs)
-            r.actions.cpu(), r.logp.cpu(), r.value.cpu()
+            for s in np.unique(per_row):
+                idx = torch.as_tensor(np.flatnonzero(per_row == s), device=device)
+                o = obs.index(idx)
+                r = nets[int(s)].act(o, state=torch.zeros(len(idx), nets[0].cfg.d_model, device=device) if gru else None)
+                r.actions.cpu(), r.logp.cpu(), r.value.cpu()
             sync(device)
             times.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(times)
 
 
-def section_rounds(args, device: torch.device, cfg: NetConfig) -> None:
-    gpu = device.type == "cuda"
-    print(f"\n1-3. rounds through the engine ({args.repeats} timed per case after {args.warm} warm-up)")
-    print("| bucket | rows | median ms | p99 ms | rows/s | eager ms | graph vs eager |")
-    lines = []
-    with InferenceEngine(SPEC, cfg, device=str(device), max_rows=512, n_nets=1, seed=1) as engine:
-        net = engine.nets[0]
-        for bucket, n in CASES:
-            b = batch_for(bucket, n)
-            rounds(engine, b, args.warm)
-            t = rounds(engine, b, args.repeats)
-            med, p99 = statistics.median(t), float(np.percentile(t, 99))
-            eager = eager_ms(net, b, device, max(20, args.repeats // 5))
-            lines.append((bucket, n, med, p99, eager))
-            print(f"| {bucket} | {n} | {med:.3f} | {p99:.3f} | {n / med * 1e3:,.0f} | {eager:.3f} | "
-                  f"{eager / med:.2f}x |", flush=True)
-        for bucket, n, med, p99, eager in lines:
-            if (bucket, n) in BOUND_MS:
-                check(f"median round, {n} rows at bucket {bucket}", f"{med:.3f} ms", f"< {BOUND_MS[bucket, n]} ms",
-                      med < BOUND_MS[bucket, n] if gpu else None)
-        worst = min(eager / med for *_, med, _, eager in lines)
-        check("graph against eager, the worst case", f"{worst:.2f}x", ">= 2x", worst >= 2.0 if gpu else None)
-        # 1b. rounds in flight (w3async.learn.flights): the next round's copy and upload
-        # while the last computes; two ahead must not be slower than one at a time
-        b = batch_for(48, 64)
-        one, two = (in_flight_rate(engine, b, args.repeats, k) for k in (1, 2))
-        check(f"rounds/s, 64 rows at bucket 48, two submitted ahead against one (engine n_flights "
-              f"{engine.n_flights})", f"{two:,.0f} against {one:,.0f}: {two / one:.2f}x", ">= 1.0x",
-              two >= one if gpu else None)
+def count_syncs(device: torch.device, fn) -> list[str]:
+    """Every synchronising call set_sync_debug_mode reports while fn() runs (any thread)."""
+    seen: list[str] = []
+    old = warnings.showwarning
+    warnings.showwarning = lambda msg, *a, **k: seen.append(str(msg))
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            fn()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+        warnings.showwarning = old
+    return [m for m in seen if "synchroniz" in m.lower()]
 
-        b = batch_for(48, 64)
-        if gpu:  # 2. syncs: every warning the sync debug mode raises, from any thread
-            seen = []
-            old = warnings.showwarning
-            warnings.showwarning = lambda msg, *a, **k: seen.append(str(msg))
-            torch.cuda.set_sync_debug_mode("warn")
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("always")
-                    rounds(engine, b, 200)
-            finally:
-                torch.cuda.set_sync_debug_mode("default")
-                warnings.showwarning = old
-            syncs = [m for m in seen if "synchroniz" in m.lower()]
-            check("syncs inside 200 rounds (set_sync_debug_mode)", f"{len(syncs)}"
-                  + (f": {syncs[0][:120]}" if syncs else ""), "0", not syncs)
-        # 3. memory over many rounds (after the warm-up: every graph captured)
-        rounds(engine, b, 100)
-        sync(device)
-        a0 = torch.cuda.memory_allocated(device) if gpu else 0
-        r0 = torch.cuda.memory_reserved(device) if gpu else 0
+
+def section_versions(device: torch.device) -> None:
+    pin = re.search(r'"torch([^"]*)"', (ROOT / "pyproject.toml").read_text())
+    pin_s = pin.group(1) if pin else "(no pin found)"
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    print(f"0. {name}; torch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN "
+          f"{torch.backends.cudnn.version()}; the project pins torch{pin_s}")
+    inside = True
+    have = tuple(int(x) for x in re.findall(r"\d+", torch.__version__.split("+")[0])[:3])
+    for op, v in re.findall(r"(>=|<=|==|<|>)\s*([\d.]+)", pin_s):  # the pin's clauses, e.g. >=2.13,<2.15
+        want = tuple(int(x) for x in v.split("."))
+        cut = have[: len(want)]
+        inside &= {">=": cut >= want, "<=": cut <= want, "==": cut == want, "<": cut < want, ">": cut > want}[op]
+    check("torch against the project's pin", f"{torch.__version__} against torch{pin_s}"
+          + ("" if inside else ": OUTSIDE the pin, the figures are this torch's"), "reported", None)
+
+
+CONFIGS = (("1 net", 1, False), ("3 nets", 3, False), ("3 nets, GRU", 3, True))
+
+
+def section_configs(args, device: torch.device, cfg: NetConfig) -> None:
+    gpu = device.type == "cuda"
+    for name, n_nets, gru in CONFIGS:
+        c = dataclasses.replace(cfg, gru=gru)
+        print(f"\n1. {name}: rounds through the engine ({args.repeats} timed per case after {args.warm} warm-up)")
+        a0, r0 = mem(device)
         t0 = time.perf_counter()
-        for i in range(args.rounds):
-            engine.submit(b).result()
-            if args.progress and i and i % 2000 == 0:
-                print(f"  ... {i:,} rounds, {time.perf_counter() - t0:.0f} s", flush=True)
-        sync(device)
-        if gpu:
-            grow = (torch.cuda.memory_allocated(device) - a0) / 2**20
-            grow_r = (torch.cuda.memory_reserved(device) - r0) / 2**20
-            check(f"GPU memory over {args.rounds:,} rounds", f"allocated {grow:+.2f} MiB, reserved {grow_r:+.2f} MiB "
-                  f"(allocated {a0 / 2**20:.1f} MiB at the start)", "< 1 MiB growth", max(grow, grow_r) < 1.0)
-        else:
-            check(f"{args.rounds:,} rounds", f"{args.rounds / (time.perf_counter() - t0):,.0f} rounds/s", "none", None)
+        engine = InferenceEngine(SPEC, c, device=str(device), max_rows=512, n_table_rows=512, n_nets=n_nets, seed=1)
+        engine.start()
+        start_s = time.perf_counter() - t0
+        try:
+            for k in range(1, n_nets):
+                engine.load_net(k, engine.nets[0].state_dict(), 0)
+            runner = engine._runner
+            n_graphs = len(runner.graphs) if runner else 0
+            a1, r1 = mem(device)
+            cap_s = runner.capture_s if runner else 0.0
+            check(f"{name}: graphs at start, capture time, memory after capture",
+                  f"{n_graphs} graphs in {cap_s:.1f} s (start {start_s:.1f} s); allocated {a1 - a0:+.1f} MiB, reserved "
+                  f"{r1 - r0:+.1f} MiB, {(r1 - r0) / max(n_graphs, 1):.2f} MiB reserved a graph", "reported", None)
+            print("| bucket | rows | median ms | p99 ms | rows/s | eager ms | graph vs eager |")
+            worst = float("inf")
+            for bucket, n in args.cases:
+                b = batch_for(bucket, n, table=512)
+                per_row = (np.arange(n) % n_nets).astype(np.int16)
+                rounds(engine, b, per_row, args.warm)
+                t = rounds(engine, b, per_row, args.repeats)
+                med, p99 = statistics.median(t), float(np.percentile(t, 99))
+                eager = eager_ms(engine.nets, b, per_row, device, args.eager_repeats, gru)
+                worst = min(worst, eager / med)
+                print(f"| {bucket} | {n} | {med:.3f} | {p99:.3f} | {n / med * 1e3:,.0f} | {eager:.3f} | "
+                      f"{eager / med:.2f}x |", flush=True)
+                if (bucket, n) in BOUND_MS:
+                    check(f"{name}: median round, {n} rows at bucket {bucket}", f"{med:.3f} ms (p99 {p99:.3f})",
+                          f"< {BOUND_MS[bucket, n]} ms", med < BOUND_MS[bucket, n] if gpu else None)
+            check(f"{name}: graph against eager, the worst case", f"{worst:.2f}x", ">= 2x",
+                  worst >= 2.0 if gpu else None)
+            b = batch_for(48, 64, table=512)
+            per_row = (np.arange(64) % n_nets).astype(np.int16)
+            if gpu:
+                syncs = count_syncs(device, lambda: rounds(engine, b, per_row, 200))
+                check(f"{name}: syncs inside 200 rounds (set_sync_debug_mode)",
+                      f"{len(syncs)}" + (f": {syncs[0][:120]}" if syncs else ""), "0", not syncs)
+            rounds(engine, b, per_row, 100)
+            m0 = mem(device)
+            t0 = time.perf_counter()
+            for i in range(args.rounds):
+                engine.submit(b, per_row).result()
+                if args.progress and i and i % 5000 == 0:
+                    print(f"  ... {i:,} rounds, {time.perf_counter() - t0:.0f} s", flush=True)
+            m1 = mem(device)
+            rate = args.rounds / (time.perf_counter() - t0)
+            if gpu:
+                grow = max(m1[0] - m0[0], m1[1] - m0[1])
+                check(f"{name}: GPU memory over {args.rounds:,} rounds ({rate:,.0f} rounds/s)",
+                      f"allocated {m1[0] - m0[0]:+.2f} MiB, reserved {m1[1] - m0[1]:+.2f} MiB", "< 1 MiB growth",
+                      grow < 1.0)
+            after = len(runner.graphs) if runner else 0
+            check(f"{name}: graphs captured after start", f"{after - n_graphs}", "0",
+                  after == n_graphs if gpu else None)
+        finally:
+            engine.stop()
+        if gru and gpu:  # the eager GRU fallback (gru_graphs=False): one wait per net a round, no other sync
+            with InferenceEngine(SPEC, c, device=str(device), max_rows=512, n_table_rows=512, n_nets=n_nets,
+                                 seed=1, gru_graphs=False) as eager_engine:
+                for k in range(1, n_nets):
+                    eager_engine.load_net(k, eager_engine.nets[0].state_dict(), 0)
+                rounds(eager_engine, b, per_row, 20)
+                syncs = count_syncs(device, lambda: rounds(eager_engine, b, per_row, 100))
+                med = statistics.median(rounds(eager_engine, b, per_row, args.repeats))
+            check(f"{name}, eager fallback: syncs inside 100 rounds", f"{len(syncs)}"
+                  + (f": {syncs[0][:120]}" if syncs else "") + f"; median round {med:.3f} ms", "0", not syncs)
+
+
+def section_finisher(args, device: torch.device, cfg: NetConfig) -> None:
+    gpu = device.type == "cuda"
+    print("\n2. the finisher thread's CPU while rounds of 256 rows at bucket 160 fly two ahead")
+    with InferenceEngine(SPEC, cfg, device=str(device), max_rows=512, n_nets=1, seed=1, n_flights=2) as engine:
+        b = batch_for(160, 256)
+        per_row = np.zeros(256, np.int16)
+        in_flight(engine, b, per_row, args.warm, 2)
+        c0 = engine._flights.cpu_s
+        wall = in_flight(engine, b, per_row, args.repeats, 2)
+        cpu = engine._flights.cpu_s - c0
+        one = in_flight(engine, b, per_row, args.repeats, 1)
+    check("finisher CPU per second of rounds in flight", f"{cpu / wall:.3f} s/s ({args.repeats} rounds in {wall:.2f} s)",
+          "< 0.3", cpu / wall < 0.3 if gpu else None)
+    check("rounds/s, 256 rows at bucket 160, two submitted ahead against one",
+          f"{args.repeats / wall:,.0f} against {args.repeats / one:,.0f}: {one / wall:.2f}x", ">= 1.0x",
+          one >= wall if gpu else None)
+
+
+def section_noise(args, device: torch.device, cfg: NetConfig) -> None:
+    print("\n3. noise: two nets, the same weights, the same 64 rows each, in the same rounds")
+    b = batch_for(48, 128, seed=7)
+    for name in ("glob", "ent", "ent_type", "n_ent", "mask"):
+        getattr(b, name)[64:128] = getattr(b, name)[:64]
+    per_row = np.repeat(np.array([0, 1], np.int16), 64)
+    same = total = 0
+    dv = 0.0
+    with InferenceEngine(SPEC, cfg, device=str(device), max_rows=512, n_nets=2, seed=1) as engine:
+        engine.load_net(1, engine.nets[0].state_dict(), 0)
+        for _ in range(args.noise_rounds):
+            r = engine.submit(b, per_row).result()
+            same += int((r.actions[:64] == r.actions[64:]).all(1).sum())
+            total += 64
+            dv = max(dv, float(np.abs(r.value[:64] - r.value[64:]).max()))
+    check(f"identical action rows between the two nets over {args.noise_rounds} rounds",
+          f"{same / total:.1%} (values differ by at most {dv:.1e})", "< 50%", same / total < 0.5 and dv < 1e-4)
+
+
+def section_publish(args, device: torch.device, cfg: NetConfig) -> None:
+    print("\n4. a publish during rounds in flight: a learner thread updates and publishes, rounds two ahead")
+    tb = synthetic_trajbatch(48)
+    b = batch_for(48, 64, seed=9)
+    per_row = np.zeros(64, np.int16)
+    with InferenceEngine(SPEC, cfg, device=str(device), max_rows=512, n_nets=1, seed=1, n_flights=2) as engine:
+        learner = Learner(Network(SPEC, cfg), LearnerConfig(minibatch_seqs=8, update_epochs=1), device=str(device))
+        learner.net.load_state_dict(engine.nets[0].state_dict())
+        stop, errors = threading.Event(), []
+
+        def learn() -> None:
+            if device.type == "cuda":
+                torch.cuda.set_device(engine.device)  # as LearnerThread does
+            try:
+                while not stop.is_set():
+                    learner.run_update(tb)
+                    engine.publish(learner.net.state_dict(), learner.version)
+            except Exception as e:  # noqa: BLE001 (reported below)
+                errors.append(repr(e))
+
+        th = threading.Thread(target=learn)
+        th.start()
+        t_end, seen, bad, back, n = time.perf_counter() + args.publish_s, 0, 0, 0, 0
+        futs = [engine.submit(b, per_row) for _ in range(2)]
+        while time.perf_counter() < t_end:
+            r = futs.pop(0).result()
+            futs.append(engine.submit(b, per_row))
+            bad += int(not (np.isfinite(r.value).all() and np.isfinite(r.logp).all()))
+            back += int(r.versions[0] < seen)
+            seen, n = max(seen, int(r.versions[0])), n + 1
+        for f in futs:
+            f.result()
+        stop.set()
+        th.join()
+        res = engine.submit(b, per_row).result()  # after the last publish
+        with torch.no_grad():
+            k = b.n
+            obs = obs_from_numpy(b.glob[:k], b.ent[:k], b.ent_type[:k], b.n_ent[:k], b.mask[:k], device=device)
+            ref = learner.net.eval().act(obs).value.cpu().numpy()
+    diff = float(np.abs(res.value - ref).max())
+    check(f"publish during rounds in flight ({n} rounds, {learner.version} updates)",
+          f"non-finite {bad}, versions back {back}, errors {errors[:1]}; last publish's values off by {diff:.1e} "
+          f"(version {int(res.versions[0])} of {learner.version})", "0, 0, none; < 1e-4 at the last version",
+          not bad and not back and not errors and diff < 1e-4 and int(res.versions[0]) == learner.version)
 
 
 def section_beside(args, device: torch.device, cfg: NetConfig) -> None:
     gpu = device.type == "cuda"
-    print("\n4. rounds of 64 rows at bucket 48 while a learner thread updates (the same device)")
+    print("\n5. rounds of 64 rows at bucket 48 while a learner thread updates (the same device)")
     tb = synthetic_trajbatch(48)
-    for pause in (0.0, 8.0):
-        idle, busy, update_s = rounds_beside_updates(SPEC, cfg, tb, pause, 64, args.beside_s, device=str(device),
-                                                     warm=args.warm, idle_s=0.3)
-        mi = statistics.median(idle) if idle else float("nan")
-        mb = statistics.median(busy) if busy else float("nan")
-        us = statistics.median(update_s) if update_s else float("nan")
-        print(f"  pause {pause:g} ms: idle median {mi:.3f} ms (n {len(idle)}), during updates {mb:.3f} ms "
-              f"(n {len(busy)}, p99 {np.percentile(busy, 99) if busy else float('nan'):.3f}); "
-              f"update {us:.3f} s ({len(update_s)} updates of {tb.reward.size} steps)", flush=True)
-        if pause == 8.0:
-            check("rounds during an update against idle, pause 8", f"{mb / mi:.2f}x", "<= 1.5x",
-                  (mb / mi <= 1.5) if gpu and busy and idle else None)
-            check("the learner's update (512 steps, 2 epochs, pause 8)", f"{us:.3f} s", "none", None)
+    default = sys.getswitchinterval()
+    try:
+        for interval in (default, 0.0005):
+            sys.setswitchinterval(interval)
+            for pause in args.pauses:
+                idle, busy, update_s = rounds_beside_updates(SPEC, cfg, tb, pause, 64, args.beside_s,
+                                                             device=str(device), warm=args.warm, idle_s=0.3)
+                mi = statistics.median(idle) if idle else float("nan")
+                mb = statistics.median(busy) if busy else float("nan")
+                us = statistics.median(update_s) if update_s else float("nan")
+                print(f"  switch {interval * 1e3:g} ms, pause {pause:g} ms: idle median {mi:.3f} ms (n {len(idle)}), "
+                      f"during updates {mb:.3f} ms (n {len(busy)}); update {us:.3f} s ({len(update_s)} updates)",
+                      flush=True)
+                if pause == 8.0:
+                    check(f"rounds during an update against idle, pause 8, switch interval {interval * 1e3:g} ms",
+                          f"{mb / mi:.2f}x (update {us:.3f} s)", "<= 1.5x",
+                          (mb / mi <= 1.5) if gpu and busy and idle else None)
+    finally:
+        sys.setswitchinterval(default)
 
 
 def section_agreement(args, device: torch.device, cfg: NetConfig) -> None:
-    print("\n5. CPU against the device: the same weights, the same rows and actions")
+    print("\n6. CPU against the device: the same weights, the same rows and actions")
     for gru in (False, True):
         c = dataclasses.replace(cfg, gru=gru)
         torch.manual_seed(3)
@@ -260,24 +415,35 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--quick", action="store_true", help="small counts: checks the script itself (CPU)")
-    ap.add_argument("--rounds", type=int, default=10_000, help="rounds for the memory check")
+    ap.add_argument("--rounds", type=int, default=10_000, help="rounds for the memory check, per configuration")
     ap.add_argument("--repeats", type=int, default=500)
     ap.add_argument("--warm", type=int, default=50)
-    ap.add_argument("--beside-s", type=float, default=20.0)
+    ap.add_argument("--beside-s", type=float, default=10.0)
+    ap.add_argument("--publish-s", type=float, default=8.0)
+    ap.add_argument("--noise-rounds", type=int, default=100)
     ap.add_argument("--progress", action="store_true")
     args = ap.parse_args()
-    if args.quick:
-        args.rounds, args.repeats, args.warm, args.beside_s = 200, 20, 5, 3.0
+    args.cases, args.eager_repeats, args.pauses = CASES, max(20, args.repeats // 5), (0.0, 8.0)
+    if args.quick:  # every section and table, with counts a shared CPU runs in about a minute
+        args.rounds, args.repeats, args.warm, args.beside_s, args.publish_s, args.noise_rounds = 20, 3, 1, 1.0, 1.0, 3
+        args.cases, args.eager_repeats, args.pauses = ((48, 8), (48, 64)), 2, (8.0,)
+    if args.device == "cpu":
+        torch.set_num_threads(1)  # the engine's own count: eager against graph compares like with like
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print(f"device_check: --device {args.device} but torch.cuda.is_available() is False "
               f"(torch {torch.__version__}); --device cpu --quick checks the script itself")
         return 2
     device = torch.device(args.device)
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    print(f"device_check: {name}, torch {torch.__version__}, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}", flush=True)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    print(f"device_check: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}", flush=True)
     cfg = NetConfig(d_model=64, n_heads=4, n_layers=2)  # fgself's network
     t0 = time.perf_counter()
-    section_rounds(args, device, cfg)
+    section_versions(device)
+    section_configs(args, device, cfg)
+    section_finisher(args, device, cfg)
+    section_noise(args, device, cfg)
+    section_publish(args, device, cfg)
     section_beside(args, device, cfg)
     section_agreement(args, device, cfg)
     failed = [r for r in RESULTS if r[3] is False]

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Issue 13's device check, in one go on one GPU machine, from a fresh clone (docs/performance.md,
-# "inference"): the CUDA tests (learner, GRU path, sampling, the engine's rounds), then
-# bench/device_check.py (latency per bucket and rows, graph against eager, syncs inside rounds,
-# memory over 10,000 rounds, rounds beside an update at pause 0 and 8, CPU against GPU), each
-# figure against its bound. Under 8 minutes on one H200; logs go to $OUT (or /tmp/device_check).
+# Issues 13 and 26's device check, in one go on one GPU machine, from a fresh clone (docs/performance.md,
+# "inference"): the CUDA tests (learner, GRU path, sampling, the engine's rounds, the CUDA runner's
+# own code), then bench/device_check.py in the run's own configuration (one net, three nets, three
+# nets with GRU: graphs, capture time and memory after capture, latency per bucket and rows against
+# eager, syncs, no capture after start, memory over 10,000 rounds; the finisher's CPU; noise between
+# two nets; a publish during rounds in flight; rounds beside an update at pause 0 and 8 with the
+# switch interval at its default and at 0.5 ms; CPU against GPU; torch and CUDA beside the pin), each
+# figure against its bound. At most 6 minutes with its set-up (the tests 100 s, the check 230 s);
+# logs go to $OUT (or /tmp/device_check). Exit 0 only when the tests pass and every bound holds.
 #
 # The machine's Python has torch, numpy and pytest but not posix_ipc. Here, once, in the repo's
 # root (the wheel travels with `carry: [".whl"]`):
@@ -32,12 +36,13 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>
 $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.is_available())" | tee -a "$OUT/gpu.txt"
 
 echo "== the CUDA tests"
-timeout 240 $PY -m pytest -q -p no:cacheprovider tests/test_inference.py tests/test_learner.py -k cuda -rs \
+timeout 100 $PY -m pytest -q -p no:cacheprovider tests/test_inference.py tests/test_learner.py \
+  tests/test_cuda_runner.py -k cuda -rs \
   2>&1 | tee "$OUT/cuda_tests.log"
 tests=${PIPESTATUS[0]}
 
 echo "== bench/device_check.py"
-timeout 300 $PY bench/device_check.py --progress 2>&1 | tee "$OUT/device_check.log"
+timeout 230 $PY bench/device_check.py --progress 2>&1 | tee "$OUT/device_check.log"
 check=${PIPESTATUS[0]}
 
 echo "device_check.sh: CUDA tests exit $tests, device_check.py exit $check (0 = every bound held)"

@@ -166,7 +166,10 @@ def test_a_round_that_fails_in_flight_fails_its_own_future():
     with eng:
         good = eng.submit(synthetic_batch(SPEC, 8, rng))
         good.result(60)  # a round not yet started when weights come would load them too
-        eng.publish({"not a weight": torch.zeros(1)}, 9)  # the worker's load fails in the next round
+        with pytest.raises(ValueError, match="weights do not match"):  # refused where it is called
+            eng.publish({"not a weight": torch.zeros(1)}, 9)
+        with eng._lock:  # a load that fails on the worker (a device error): the next round fails with it
+            eng._pending[0] = ({"not a weight": torch.zeros(1)}, 9, None)
         bad = eng.submit(synthetic_batch(SPEC, 8, rng))
         with pytest.raises(Exception):
             bad.result(60)

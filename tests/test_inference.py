@@ -287,3 +287,56 @@ def test_weights_on_the_engines_device_are_published_like_any(engine):
         res = engine.submit(b).result()
         assert (res.versions == 3).all()
         np.testing.assert_allclose(res.value, want, atol=1e-4)
+
+
+def test_a_failed_load_keeps_the_other_nets_weights_pending():
+    """Issue 26: one net's weights that cannot load must not drop another's pending ones,
+    nor leave submit() taking the failed net as loaded."""
+    eng = InferenceEngine(SPEC, CFG, n_nets=3, max_rows=64)
+    rng = np.random.default_rng(0)
+    b = synthetic_batch(SPEC, 12, rng)
+    with eng:
+        eng.load_net(1, weights(5), 5)
+        wrong = Network(SPEC, NetConfig(**{**CFG.__dict__, "d_model": 16})).state_dict()
+        with pytest.raises(ValueError, match="net 2: weights of another shape"):
+            eng.load_net(2, wrong, 6)  # refused where it is called, nothing pending for net 2
+        res = eng.submit(b, np.ones(12, np.int16)).result(60)
+        assert (res.versions == 5).all()
+        with torch.no_grad():
+            ref = reference(weights(5)).act(batch_obs(b))
+        assert np.allclose(res.value, ref.value.numpy(), atol=1e-5)
+        # a load that fails on the worker (a device error there): the others are applied
+        eng.load_net(1, weights(7), 7)
+        with eng._lock:
+            eng._pending[2] = ({"not a weight": torch.zeros(1)}, 8, None)
+            eng._requested[2] = 8
+        with pytest.raises(ValueError, match="net 2"):
+            eng.submit(b, np.ones(12, np.int16)).result(60)
+        assert eng.versions[1] == 7 and eng.versions[2] == -1
+        with pytest.raises(ValueError, match=r"nets \[2\] .* never loaded"):
+            eng.submit(b, np.full(12, 2, np.int16))
+        assert (eng.submit(b, np.ones(12, np.int16)).result(60).versions == 7).all()
+
+
+def test_a_round_that_fails_changes_no_gru_state():
+    """Issue 26: a round whose second net fails left the first net's rows stepped."""
+    cfg = NetConfig(**{**CFG.__dict__, "gru": True})
+    eng = InferenceEngine(SPEC, cfg, n_nets=2, max_rows=64, n_table_rows=64)
+    rng = np.random.default_rng(1)
+    nets = (np.arange(40) % 2).astype(np.int16)
+    with eng:
+        eng.load_net(1, eng.nets[0].state_dict(), 1)
+        eng.submit(synthetic_batch(SPEC, 40, rng, n_table_rows=64), nets).result(60)
+        before = eng._state.clone()
+        act = eng.nets[1].act
+
+        def fail(*a, **k):
+            raise RuntimeError("net 1 failed")
+
+        eng.nets[1].act = fail
+        with pytest.raises(RuntimeError, match="net 1 failed"):
+            eng.submit(synthetic_batch(SPEC, 40, rng, n_table_rows=64), nets).result(60)
+        assert torch.equal(eng._state, before)
+        eng.nets[1].act = act
+        eng.submit(synthetic_batch(SPEC, 40, rng, n_table_rows=64), nets).result(60)
+        assert not torch.equal(eng._state, before)

@@ -1,18 +1,19 @@
 """The inference engine's CUDA path (w3async.learn.inference): streams, CUDA graphs,
 pinned buffers. Made by InferenceEngine on its worker thread when the device is "cuda"
-and torch.cuda.is_available(); nothing of it runs on a CPU. It is UNCHECKED unless
-docs/performance.md says a GPU check ran.
+and torch.cuda.is_available(). It is UNCHECKED on a GPU unless docs/performance.md says
+a device check ran.
 
-Its interface to the engine is what the constructor takes and two calls, all on the
+Its interface to the engine is what the constructor takes and these calls, all on the
 engine's worker thread (the only thread that touches the networks):
 
-    runner = CudaRunner(nets, device, max_rows, state, gen, flights=2, gru_graphs=True)
+    runner = CudaRunner(nets, device, max_rows, state, seed, flights=2, gru_graphs=True)
         nets: the engine's networks, net by net (shared: the runner copies weights into them)
         state: the GRU state per table row plus one scratch row last (shared, written in
                place), or None without GRU
-        gen: the generator the eager GRU path samples from
+        seed: net k samples from a generator of its own seeded seed + k (never the default one)
         flights: rounds that may be in flight at once, each with its own device buffers
         gru_graphs: False runs a GRU network eagerly, one round at a time (the fallback)
+    runner.capture_all(buckets)        # every graph, before the first round; none after
     runner.load(k, state_dict, ready)  # new weights for net k, ordered with its replays (ready: the
                                        # event of a device-to-device copy, or None)
     runner.graphed                     # True: rounds go through launch and finish
@@ -24,65 +25,99 @@ engine's worker thread (the only thread that touches the networks):
 A flight (w3async.learn.flights) is reused only after its round's finish, so the next
 round's upload never overwrites a staging copy or pinned output an earlier round still
 reads; on each net's stream, rounds are ordered by the stream itself.
+
+On a CPU device (tests only: the engine never makes a runner there) streams and events
+are no-ops and a "graph" replays its captured step eagerly, copying the results into its
+static outputs: the same gather, padding, step, scatter, rollback and generator code runs,
+so tests/test_cuda_runner.py checks it on any machine. What only a GPU shows (memory per
+graph, noise across streams, syncs, the finisher's CPU) is bench/device_check.py's.
 """
 
 from __future__ import annotations
+
+import contextlib
+import time
 
 import numpy as np
 import torch
 
 from w3async.learn.inputs import Inputs
 from w3async.learn.network import Network, Obs
+from w3async.learn.runner_parts import EagerGraph, NoStream, check_weights, graph_step
 from w3async.sync import layout
+
+BASE_ROW_BUCKETS = (8, 32, 128, 512)
+
+
+def row_buckets(max_rows: int) -> tuple[int, ...]:
+    """The row counts graphs are captured for: 8, 32, 128, 512, then doubling until one
+    holds max_rows (one network may be asked for every row of a round: issue 26 found
+    rounds of more than 512 rows failing on CUDA only)."""
+    b = list(BASE_ROW_BUCKETS)
+    while b[-1] < max_rows:
+        b.append(b[-1] * 2)
+    return tuple(r for r in b if r < max_rows) + (next(r for r in b if r >= max_rows),)
 
 
 class CudaRunner:
-    """The GPU path (UNCHECKED on this project's CPU machines; see the module docstring).
+    """The GPU path (see the module docstring).
 
     - One upload per round: the round's rows go from the pinned input buffers to the
       device staging copy of the round's flight (one non-blocking copy per field, raw
       dtypes) on the upload stream, while earlier rounds compute.
     - Per net: a CUDA stream of its own at high priority (seeds/000: graphs captured on
       one stream keep that stream's cuBLAS workspace; two networks' graphs sharing one
-      hung the GPU), a graph memory pool of its own and, per (bucket, row bucket), a CUDA
-      graph captured before the first round (capture_all) over static device inputs in
-      the raw dtypes (the casts are inside the graph) with pinned host outputs. A round
-      gathers each net's rows from staging into the static inputs on the device, zeroes
-      the static rows past them (seeds/000: stale padding crashed a run), replays, and
-      copies the outputs to the flight's pinned memory; the waits are the finisher's.
+      hung the GPU), a graph memory pool of its own, a generator of its own registered
+      with each of its graphs (issue 26: graphs drawing from the default generator could
+      give two nets' replays the same noise), and, per (bucket, row bucket), a CUDA graph
+      captured before the first round (capture_all) under no_grad (issue 26: with
+      autograd on, each graph kept its saved activations and the GRU state grew an
+      autograd chain) over static device inputs in the raw dtypes with pinned host
+      outputs. A round gathers each net's rows from staging into the static inputs on
+      the device, zeroes the static rows past them (seeds/000: stale padding crashed a
+      run), replays, and copies the outputs to the flight's pinned memory.
+    - A round is planned (row buckets, graphs) before anything is queued; one that fails
+      after is waited for before the engine reuses its buffers, and the GRU rows its
+      nets already stepped get their state back.
     - Events are made once per net and reused (creating and destroying them takes the
-      CUDA context's lock, seeds/000).
-    - New weights are copied into a net on that net's stream, so they are
-      ordered with its replays. Capture uses capture_error_mode="thread_local", so the
-      learner's thread may use the GPU meanwhile.
-    - Sampling draws from the default CUDA generator, whose offsets graphs advance.
-    - A GRU network is graphed too: each graph gathers its rows' state from the engine's
-      state tensor by a static row index (padded rows point at a scratch row), zeroes it
-      where FIRST is set, steps, and scatters the new state back, all inside the graph.
-      Rounds of different nets may write the same table row (a lane's opponent changes),
-      so a GRU round's stream also waits for every other net's last round; a reset runs
-      on the upload stream after every net's last round and before the next upload.
+      CUDA context's lock, seeds/000); `done` events block (the finisher thread sleeps
+      in the driver instead of spinning a core the games need).
+    - New weights are copied into a net on that net's stream, so they are ordered with
+      its replays. Capture uses capture_error_mode="thread_local", so the learner's
+      thread may use the GPU meanwhile.
+    - GRU: each graph gathers its rows' state from the engine's state tensor by a static
+      row index (padded rows point at a scratch row), zeroes it where FIRST is set,
+      steps, and scatters the new state back, all inside the graph. Rounds of different
+      nets may write the same table row (a lane's opponent changes), so a GRU round's
+      stream also waits for every other net's last round; a reset runs on the upload
+      stream after every net's last round and before the next upload.
     """
 
-    ROW_BUCKETS = (8, 32, 128, 512)
     _FIELDS = ("glob", "ent", "ent_type", "n_ent", "mask")
 
     def __init__(self, nets: list[Network], device: torch.device, max_rows: int, state: torch.Tensor | None,
-                 gen: torch.Generator | None, flights: int = 2, gru_graphs: bool = True):
-        self.nets, self.device, self.state, self.gen = nets, device, state, gen
+                 seed: int = 0, flights: int = 2, gru_graphs: bool = True):
+        self.nets, self.device, self.state = nets, torch.device(device), state
+        self.cuda = self.device.type == "cuda"
         self.gru = state is not None
         self.graphed = not self.gru or gru_graphs
         self.scratch = state.shape[0] - 1 if self.gru else 0  # the row padded graph rows read and write
-        self.last_done: dict[int, torch.cuda.Event] = {}  # net -> the event of its last round (GRU ordering)
+        self.row_buckets = row_buckets(max_rows)
+        self.sealed = False  # capture_all ran: a graph missing now is an error, never a capture in a round
+        self.capture_s = 0.0  # capture_all's time (device_check prints it)
+        self.last_done: dict[int, object] = {}  # net -> the event of its last round (GRU ordering)
+        # One generator per net: its graphs replay one at a time on its stream, so they
+        # may share it; nets replay concurrently on their own streams, so they may not.
+        self.gens = [torch.Generator(device=self.device).manual_seed(seed + k) for k in range(len(nets))]
         # Inference streams at high priority: the learner's, at the default, yields to
         # rounds (issue 13; a priority outside the device's range is clamped by CUDA).
-        self.upload = torch.cuda.Stream(device=device, priority=-1)
-        self.streams = [torch.cuda.Stream(device=device, priority=-1) for _ in nets]
+        self.upload = self._stream()
+        self.streams = [self._stream() for _ in nets]
         # One memory pool per net: its graphs replay one at a time on its stream, so they
         # may share scratch memory; nets run concurrently, so they may not.
-        self.pools = [torch.cuda.graph_pool_handle() for _ in nets]
+        self.pools = [torch.cuda.graph_pool_handle() if self.cuda else None for _ in nets]
         self.max_rows, self.flights = max_rows, flights
-        cap, dev = max_rows, device
+        cap, dev, pin = max_rows, self.device, self.cuda
         # Per flight: a staging copy of the round's rows, its upload's event, a pinned
         # index buffer (each net's rows, net by net) and one "done" event per net.
         self.staging = [{
@@ -94,42 +129,62 @@ class CudaRunner:
             **({"rows": torch.zeros(cap, dtype=torch.int64, device=dev),
                 "flags": torch.zeros(cap, dtype=torch.int32, device=dev)} if self.gru else {}),
         } for _ in range(flights)]
-        self.uploaded = [torch.cuda.Event() for _ in range(flights)]
-        self.index = [torch.zeros(cap, dtype=torch.int64, pin_memory=True) for _ in range(flights)]
-        self.done = [[torch.cuda.Event() for _ in nets] for _ in range(flights)]
+        self.uploaded = [self._event() for _ in range(flights)]
+        self.index = [torch.zeros(cap, dtype=torch.int64, pin_memory=pin) for _ in range(flights)]
+        self.done = [[self._event(blocking=True) for _ in nets] for _ in range(flights)]
         self.graphs: dict[tuple[int, int, int], tuple] = {}
+        self.eager_out = None  # the eager GRU path's pinned outputs, made on its first round
 
+    # -- the device's primitives (a CPU's stand-ins for tests) --------------------------
+
+    def _stream(self):
+        return torch.cuda.Stream(device=self.device, priority=-1) if self.cuda else NoStream()
+
+    def _event(self, blocking: bool = False):
+        return torch.cuda.Event(blocking=blocking) if self.cuda else NoStream()
+
+    def _on(self, stream):
+        return torch.cuda.stream(stream) if self.cuda else contextlib.nullcontext()
+
+    def _current(self):
+        return torch.cuda.current_stream(self.device) if self.cuda else NoStream()
+
+    # -- graphs and weights ------------------------------------------------------------
+
+    @torch.no_grad()
     def capture_all(self, buckets) -> int:
-        """Capture every graph a round can ask for (each net, entity bucket and row bucket
-        up to max_rows) now, before the first round and before the learner starts: entering
-        a capture synchronises the device and empties the caching allocator, tens of ms a
-        graph that games would wait for inside a round (seeds/000 captured before its
-        loop). Returns the graphs made (none for a GRU network run eagerly)."""
-        if not self.graphed:
-            return 0
-        top = next((r for r in self.ROW_BUCKETS if r >= min(self.max_rows, self.ROW_BUCKETS[-1])), self.ROW_BUCKETS[-1])
-        for k in range(len(self.nets)):
-            for bucket in buckets:
-                for rows in (r for r in self.ROW_BUCKETS if r <= top):
-                    self._graph(k, bucket, rows)
+        """Capture every graph a round can ask for (each net, entity bucket and row bucket)
+        now, before the first round and before the learner starts: entering a capture
+        synchronises the device and empties the caching allocator, tens of ms a graph
+        that games would wait for inside a round (seeds/000 captured before its loop).
+        After this a round that needs a graph not made here fails (nothing queued).
+        Returns the graphs made (none for a GRU network run eagerly)."""
+        t0 = time.perf_counter()
+        if self.graphed:
+            for k in range(len(self.nets)):
+                for bucket in buckets:
+                    for rows in self.row_buckets:
+                        self._graph(k, bucket, rows)
+        self.sealed = True
+        self.capture_s = time.perf_counter() - t0
         return len(self.graphs)
 
-    def load(self, k: int, sd: dict, ready: torch.cuda.Event | None = None) -> None:
+    @torch.no_grad()
+    def load(self, k: int, sd: dict, ready=None) -> None:
         """New weights for net k, on its stream (ordered with its replays, no host wait).
         Weights on the device come with the event of their copy: the stream waits on it,
         not the host, and their memory is marked in use by the stream until the copy is
         done. Weights on the host are pinned (InferenceEngine.load_net): the caching host
-        allocator keeps them until the copy is done."""
+        allocator keeps them until the copy is done. Raises (nothing copied) for weights
+        whose names or shapes do not match the network."""
+        own = self.nets[k].state_dict()
+        check_weights(k, own, sd)
         stream = self.streams[k]
         if ready is not None:
             stream.wait_event(ready)
             for t in sd.values():
                 t.record_stream(stream)
-        own = self.nets[k].state_dict()
-        missing = sorted(set(own) ^ set(sd))
-        if missing:  # load_state_dict's check, which a plain copy_ would skip
-            raise ValueError(f"net {k}: weights do not match the network (keys {missing[:4]})")
-        with torch.cuda.stream(stream), torch.no_grad():
+        with self._on(stream):
             for name, t in own.items():
                 t.copy_(sd[name], non_blocking=True)
 
@@ -137,7 +192,7 @@ class CudaRunner:
         key = (k, bucket, rows)
         if key in self.graphs:
             return self.graphs[key]
-        net, stream, dev = self.nets[k], self.streams[k], self.device
+        net, stream, dev, gen = self.nets[k], self.streams[k], self.device, self.gens[k]
         st = {
             "glob": torch.zeros(rows, layout.G_GLOB, device=dev),
             "ent": torch.zeros(rows, bucket, layout.F_ENT, device=dev),
@@ -151,93 +206,132 @@ class CudaRunner:
             st["flags"] = torch.zeros(rows, dtype=torch.int32, device=dev)
 
         def step():
-            obs = Obs(st["glob"], st["ent"], st["ent_type"].long(), st["n_ent"].long(), st["mask"].bool())
-            if not self.gru:
-                return net.act(obs, None), None
-            keep = ((st["flags"] & layout.FLAG_FIRST) == 0).to(self.state.dtype)[:, None]
-            state_in = self.state.index_select(0, st["rows"]) * keep  # a new episode starts from zeros
-            r = net.act(obs, None, state=state_in)
-            self.state.index_copy_(0, st["rows"], r.state)
-            return r, state_in
+            return graph_step(net, st, self.state, gen)
 
-        stream.wait_stream(torch.cuda.current_stream(dev))
-        with torch.cuda.stream(stream):
+        stream.wait_stream(self._current())
+        with self._on(stream):
             for _ in range(2):  # warm up on the capture stream (cuBLAS handles, the allocator)
                 step()
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g, pool=self.pools[k], stream=stream, capture_error_mode="thread_local"):
+            if self.cuda:
+                g = torch.cuda.CUDAGraph()
+                g.register_generator_state(gen)  # each replay advances the net's own generator
+                with torch.cuda.graph(g, pool=self.pools[k], stream=stream, capture_error_mode="thread_local"):
+                    out = step()
+            else:
                 out = step()
+                g = EagerGraph(step, out)
         stream.synchronize()
         width = self.state.shape[1] if self.gru else 0
-        host = [[torch.zeros(rows, layout.N_HEADS, dtype=torch.int64, pin_memory=True),
-                 torch.zeros(rows, pin_memory=True), torch.zeros(rows, pin_memory=True),
-                 torch.zeros(rows, width, pin_memory=True)] for _ in range(self.flights)]
+        pin = self.cuda
+        host = [[torch.zeros(rows, layout.N_HEADS, dtype=torch.int64, pin_memory=pin),
+                 torch.zeros(rows, pin_memory=pin), torch.zeros(rows, pin_memory=pin),
+                 torch.zeros(rows, width, pin_memory=pin)] for _ in range(self.flights)]
         self.graphs[key] = (g, st, out, host)  # host: the pinned outputs, one set per flight
         return self.graphs[key]
 
+    # -- rounds --------------------------------------------------------------------------
+
+    def plan(self, net_np: np.ndarray, n: int, bucket: int, used) -> list[tuple[int, np.ndarray | None, int, int]]:
+        """Each net's part of a round, checked before anything is queued: (net, its rows'
+        indices or None for all, their count, the row bucket). Raises for more rows than
+        the runner was made for, or (after capture_all) a graph that was not captured."""
+        parts = []
+        for s in used:
+            s = int(s)
+            idx = np.flatnonzero(net_np[:n] == s) if len(used) > 1 else None
+            m = n if idx is None else len(idx)
+            rb = next((r for r in self.row_buckets if r >= m), None)
+            if rb is None:
+                raise ValueError(f"{m} rows for net {s}, the runner holds max_rows={self.max_rows}: raise max_rows")
+            if self.graphed and self.sealed and (s, bucket, rb) not in self.graphs:
+                raise RuntimeError(f"no graph for net {s}, entity bucket {bucket}, {rb} rows: capture_all() was "
+                                   f"not given this bucket (a capture inside a round would stall every game)")
+            parts.append((s, idx, m, rb))
+        return parts
+
+    @torch.no_grad()
     def launch(self, buf: Inputs, n: int, bucket: int, used: np.ndarray, flight: int) -> list:
         """Queue one round (buf's first n rows, entity bucket `bucket`, the nets in `used`)
         on the device with the buffers of `flight`, and return at once with its handle for
         finish(). No host wait: the upload and each net's gather, replay and output copy
-        are ordered by streams and events. buf is read by the upload until finish."""
+        are ordered by streams and events. buf is read by the upload until finish. If it
+        raises, nothing of the round is still queued and the GRU state is as before."""
+        parts = self.plan(buf.np["net"], n, bucket, used)
         stage, uploaded, done = self.staging[flight], self.uploaded[flight], self.done[flight]
-        sizes = {"glob": n, "ent": n * bucket * layout.F_ENT, "ent_type": n * bucket, "n_ent": n, "mask": n}
-        if self.gru:
-            sizes.update(rows=n, flags=n)
-        with torch.cuda.stream(self.upload):
-            for name, k in sizes.items():
-                stage[name][:k].copy_(getattr(buf, name)[:k], non_blocking=True)  # pinned -> device
-            uploaded.record(self.upload)
-        ent = stage["ent"][: sizes["ent"]].view(n, bucket, layout.F_ENT)
-        ent_type = stage["ent_type"][: sizes["ent_type"]].view(n, bucket)
-        src = {"glob": stage["glob"][:n], "ent": ent, "ent_type": ent_type, "n_ent": stage["n_ent"][:n],
-               "mask": stage["mask"][:n]}
-        fields = self._FIELDS
-        if self.gru:
-            src.update(rows=stage["rows"][:n], flags=stage["flags"][:n])
-            fields = self._FIELDS + ("rows", "flags")
-        waits = dict(self.last_done) if self.gru else {}
-        net_np = buf.np["net"][:n]
-        index, at = self.index[flight], 0
-        handle = []
-        for s in used:
-            s = int(s)
-            idx = np.flatnonzero(net_np == s) if len(used) > 1 else None
-            m = n if idx is None else len(idx)
-            rb = next((r for r in self.ROW_BUCKETS if r >= m), None)
-            if rb is None:
-                raise ValueError(f"{m} rows for one network; the CUDA graphs go up to {self.ROW_BUCKETS[-1]} rows")
-            g, st, (out, state_in), host = self._graph(s, bucket, rb)
-            stream = self.streams[s]
-            stream.wait_event(uploaded)
-            for other, ev in waits.items():  # GRU: another net's last round may have written our rows
-                if other != s:
-                    stream.wait_event(ev)
-            with torch.cuda.stream(stream):
-                if idx is not None:  # the indices from the host: nonzero() on the device would sync
-                    index.numpy()[at : at + m] = idx
-                    sel = index[at : at + m].to(self.device, non_blocking=True)
-                    at += m
-                for name in fields:
-                    st[name][:m].copy_(src[name] if idx is None else src[name].index_select(0, sel))
-                    st[name][m:].zero_()
-                st["mask"][m:, :, 0] = 1  # padded rows: one allowed choice, their answers unread
-                if self.gru:
-                    st["rows"][m:] = self.scratch  # padded rows step the scratch row's state
-                g.replay()
-                outs = (out.actions, out.logp, out.value) + ((state_in,) if self.gru else ())
-                for h, o in zip(host[flight], outs):
-                    h[:m].copy_(o[:m], non_blocking=True)
-                done[s].record(stream)
+        sizes = self._sizes(n, bucket)
+        stepped: list[tuple] = []  # GRU: (graph outputs, m) of the nets replayed, for a rollback
+        try:
+            with self._on(self.upload):
+                for name, k in sizes.items():
+                    stage[name][:k].copy_(getattr(buf, name)[:k], non_blocking=True)  # pinned -> device
+                uploaded.record(self.upload)
+            ent = stage["ent"][: sizes["ent"]].view(n, bucket, layout.F_ENT)
+            ent_type = stage["ent_type"][: sizes["ent_type"]].view(n, bucket)
+            src = {"glob": stage["glob"][:n], "ent": ent, "ent_type": ent_type, "n_ent": stage["n_ent"][:n],
+                   "mask": stage["mask"][:n]}
+            fields = self._FIELDS
             if self.gru:
+                src.update(rows=stage["rows"][:n], flags=stage["flags"][:n])
+                fields = self._FIELDS + ("rows", "flags")
+            waits = dict(self.last_done) if self.gru else {}
+            index, at = self.index[flight], 0
+            handle = []
+            for s, idx, m, rb in parts:
+                g, st, out, host = self._graph(s, bucket, rb)
+                stream = self.streams[s]
+                stream.wait_event(uploaded)
+                for other, ev in waits.items():  # GRU: another net's last round may have written our rows
+                    if other != s:
+                        stream.wait_event(ev)
+                with self._on(stream):
+                    if idx is not None:  # the indices from the host: nonzero() on the device would sync
+                        index.numpy()[at : at + m] = idx
+                        sel = index[at : at + m].to(self.device, non_blocking=True)
+                        at += m
+                    for name in fields:
+                        st[name][:m].copy_(src[name] if idx is None else src[name].index_select(0, sel))
+                        st[name][m:].zero_()
+                    st["mask"][m:, :, 0] = 1  # padded rows: one allowed choice, their answers unread
+                    if self.gru:
+                        st["rows"][m:] = self.scratch  # padded rows step the scratch row's state
+                    g.replay()
+                    if self.gru:
+                        stepped.append((st, out, m))
+                    r, state_in, _ = out
+                    outs = (r.actions, r.logp, r.value) + ((state_in,) if self.gru else ())
+                    for h, o in zip(host[flight], outs):
+                        h[:m].copy_(o[:m], non_blocking=True)
+                    done[s].record(stream)
+                handle.append((done[s], slice(None) if idx is None else idx, host[flight], m))
+        except BaseException:
+            self._abandon(stepped)
+            raise
+        if self.gru:
+            for s, *_ in parts:
                 self.last_done[s] = done[s]
-            handle.append((done[s], slice(None) if idx is None else idx, host[flight], m))
         return handle
 
+    def _sizes(self, n: int, bucket: int) -> dict[str, int]:
+        """Each input field's element count for n rows at this entity bucket (the upload's)."""
+        sizes = {"glob": n, "ent": n * bucket * layout.F_ENT, "ent_type": n * bucket, "n_ent": n, "mask": n}
+        return {**sizes, "rows": n, "flags": n} if self.gru else sizes
+
+    def _abandon(self, stepped: list[tuple]) -> None:
+        """A launch that failed part-way: wait for what it queued (the engine frees the
+        round's buffers next), then give the rows of each net already stepped the state
+        they had (newest first; a round's nets hold distinct rows)."""
+        for s in (self.upload, *self.streams):
+            s.synchronize()
+        for st, (_, _, prev), m in reversed(stepped):
+            self.state.index_copy_(0, st["rows"][:m], prev[:m])
+        if self.cuda:
+            torch.cuda.current_stream(self.device).synchronize()
+
+    @torch.no_grad()
     def reset(self, rows: torch.Tensor) -> None:
         """Zero these table rows' GRU state (a game restarted): on the upload stream, after
         every net's last round, so before any later round's upload and gather."""
-        with torch.cuda.stream(self.upload):
+        with self._on(self.upload):
             for ev in self.last_done.values():
                 self.upload.wait_event(ev)
             self.state.index_fill_(0, rows.to(self.device, non_blocking=True), 0.0)
@@ -245,8 +339,8 @@ class CudaRunner:
     @staticmethod
     def finish(handle: list, actions: np.ndarray, logp: np.ndarray, value: np.ndarray,
                state_in: np.ndarray | None = None) -> None:
-        """Wait for a launched round (one wait per net; the GIL is released meanwhile) and
-        write its answers into actions, logp, value and (GRU) state_in (row order)."""
+        """Wait for a launched round (one blocking wait per net; the GIL is released
+        meanwhile) and write its answers into actions, logp, value and (GRU) state_in."""
         for done, idx, (a, lp, v, st), m in handle:
             done.synchronize()
             actions[idx] = a[:m].numpy()
@@ -266,23 +360,49 @@ class CudaRunner:
         self.finish(self.launch(buf, n, bucket, used, 0), actions, logp, value, state_in)
         return state_in
 
+    @torch.no_grad()
     def _run_eager(self, buf, n, bucket, used, actions, logp, value):
-        dev = self.device
-        obs = buf.obs(n, bucket).to(dev)
-        rows = buf.rows[:n].to(dev)
-        first = ((buf.flags[:n] & layout.FLAG_FIRST) != 0).to(dev)
-        state_in = self.state[rows].clone()
-        state_in[first] = 0.0
-        net_of_row = buf.net[:n].to(dev)
-        for s in used:
-            stream = self.streams[int(s)]
-            stream.wait_stream(torch.cuda.current_stream(dev))
-            with torch.cuda.stream(stream):
-                idx = (net_of_row == int(s)).nonzero()[:, 0]
-                r = self.nets[int(s)].act(obs.index(idx), self.gen, state=state_in[idx])
-                self.state[rows[idx]] = r.state
-                i = idx.cpu().numpy()
-                actions[i] = r.actions.cpu().numpy()
-                logp[i] = r.logp.cpu().numpy()
-                value[i] = r.value.cpu().numpy()
-        return state_in.cpu().numpy()
+        """The GRU network without graphs, one round at a time: the same upload as a graphed
+        round, the nets' indices from the host, outputs copied to pinned memory and one
+        blocking wait per net at the end (issue 26: it used to sync about ten times a
+        round, on boolean masks, nonzero() and .cpu())."""
+        parts = self.plan(buf.np["net"], n, bucket, used)
+        if self.eager_out is None:
+            pin, cap = self.cuda, self.max_rows
+            self.eager_out = (torch.zeros(cap, layout.N_HEADS, dtype=torch.int64, pin_memory=pin),
+                              torch.zeros(cap, pin_memory=pin), torch.zeros(cap, pin_memory=pin),
+                              torch.zeros(cap, self.state.shape[1], pin_memory=pin))
+        stage, uploaded, done, index = self.staging[0], self.uploaded[0], self.done[0], self.index[0]
+        self.upload.wait_stream(self._current())  # a reset_rows() of the eager path runs on the worker's stream
+        sizes = self._sizes(n, bucket)
+        with self._on(self.upload):
+            for name, k in sizes.items():
+                stage[name][:k].copy_(getattr(buf, name)[:k], non_blocking=True)
+            obs = Obs(stage["glob"][:n], stage["ent"][: sizes["ent"]].view(n, bucket, layout.F_ENT),
+                      stage["ent_type"][: n * bucket].view(n, bucket).long(), stage["n_ent"][:n].long(),
+                      stage["mask"][:n].bool())
+            rows = stage["rows"][:n]
+            keep = ((stage["flags"][:n] & layout.FLAG_FIRST) == 0).to(self.state.dtype)[:, None]
+            state_in = self.state.index_select(0, rows) * keep  # a new episode starts from zeros
+            uploaded.record(self.upload)
+        a, lp, v, si = self.eager_out
+        index.numpy()[:n] = np.concatenate([np.arange(n) if idx is None else idx for _, idx, _, _ in parts])
+        at, waits = 0, []
+        for s, idx, m, _ in parts:
+            stream = self.streams[s]
+            stream.wait_event(uploaded)
+            with self._on(stream):
+                sel = index[at : at + m].to(self.device, non_blocking=True)
+                r = self.nets[s].act(obs.index(sel), self.gens[s], state=state_in.index_select(0, sel))
+                self.state.index_copy_(0, rows.index_select(0, sel), r.state)
+                for h, o in zip((a, lp, v, si), (r.actions, r.logp, r.value, state_in.index_select(0, sel))):
+                    h[at : at + m].copy_(o, non_blocking=True)
+                done[s].record(stream)
+            waits.append((done[s], slice(None) if idx is None else idx, slice(at, at + m)))
+            at += m
+        out_state = np.zeros((n, self.state.shape[1]), np.float32)
+        for ev, idx, part in waits:
+            ev.synchronize()
+            actions[idx], logp[idx], value[idx] = a[part].numpy(), lp[part].numpy(), v[part].numpy()
+            out_state[idx] = si[part].numpy()
+        return out_state

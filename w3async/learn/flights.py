@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from concurrent.futures import Future, InvalidStateError
 from typing import Callable
 
@@ -41,6 +42,7 @@ class Flights:
         self._thread = threading.Thread(target=self._finisher, name=name, daemon=True)
         self._thread.start()
         self.finished = 0
+        self.cpu_s = 0.0  # the finisher thread's CPU time so far (a spinning wait shows here: issue 26)
 
     def acquire(self) -> int:
         """A free flight index; blocks while `depth` rounds are in flight."""
@@ -72,6 +74,7 @@ class Flights:
                     release()
                 self._free.put(flight)  # before the future: a waiter may launch at once
                 self.finished += 1
+                self.cpu_s = time.thread_time()
             try:
                 if error is None:
                     fut.set_result(result)

@@ -29,8 +29,8 @@ time, the fallback).
 
 The CUDA path (w3async.learn.cuda_runner.CudaRunner: a stream per network, a CUDA graph
 per (network, bucket, row count) with static pinned input buffers, events made once) is
-used only when the device is "cuda" and torch.cuda.is_available(); nothing of it runs on
-a CPU. There the worker only launches a graphed round, up to n_flights of them in flight
+used only when the device is "cuda" and torch.cuda.is_available() (tests run its code on
+a CPU with stand-ins for streams and graphs). There the worker only launches a graphed round, up to n_flights of them in flight
 (w3async.learn.flights): a finisher thread waits for each and resolves its future in
 submission order, so the next round's copy and upload overlap the last one's compute.
 It is UNCHECKED unless docs/performance.md says a GPU check ran. The engine hands
@@ -52,8 +52,9 @@ import torch
 from w3async.sync import layout
 from w3async.sync.gather import BUCKETS, Batch
 from w3async.learn.cuda_runner import CudaRunner
+from w3async.learn.runner_parts import check_weights
 from w3async.learn.flights import Flights
-from w3async.learn.inputs import Inputs
+from w3async.learn.inputs import Inputs, synthetic_batch  # noqa: F401 (tests and benchmarks import it here)
 from w3async.learn.network import NetConfig, Network
 from w3async.games.spec import GameSpec
 
@@ -161,10 +162,9 @@ class InferenceEngine:
         self._gen = torch.Generator(device=self.device).manual_seed(self.seed)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)  # the worker's own current device (a thread's is its own)
-            torch.cuda.manual_seed(self.seed)  # the graphs sample from the default CUDA generator
-            self._runner = CudaRunner(self.nets, self.device, self.max_rows, self._state, self._gen, max(1, self.n_flights),
-                                      self.gru_graphs)
-            self._runner.capture_all(BUCKETS)  # never inside a round
+            self._runner = CudaRunner(self.nets, self.device, self.max_rows, self._state, self.seed,
+                                      max(1, self.n_flights), self.gru_graphs)  # net k samples from seed + k
+            self._runner.capture_all(BUCKETS)  # never inside a round (under no_grad: issue 26)
 
     def stop(self) -> None:
         """Finish the rounds already submitted, then end the worker thread."""
@@ -194,15 +194,22 @@ class InferenceEngine:
         next round on; the worker copies them into the net between rounds."""
         if not 0 <= net < self.n_nets:
             raise ValueError(f"net {net} is not in 0..{self.n_nets - 1}")
+        check_weights(net, self.nets[net].state_dict(), state_dict)  # here, where the caller learns of it
         ready = None
         if self._runner is not None and all(v.device == self.device for v in state_dict.values()):
             # Weights already on the device (the learner's): copied device to device on the
-            # caller's stream, with an event the net's stream waits on; no host round trip.
-            copy = {k: v.detach().clone() for k, v in state_dict.items()}
-            if net not in self._published:  # one event per net: a stream waits on its latest record
-                self._published[net] = torch.cuda.Event()
-            ready = self._published[net]
-            ready.record()
+            # engine's device's current stream of this thread, with an event the net's stream
+            # waits on; no host round trip. The caller's current device may be another GPU
+            # (issue 26), so the stream and the event are the engine device's by name. The
+            # learner's update ends with this stream waiting on the learner's own
+            # (Learner.run_update), so the clone reads the update's last weights.
+            with torch.cuda.device(self.device):
+                stream = torch.cuda.current_stream(self.device)
+                copy = {k: v.detach().clone() for k, v in state_dict.items()}
+                if net not in self._published:  # one event per net: a stream waits on its latest record
+                    self._published[net] = torch.cuda.Event()
+                ready = self._published[net]
+                ready.record(stream)
         else:
             copy = {k: v.detach().to("cpu", copy=True) for k, v in state_dict.items()}
             if self._pin:  # a pageable upload would hold the CUDA driver's lock while it stages (seeds/000)
@@ -212,14 +219,30 @@ class InferenceEngine:
             self._requested[net] = int(version)
 
     def _apply_pending(self) -> None:
+        """Copy every pending load into its net. One that fails does not stop the others
+        (issue 26: they were dropped while submit() took them as loaded); its net keeps
+        its weights and version, submit() sees that version again unless a newer load
+        came meanwhile, and the first error is raised after all were tried (the round
+        fails with it)."""
         with self._lock:
             pending, self._pending = self._pending, {}
+        first: BaseException | None = None
         for net, (sd, version, ready) in pending.items():
-            if self._runner is not None:
-                self._runner.load(net, sd, ready)  # on the net's stream, ordered with its replays
-            else:
-                self.nets[net].load_state_dict(sd)  # copy_ into the existing parameters
+            try:
+                if self._runner is not None:
+                    self._runner.load(net, sd, ready)  # on the net's stream, ordered with its replays
+                else:
+                    check_weights(net, self.nets[net].state_dict(), sd)  # nothing copied unless all fit
+                    self.nets[net].load_state_dict(sd)  # copy_ into the existing parameters
+            except Exception as e:  # noqa: BLE001 (raised below, after the other nets' loads)
+                with self._lock:
+                    if net not in self._pending:
+                        self._requested[net] = self.versions[net]
+                first = first or e
+                continue
             self.versions[net] = version
+        if first is not None:
+            raise first
 
     @property
     def running(self) -> bool:
@@ -236,7 +259,12 @@ class InferenceEngine:
         rows_np = np.array(rows, np.int64)  # the device tensor is made on the worker: the loop never waits on the GPU
         if self._runner is not None and self._runner.graphed:  # ordered with the rounds in flight
             return self._call(lambda: self._runner.reset(torch.from_numpy(rows_np).pin_memory()))
-        return self._call(lambda: self._state.index_fill_(0, torch.as_tensor(rows_np, device=self.device), 0.0))
+
+        @torch.no_grad()
+        def reset() -> None:
+            self._state.index_fill_(0, torch.as_tensor(rows_np, device=self.device), 0.0)
+
+        return self._call(reset)
 
     def _call(self, fn) -> Future:
         if self._pool is None:
@@ -372,6 +400,7 @@ class InferenceEngine:
         if self._state is not None:
             state_in = self._state[rows].clone()
             state_in[first] = 0.0
+        writes = []  # the GRU states, written once every net has answered (a round that fails changes nothing)
         for s in used:
             net = self.nets[int(s)]
             if len(used) == 1:  # the common case: no indexing
@@ -385,7 +414,9 @@ class InferenceEngine:
             logp[sel] = r.logp.numpy()
             value[sel] = r.value.numpy()
             if r.state is not None:
-                self._state[rows if idx is None else rows[idx]] = r.state
+                writes.append((rows if idx is None else rows[idx], r.state))
+        for at, new in writes:
+            self._state[at] = new
         return state_in.numpy() if state_in is not None else None
 
 
@@ -413,31 +444,3 @@ class _CpuLauncher:
 def _answers(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A round's answer arrays: actions (n, N_HEADS), logp (n,), value (n,)."""
     return np.zeros((n, layout.N_HEADS), np.int32), np.zeros(n, np.float32), np.zeros(n, np.float32)
-
-
-def synthetic_batch(spec: GameSpec, n: int, rng: np.random.Generator, max_ent: int = 48, batch: Batch | None = None,
-                    n_table_rows: int | None = None) -> Batch:
-    """A Batch of n valid random rows as a gatherer would make it (padding zeroed, masks
-    with an allowed choice per head, pointer masks on real entities): for tests and
-    benchmarks."""
-    b = batch if batch is not None else Batch(max(n, n_table_rows or n))
-    b.n = n
-    n_ent = rng.integers(0, max_ent + 1, n)
-    b.bucket = next(x for x in BUCKETS if x >= max(int(n_ent.max()) if n else 0, 1))
-    b.rows[:n] = np.arange(n)
-    b.obs_seq[:n] = rng.integers(1, 1 << 30, n)
-    b.flags[:n] = 0
-    b.n_ent[:n] = n_ent
-    b.glob[:n] = rng.standard_normal((n, layout.G_GLOB), dtype=np.float32)
-    real = np.arange(b.bucket)[None, :] < n_ent[:, None]
-    b.ent[:] = rng.standard_normal((n, b.bucket, layout.F_ENT), dtype=np.float32) * real[:, :, None]
-    b.ent_type[:] = rng.integers(0, spec.n_types, (n, b.bucket)) * real
-    b.mask[:n] = 0
-    for h, size in enumerate(spec.head_sizes):
-        m = rng.random((n, size)) < 0.5
-        if h == spec.pointer_head:
-            m[:, : b.bucket] &= real
-            m[:, b.bucket :] = False
-        m[:, 0] = True
-        b.mask[:n, h, :size] = m
-    return b

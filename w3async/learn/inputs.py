@@ -7,7 +7,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from w3async.games.spec import GameSpec
 from w3async.learn.network import Obs
+from w3async.sync.gather import BUCKETS, Batch
 from w3async.sync import layout
 
 
@@ -39,3 +41,31 @@ class Inputs:
             self.n_ent[:n].long(),
             self.mask[:n].bool(),
         )
+
+
+def synthetic_batch(spec: GameSpec, n: int, rng: np.random.Generator, max_ent: int = 48, batch: Batch | None = None,
+                    n_table_rows: int | None = None) -> Batch:
+    """A Batch of n valid random rows as a gatherer would make it (padding zeroed, masks
+    with an allowed choice per head, pointer masks on real entities): for tests and
+    benchmarks."""
+    b = batch if batch is not None else Batch(max(n, n_table_rows or n))
+    b.n = n
+    n_ent = rng.integers(0, max_ent + 1, n)
+    b.bucket = next(x for x in BUCKETS if x >= max(int(n_ent.max()) if n else 0, 1))
+    b.rows[:n] = np.arange(n)
+    b.obs_seq[:n] = rng.integers(1, 1 << 30, n)
+    b.flags[:n] = 0
+    b.n_ent[:n] = n_ent
+    b.glob[:n] = rng.standard_normal((n, layout.G_GLOB), dtype=np.float32)
+    real = np.arange(b.bucket)[None, :] < n_ent[:, None]
+    b.ent[:] = rng.standard_normal((n, b.bucket, layout.F_ENT), dtype=np.float32) * real[:, :, None]
+    b.ent_type[:] = rng.integers(0, spec.n_types, (n, b.bucket)) * real
+    b.mask[:n] = 0
+    for h, size in enumerate(spec.head_sizes):
+        m = rng.random((n, size)) < 0.5
+        if h == spec.pointer_head:
+            m[:, : b.bucket] &= real
+            m[:, b.bucket :] = False
+        m[:, 0] = True
+        b.mask[:n, h, :size] = m
+    return b

@@ -282,8 +282,15 @@ class Learner:
             if self._stream is None:
                 self._stream = torch.cuda.Stream(device=self.device)
             self._stream.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(self._stream):
-                return self._update(tb)
+            try:
+                with torch.cuda.stream(self._stream):
+                    return self._update(tb)
+            finally:
+                # What the caller does next on its own stream (the publish's clone of these
+                # weights, InferenceEngine.load_net) comes after the update's last kernel:
+                # torch orders a stream's consumers only through wait_stream (issue 26: the
+                # publish was ordered only by the host read that ends an update).
+                torch.cuda.current_stream(self.device).wait_stream(self._stream)
         return self._update(tb)
 
     def _update(self, tb: TrajBatch) -> UpdateStats:

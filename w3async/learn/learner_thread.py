@@ -25,6 +25,7 @@ import traceback
 from dataclasses import asdict
 
 import numpy as np
+import torch
 
 from w3async.learn.checkpoint import CheckpointError
 
@@ -94,6 +95,11 @@ class LearnerThread:
     def _run(self) -> None:
         h = self.host
         loop = self._loop
+        if h.engine.device.type == "cuda":
+            # A thread's current device is its own, cuda:0 until set: the learner's default
+            # stream, the publish's clone and its event must be the engine's device's
+            # (issue 26, on a machine with several GPUs).
+            torch.cuda.set_device(h.engine.device)
         try:
             while not self._stop.is_set():
                 tb = h.traj.get(timeout_s=0.25)
