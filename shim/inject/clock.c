@@ -213,8 +213,11 @@ static BOOL WINAPI h_QueryUnbiasedInterruptTime(ULONGLONG *t)
 /* ---- sleeps and timed waits ---- */
 
 /* Parks the calling (not step) thread until game time reaches end; an alertable
- * sleep polls instead, so that its APCs still run. */
-static DWORD park_until(uint64_t end, BOOL alertable)
+ * sleep polls instead, so that its APCs still run. Before the first step the sleep also
+ * ends after wall_ms of wall time: a thread that began a long sleep at the game's
+ * start-up follows game time once the steps begin, rather than sleeping its whole wall
+ * time while the steps race ahead. */
+static DWORD park_until(uint64_t end, BOOL alertable, DWORD wall_ms)
 {
     if (alertable) {
         while (hk_clock_now() < end) {
@@ -224,9 +227,18 @@ static DWORD park_until(uint64_t end, BOOL alertable)
         }
         return 0;
     }
+    ULONGLONG wall_end = r_GetTickCount64() + wall_ms;
     AcquireSRWLockExclusive(&g_park_lock);
-    while (hk_clock_now() < end)
-        SleepConditionVariableSRW(&g_park_cv, &g_park_lock, INFINITE, 0);
+    while (hk_clock_now() < end) {
+        DWORD slice = INFINITE;
+        if (!g_stepped) {
+            ULONGLONG now = r_GetTickCount64();
+            if (now >= wall_end)
+                break;
+            slice = (DWORD)(wall_end - now);
+        }
+        SleepConditionVariableSRW(&g_park_cv, &g_park_lock, slice, 0);
+    }
     ReleaseSRWLockExclusive(&g_park_lock);
     return 0;
 }
@@ -238,11 +250,13 @@ static DWORD sleep_ex(DWORD ms, BOOL alertable, const char *name)
         steps_for(ms);
         return 0;
     }
-    if (ms == 0 || ms == INFINITE || !g_stepped) /* before the first step: wall time (start-up) */
+    if (ms == 0 || ms == INFINITE)
+        return r_SleepEx(ms, alertable);
+    if (!g_stepped && (alertable || hk_is_step_thread())) /* before the first step: wall time (start-up) */
         return r_SleepEx(ms, alertable);
     if (hk_is_step_thread()) /* the clock is frozen for it: the time has passed at once */
         return r_SleepEx(0, alertable);
-    return park_until(hk_clock_now() + (uint64_t)ms * TICKS_PER_MS, alertable);
+    return park_until(hk_clock_now() + (uint64_t)ms * TICKS_PER_MS, alertable, ms);
 }
 
 static DWORD WINAPI h_SleepEx(DWORD ms, BOOL alertable) { return sleep_ex(ms, alertable, "SleepEx"); }
