@@ -2,8 +2,8 @@
  * first instruction (docs/hooking.md).
  *
  * In DllMain it reads its settings (W3H_*), patches the import tables of the game's
- * .exe (and of the DLLs W3H_MODULES names), or arms the breakpoint of an exported step
- * point (trap.c), and returns; nothing else runs under the
+ * .exe (and of the DLLs W3H_MODULES names), or arms the breakpoint of a step point in
+ * the game's code (trap.c: export:NAME, at:MODULE+0xOFFSET), and returns; nothing else runs under the
  * loader lock. At the first call of the step point it attaches to the table (the
  * shim, w3s.c) and calls the adapter's w3a_attach; at every call after, one step:
  * the adapter observes, the rows are posted and answered, the adapter acts, the
