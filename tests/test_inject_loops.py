@@ -177,7 +177,7 @@ async def test_windowed_games_that_pause_on_focus_loss_all_keep_stepping(tmp_pat
     """4 windowed games of one prefix, each pausing (WaitMessage, no frame) when its window
     loses the activation: each on a desktop of its own, none loses it, all step."""
     data = null_recipe([loops_group(loops, ["--loop", "peek", "--window", "--pause-inactive"], count=4,
-                                    step_point="PeekMessageA")],
+                                    step_point="PeekMessageA", desktop="own")],
                        supervisor={"start_timeout_s": 120, "hang_timeout_s": 5}, stop={"seconds": 20})
     sup, stats = await run_recipe(data, tmp_path / "run")
     logs = game_logs(tmp_path / "run")
@@ -188,3 +188,27 @@ async def test_windowed_games_that_pause_on_focus_loss_all_keep_stepping(tmp_pat
         m = re.search(r"w3hook: (\d+) steps;", log)  # the hook's count at the stop
         assert m and int(m.group(1)) >= 100, log[-400:]
     assert_nothing_left(sup, tmp_path / "run")
+
+
+async def test_display_xvfb_gives_the_run_an_x_server_and_ends_it(tmp_path, loops):
+    """[runtime] display = "xvfb": the run's own Xvfb, the x11 driver for the run, the
+    window made on it; the server ends with the run, and the next run (display "null",
+    the same prefix) is back on the null driver."""
+    import shutil
+
+    from w3async.procstat import alive
+
+    if not shutil.which("Xvfb"):
+        pytest.skip("Xvfb is not installed (apt-get install xvfb)")
+    group = loops_group(loops, ["--window", "--loop", "sleep"], step_point="Sleep")
+    data = null_recipe([group], supervisor={"start_timeout_s": 60}, stop={"steps": 50}, runtime={"display": "xvfb"})
+    sup, stats = await run_recipe(data, tmp_path / "run")
+    log = game_logs(tmp_path / "run")[0]
+    assert "loops: window created" in log and stats["agent_steps"] >= 50, log[-600:]
+    rt = sup.runtimes["wine"]
+    assert rt.xserver_pid and not alive(rt.xserver_pid), "the run's Xvfb outlived it"
+    assert_nothing_left(sup, tmp_path / "run")
+    sup, _ = await run_recipe(null_recipe([group], supervisor={"start_timeout_s": 60}, stop={"steps": 20}),
+                              tmp_path / "run2")
+    assert "loops: window created" in game_logs(tmp_path / "run2")[0]
+    assert_nothing_left(sup, tmp_path / "run2")
