@@ -133,9 +133,21 @@ static void steps_for(DWORD ms)
     while (hk_clock_now() < end);
 }
 
-uint64_t hk_clock_counter(void) { return g_qpc0 + hk_clock_now(); }
-uint64_t hk_clock_systime(void) { return g_ft0 + hk_clock_now(); }
-uint64_t hk_clock_tick_ms(void) { return g_tick0_ms + hk_clock_now() / TICKS_PER_MS; }
+/* The step thread read the clock since hk_clock_take_read last looked: the evidence that
+ * a busy PeekMessage loop ran its frame check (msgloop.c). */
+static volatile LONG g_step_read;
+
+static uint64_t read_now(void)
+{
+    if (hk_is_step_thread())
+        g_step_read = 1;
+    return hk_clock_now();
+}
+
+int hk_clock_take_read(void) { return InterlockedExchange(&g_step_read, 0) != 0; }
+uint64_t hk_clock_counter(void) { return g_qpc0 + read_now(); }
+uint64_t hk_clock_systime(void) { return g_ft0 + read_now(); }
+uint64_t hk_clock_tick_ms(void) { return g_tick0_ms + read_now() / TICKS_PER_MS; }
 
 /* ---- sleeps and timed waits ---- */
 

@@ -226,8 +226,9 @@ int main(int argc, char **argv)
         return 2;
     }
     uint32_t nrows = (c.ctl[0].kind == DU_CTL_AGENT) + (c.ctl[1].kind == DU_CTL_AGENT);
-    w3h_host h = {W3H_ABI, nrows, 0, ck.step_ms, NULL, ck_find_export, ck_find_address, ck_log, ck_fail,
-                  ck_game_time_ms, ck_finish};
+    w3h_host h = {.abi = W3H_ABI, .nrows = nrows, .step_ms = ck.step_ms, .find_export = ck_find_export,
+                  .find_address = ck_find_address, .log = ck_log, .fail = ck_fail, .game_time_ms = ck_game_time_ms,
+                  .finish = ck_finish};
     ck.host = h;
     argv[5] = "duel_rt";
     int rc = duel_rt_main(argc - 5, argv + 5);
