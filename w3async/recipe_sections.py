@@ -198,6 +198,11 @@ class CheckpointSection:
     """A checkpoint every this many learner updates (and one at the end of the run)."""
     keep: Int = Field(3, ge=1)
     """Checkpoints kept on disk (the newest)."""
+    fallback: Bool = False
+    """false: a resume whose latest checkpoint fails its checks (digest, format, weights
+    that are not finite, a league snapshot it names) is refused, naming the file. true:
+    the newest older checkpoint that passes is used instead; each one passed over is
+    named on the console and in events.jsonl's `resume` record (refused)."""
 
 
 @dataclass(config=CONFIG)
