@@ -158,7 +158,7 @@ class SupervisorSection:
     """First restart delay of a slot; doubles per failure in a row, capped below."""
     backoff_max_s: Float = Field(10.0, gt=0, le=YEAR_S)
     """Cap on a slot's restart delay."""
-    restart_budget: Int = 20
+    restart_budget: Int = Field(20, ge=0)
     """Restarts a slot may need within restart_window_s (exits of every kind, hangs, bad
     rows, an exit 0 before the first post; not a recycle: an exit 0 after a post) before
     it is marked failed."""
