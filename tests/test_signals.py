@@ -23,7 +23,9 @@ INT, TERM = signal.SIGINT, signal.SIGTERM
 
 # (signals, spacing in seconds, when): every spacing, both orders, repeats; "setup" is as
 # soon as the run folder's events.jsonl exists (set-up, the status server, the spawns),
-# "running" once every game posted, "storm" from then on until the process has exited.
+# "running" once every game posted, "storm" from then on until the process has exited;
+# "start" as soon as the process holds both signals (its first lines, before the imports,
+# the checks and the supervisor: the run then sets up and stops at once).
 CASES = [
     ((INT, TERM, INT), 0.030, "running"),  # the sequence found
     ((INT, TERM, INT), 0.030, "setup"),
@@ -35,14 +37,28 @@ CASES = [
     ((INT, TERM, INT, TERM, INT), 0.100, "setup"),
     ((INT,), 0.0, "setup"),
     ((TERM, INT, INT, TERM), 0.030, "running"),
+    ((TERM,), 0.0, "start"),
+    ((INT, TERM, INT), 0.030, "start"),
     ((INT,), 0.001, "storm"),  # SIGINT every ms from the games' start to the process's exit
     ((TERM, INT), 0.005, "storm"),  # alternating, every 5 ms, to the exit
 ]
 
 
-def _wait(run: Path, phase: str, games: int, deadline: float) -> None:
+def _caught(pid: int) -> bool:
+    """Does the process have handlers of its own for both SIGINT and SIGTERM?"""
+    status = Path(f"/proc/{pid}/status").read_text()
+    mask = int(next(x for x in status.splitlines() if x.startswith("SigCgt:")).split()[1], 16)
+    return all(mask >> (s - 1) & 1 for s in (INT, TERM))
+
+
+def _wait(run: Path, phase: str, games: int, deadline: float, pid: int) -> None:
     ev = run / "events.jsonl"
     while time.time() < deadline:
+        if phase == "start":
+            if _caught(pid):
+                return
+            time.sleep(0.0005)
+            continue
         if ev.exists() and (phase == "setup" or sum(1 for e in events(run) if e["event"] == "game_start") >= games):
             return
         time.sleep(0.002)
@@ -59,7 +75,7 @@ def test_signals_in_any_order_end_the_run_cleanly(tmp_path, null_native, sigs, s
                           "--set", "supervisor.progress_s=0"],
                          cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        _wait(runs / "sig", phase, games, time.time() + 60)
+        _wait(runs / "sig", phase, games, time.time() + 60, p.pid)
         if phase == "storm":  # every moment of the shutdown, the loop's teardown and the exit gets one
             deadline, i = time.time() + 60, 0
             while p.poll() is None and time.time() < deadline:

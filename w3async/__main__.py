@@ -10,26 +10,44 @@ the key and the value, and exit status 2; a run that fails (every game slot fail
 with exit status 1; no traceback in either case.
 
 Signals: SIGINT and SIGTERM, in any order and at any spacing, end the run with its
-shutdown record and exit 0. The process holds handlers for both from its first line of
-`run` to its exit: a signal before the supervisor's handlers are installed stops the run
-as soon as it is set up; one after the shutdown is ignored. (With the default handlers
+shutdown record and exit 0. `python -m w3async run` holds handlers for both from this
+module's first lines (before its imports) to its exit: a signal before the supervisor's
+handlers are installed stops the run as soon as it is set up; one after the shutdown is
+ignored. Only the interpreter's own start, before this module runs, has the defaults. (With the default handlers
 back during the event loop's teardown, SIGINT, SIGTERM, SIGINT 30 ms apart exited 1 with
 a KeyboardInterrupt in the runner's close and "Cannot close a running event loop".)
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import importlib.util
 import signal
 import sys
-import time
-from collections.abc import Callable, Coroutine
-from pathlib import Path
 
-from w3async.observe.logs import console
-from w3async.recipes import REPO_ROOT, RecipeError, load_recipe, resolve_recipe_path
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_early: list[int] = []  # signals heard before the supervisor's own handlers
+
+
+def _note_signal(sig: int, frame) -> None:
+    """The handler outside the supervisor's: remember, never raise (a KeyboardInterrupt
+    from anywhere is a traceback)."""
+    _early.append(sig)
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["run"]:
+    # First, before the imports below (seconds on a loaded machine: a SIGTERM then killed
+    # the process with no shutdown record), so that `run` holds both signals to its exit.
+    for _sig in _SIGNALS:
+        signal.signal(_sig, _note_signal)
+
+import argparse  # noqa: E402 (after the handlers: see above)
+import asyncio  # noqa: E402
+import importlib.util  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable, Coroutine  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from w3async.observe.logs import console  # noqa: E402
+from w3async.recipes import REPO_ROOT, RecipeError, load_recipe, resolve_recipe_path  # noqa: E402
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -67,16 +85,6 @@ def main(argv: list[str] | None = None) -> int:
 def _error(path: str, problems: list[str]) -> int:
     console(f"w3async: error: recipe {path}:\n  " + "\n  ".join(problems))
     return 2
-
-
-_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-_early: list[int] = []  # signals heard before the supervisor's own handlers
-
-
-def _note_signal(sig: int, frame) -> None:
-    """The handler outside the supervisor's: remember, never raise (a KeyboardInterrupt
-    from anywhere is a traceback)."""
-    _early.append(sig)
 
 
 def _run_loop(main: Coroutine, new_loop: Callable[[], asyncio.AbstractEventLoop]):
