@@ -427,8 +427,9 @@ class Supervisor:
         if not self._stopping:
             self.request_stop()
             return
+        if not self.hurrying:  # said once: a signal every ms made a line every ms
+            console(f"w3async: {signal.Signals(sig).name} during the shutdown: hurrying it, the clean-up still runs")
         self.hurrying = True
-        console(f"w3async: {signal.Signals(sig).name} during the shutdown: hurrying it, the clean-up still runs")
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
