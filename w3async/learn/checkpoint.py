@@ -180,7 +180,8 @@ def read_file(path: Path | str) -> Any:
             raise CheckpointLoadError(path, f"truncated or corrupt: its digest does not match ({len(data):,} bytes; "
                                             f"the SHA-256 of bytes {HEADER_LEN}.. is kept in bytes {len(MAGIC)}.."
                                             f"{HEADER_LEN - 1}): the file changed after it was written; refused "
-                                            f"(checkpoint.fallback = true resumes from an older checkpoint that passes)")
+                                            f"(for a resume, checkpoint.fallback = true takes an older checkpoint "
+                                            f"that passes)")
     else:
         payload = memoryview(data)
     try:
