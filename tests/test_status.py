@@ -723,6 +723,33 @@ async def test_host_header_must_name_this_server(tmp_path):
         await server.stop()
 
 
+async def test_an_absolute_form_target_must_name_this_server(tmp_path):
+    """Issue 25: `GET http://other.example/status` with `Host: 127.0.0.1` was answered
+    200. A target in absolute form names the host the client means (RFC 9112: it wins
+    over Host), so it is checked like Host: every other host, a userinfo, another port,
+    another scheme get 421 and none of the run's figures; this server's own names pass."""
+    write_logs(tmp_path / "run")
+    server = StatusServer(FakeSource(tmp_path / "run"))
+    port = await server.start()
+    try:
+        good = [b"http://127.0.0.1:%d/status" % port, b"http://localhost/status", b"HTTP://LOCALHOST:%d/status" % port,
+                b"/status"]
+        bad = [b"http://other.example/status", b"http://other.example:%d/status" % port, b"http://127.0.0.1:1/status",
+               b"http://evil@127.0.0.1:%d/status" % port, b"http://127.0.0.1.evil.example/status",
+               b"ftp://127.0.0.1:%d/status" % port]
+        for target in good + bad:
+            resp = await raw_request(port, b"GET " + target + b" HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+                                           b"Connection: close\r\n\r\n" % port)
+            if target in good:
+                assert resp.startswith(b"HTTP/1.1 200") and b"agent_steps" in resp, (target, resp[:80])
+            else:
+                assert resp.startswith(b"HTTP/1.1 421"), (target, resp[:80])
+                assert b"agent_steps" not in resp, target
+        assert server.counters["wrong_host"] == len(bad)
+    finally:
+        await server.stop()
+
+
 async def test_binding_beyond_loopback_warns(tmp_path, capsys):
     write_logs(tmp_path / "run")
     src = FakeSource(tmp_path / "run")

@@ -8,19 +8,46 @@ machine lacks, sizes beyond its limits: recipes.py and preflight.py, all checked
 before anything is created) ends with one clear message on stderr, naming the file,
 the key and the value, and exit status 2; a run that fails (every game slot failed)
 with exit status 1; no traceback in either case.
+
+Signals: SIGINT and SIGTERM, in any order and at any spacing, end the run with its
+shutdown record and exit 0. `python -m w3async run` holds handlers for both from this
+module's first lines (before its imports) to its exit: a signal before the supervisor's
+handlers are installed stops the run as soon as it is set up; one after the shutdown is
+ignored. Only the interpreter's own start, before this module runs, has the defaults. (With the default handlers
+back during the event loop's teardown, SIGINT, SIGTERM, SIGINT 30 ms apart exited 1 with
+a KeyboardInterrupt in the runner's close and "Cannot close a running event loop".)
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import importlib.util
+import signal
 import sys
-import time
-from pathlib import Path
 
-from w3async.observe.logs import console
-from w3async.recipes import REPO_ROOT, RecipeError, load_recipe, resolve_recipe_path
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_early: list[int] = []  # signals heard before the supervisor's own handlers
+
+
+def _note_signal(sig: int, frame) -> None:
+    """The handler outside the supervisor's: remember, never raise (a KeyboardInterrupt
+    from anywhere is a traceback)."""
+    _early.append(sig)
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["run"]:
+    # First, before the imports below (seconds on a loaded machine: a SIGTERM then killed
+    # the process with no shutdown record), so that `run` holds both signals to its exit.
+    for _sig in _SIGNALS:
+        signal.signal(_sig, _note_signal)
+
+import argparse  # noqa: E402 (after the handlers: see above)
+import asyncio  # noqa: E402
+import importlib.util  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable, Coroutine  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from w3async.observe.logs import console  # noqa: E402
+from w3async.recipes import REPO_ROOT, RecipeError, load_recipe, resolve_recipe_path  # noqa: E402
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -60,7 +87,36 @@ def _error(path: str, problems: list[str]) -> int:
     return 2
 
 
+def _run_loop(main: Coroutine, new_loop: Callable[[], asyncio.AbstractEventLoop]):
+    """asyncio.run, with the signals ours to its end: the loop's teardown (tasks
+    cancelled, async generators and the default executor shut down) runs with the
+    supervisor's handlers still in place (keep_signals); loop.close() then sets the
+    default handlers again, so SIGINT and SIGTERM are blocked in this thread across it
+    and ignored after it (a signal pending then is discarded)."""
+    loop = new_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        return loop.run_until_complete(main)
+    finally:
+        try:
+            tasks = asyncio.all_tasks(loop)
+            for t in tasks:
+                t.cancel()
+            loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.run_until_complete(loop.shutdown_default_executor())
+        finally:
+            signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+            asyncio.set_event_loop(None)
+            loop.close()
+            for sig in _SIGNALS:
+                signal.signal(sig, signal.SIG_IGN)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)
+
+
 def _run(args) -> int:
+    for sig in _SIGNALS:  # from here to the exit: no default handler (see the module's docstring)
+        signal.signal(sig, _note_signal)
     from w3async.runtime.preflight import preflight  # noqa: PLC0415 (fast --help)
     from w3async.runtime.supervisor import RunError, Supervisor  # noqa: PLC0415
 
@@ -88,18 +144,25 @@ def _run(args) -> int:
     try:
         import uvloop  # noqa: PLC0415
 
-        runner = uvloop.run
+        new_loop = uvloop.new_event_loop
     except ImportError:
-        runner = asyncio.run
+        new_loop = asyncio.new_event_loop
     link = None
     if recipe.cluster is not None:  # game hosts through Ray: the one place that imports the cluster side
         if importlib.util.find_spec("ray") is None:
             return _error(path, ["[cluster] needs Ray, the package's cluster extra: pip install -e '.[cluster]' "
                                  "(make run installs it for a recipe with [cluster])"])
         from w3async.cluster.link import ClusterLink as link  # noqa: PLC0415, N813
-    sup = Supervisor(recipe, run_dir, cluster=link)
+    sup = Supervisor(recipe, run_dir, cluster=link, keep_signals=True)
+
+    async def main() -> dict:
+        await sup.setup()  # the supervisor's handlers from here; RunError when set-up fails
+        if _early:  # a signal during the checks or the set-up: a run that stops at once
+            sup.request_stop()
+        return await sup.run()
+
     try:
-        stats = runner(sup.run())
+        stats = _run_loop(main(), new_loop)
     except RunError as e:
         if sup.setup_failed:
             console(f"w3async: error: run {run_dir} could not start: {e}")

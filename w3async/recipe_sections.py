@@ -177,7 +177,7 @@ class SupervisorSection:
     """First restart delay of a slot; doubles per failure in a row, capped below."""
     backoff_max_s: Float = Field(10.0, gt=0, le=YEAR_S)
     """Cap on a slot's restart delay."""
-    restart_budget: Int = 20
+    restart_budget: Int = Field(20, ge=0)
     """Restarts a slot may need within restart_window_s (exits of every kind, hangs, bad
     rows, an exit 0 before the first post; not a recycle: an exit 0 after a post) before
     it is marked failed."""
@@ -217,6 +217,11 @@ class CheckpointSection:
     """A checkpoint every this many learner updates (and one at the end of the run)."""
     keep: Int = Field(3, ge=1)
     """Checkpoints kept on disk (the newest)."""
+    fallback: Bool = False
+    """false: a resume whose latest checkpoint fails its checks (digest, format, weights
+    that are not finite, a league snapshot it names) is refused, naming the file. true:
+    the newest older checkpoint that passes is used instead; each one passed over is
+    named on the console and in events.jsonl's `resume` record (refused)."""
 
 
 @dataclass(config=CONFIG)

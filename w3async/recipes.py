@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
+import stat
 import tomllib
 import typing
 from typing import Any
@@ -249,19 +250,35 @@ def apply_overrides(data: dict, overrides: list[str], path: str = "<overrides>")
     return problems
 
 
+_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
 def _read_toml(path: str) -> tuple[dict | None, str | None]:
-    """The file's TOML, or the one problem that stops reading it."""
+    """The file's TOML, or the one problem that stops reading it. Opened without
+    blocking and read only if it is a regular file: open() of a FIFO waits for a writer
+    (a recipe path that was a FIFO hung with no message), a device may never end."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return None, "no such file"
-    except IsADirectoryError:
-        return None, "is a folder, not a recipe file"
     except OSError as e:
         return None, f"cannot be read: {e.strerror or e}"
     except ValueError as e:  # a NUL in the path
         return None, f"cannot be read: {e}"
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            return None, "is a folder, not a recipe file"
+        if not stat.S_ISREG(mode):
+            kind = next((k for test, k in _KINDS if test(mode)), f"of mode {mode:#o}")
+            return None, f"is {kind}, not a regular file: a recipe is a TOML file"
+        with os.fdopen(os.dup(fd), "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        return None, f"cannot be read: {e.strerror or e}"
+    finally:
+        os.close(fd)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:

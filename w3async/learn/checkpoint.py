@@ -18,6 +18,17 @@ torch.load(weights_only=True): nothing in it runs code):
     format: 1, learner: Learner.state_dict(), counters: dict, league: League.state_dict(),
     recipe: the resolved recipe as a dict, saved_at: unix time.
 
+Every file written here (checkpoints, best.pt, league snapshots) carries a digest: the
+file is MAGIC (8 bytes), the SHA-256 of the rest (32 bytes), then torch.save's zip. A
+torch zip alone does not check itself (4 KiB of random bytes inside one loaded without
+a word, the learner failed seconds later blaming its loss, and the last save wrote the
+corrupt weights back as a sound file). The digest covers every byte after the header,
+and a flip in the header breaks the magic or the digest, so any change to the file is
+refused at load (issue 25). torch.load of the whole file fails (no zip at its start): an
+old reader refuses a new file, it cannot misread it. A file without the header (written
+before digests) is loaded with a warning line on stderr; it is checked like every file
+for weights that are not finite. Weights with NaN or infinity are refused at load.
+
 Errors are typed, with the file and the cause (issue 9, items 7 and 9):
 - CheckpointWriteError: a write that failed (disk full ENOSPC, EFBIG, read-only EROFS,
   EACCES, a folder that is a file, ...). The temporary file is removed and the file it
@@ -25,13 +36,16 @@ Errors are typed, with the file and the cause (issue 9, items 7 and 9):
   checkpoint.
 - CheckpointLoadError: a resume that cannot load everything (`latest` names a file that
   is missing, unreadable or not a checkpoint; a league snapshot it names is missing or
-  corrupt; weights that do not fit the recipe's network). load_latest() never falls
-  back to an older checkpoint behind the user's back: the run stops before it writes
-  anything, and the message says which file and why.
+  corrupt; weights that do not fit the recipe's network; a digest that does not match;
+  a weight that is NaN or infinite). load_latest() never falls back to an older
+  checkpoint behind the user's back: the run stops before it writes anything, and the
+  message says which file and why. Asked (checkpoint.fallback = true), it takes the
+  newest checkpoint that passes, naming every one it refused (resume.py).
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import re
 import time
@@ -42,9 +56,13 @@ import torch
 
 from w3async import files
 from w3async.files import describe  # noqa: F401 (part of this module's API: league, training)
+from w3async.observe.logs import console
 from w3async.runtime.answerer import RunFailure
 
 FORMAT = 1
+MAGIC = b"W3CKPT\x00\x01"  # not a zip's "PK\x03\x04": torch.load of a digested file fails, never misreads
+DIGEST_LEN = 32  # SHA-256
+HEADER_LEN = len(MAGIC) + DIGEST_LEN
 CKPT_DIR = "checkpoints"
 POINTER = "latest"
 BEST_PT = "best.pt"  # the best policy so far by evaluation (best.py keeps the rule)
@@ -70,12 +88,15 @@ class CheckpointLoadError(CheckpointError):
 
 
 def _dump(obj: Any, f: BinaryIO) -> None:
-    """The serialiser (a seam: the tests make it fail halfway). Serialised in memory,
-    then written: torch.save's zip writer turns a failed write (ENOSPC, EFBIG) into a
-    RuntimeError ("unexpected pos") that hides the cause; f.write raises the OSError."""
+    """The serialiser (a seam: the tests make it fail halfway): MAGIC, the digest, the
+    zip. Serialised in memory, then written: torch.save's zip writer turns a failed write
+    (ENOSPC, EFBIG) into a RuntimeError ("unexpected pos") that hides the cause; f.write
+    raises the OSError."""
     buf = io.BytesIO()
     torch.save(obj, buf)
-    f.write(buf.getbuffer())
+    payload = buf.getbuffer()
+    f.write(MAGIC + hashlib.sha256(payload).digest())
+    f.write(payload)
 
 
 def atomic_write(path: Path, write) -> None:
@@ -140,22 +161,75 @@ def load_checkpoint(path: Path | str) -> dict:
 
 
 def read_file(path: Path | str) -> Any:
-    """torch.load(weights_only=True) of one file (a checkpoint, a league snapshot), or
-    CheckpointLoadError naming it: the OSError of opening it (missing, a folder, no
-    permission), else "not a readable checkpoint" with torch's first line. The file is
-    opened here, not by torch: torch raises OSError EINVAL for a zip cut short, which
-    read as "Invalid argument" for a checkpoint that is only truncated."""
+    """torch.load(weights_only=True) of one file (a checkpoint, a league snapshot) after
+    its digest is checked, or CheckpointLoadError naming it: the OSError of opening it
+    (missing, a folder, no permission); "its digest does not match"; "not a readable
+    checkpoint" with torch's first line; "a weight ... is not finite". The file is read
+    here, not by torch: torch raises OSError EINVAL for a zip cut short, which read as
+    "Invalid argument" for a checkpoint that is only truncated."""
     try:
-        f = open(path, "rb")
+        with open(path, "rb") as f:
+            data = f.read()
     except OSError as e:
         raise CheckpointLoadError(path, describe(e), e.errno) from e
-    with f:
-        try:
-            return torch.load(f, map_location="cpu", weights_only=True)
-        except Exception as e:  # noqa: BLE001 (torch raises many kinds for a corrupt or truncated file)
-            first = " ".join(re.sub(r"\x1b\[[0-9;]*m", "", str(e)).split("\n")[0].split())[:160]  # torch's: paragraphs, colours
-            raise CheckpointLoadError(path, f"not a readable checkpoint, truncated or corrupt ({type(e).__name__}: "
-                                            f"{first})") from e
+    if len(data) < HEADER_LEN and MAGIC.startswith(data[: len(MAGIC)]):  # empty, or cut inside the header
+        raise CheckpointLoadError(path, f"truncated: {len(data)} bytes, less than its {HEADER_LEN}-byte header")
+    if data[: len(MAGIC)] == MAGIC:
+        payload = memoryview(data)[HEADER_LEN:]
+        if hashlib.sha256(payload).digest() != data[len(MAGIC) : HEADER_LEN]:
+            raise CheckpointLoadError(path, f"truncated or corrupt: its digest does not match ({len(data):,} bytes; "
+                                            f"the SHA-256 of bytes {HEADER_LEN}.. is kept in bytes {len(MAGIC)}.."
+                                            f"{HEADER_LEN - 1}): the file changed after it was written; refused "
+                                            f"(for a resume, checkpoint.fallback = true takes an older checkpoint "
+                                            f"that passes)")
+    else:
+        payload = memoryview(data)
+    try:
+        obj = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 (torch raises many kinds for a corrupt or truncated file)
+        first = " ".join(re.sub(r"\x1b\[[0-9;]*m", "", str(e)).split("\n")[0].split())[:160]  # torch's: paragraphs, colours
+        raise CheckpointLoadError(path, f"not a readable checkpoint, truncated or corrupt ({type(e).__name__}: "
+                                        f"{first})") from e
+    if payload.nbytes == len(data):
+        _warn_undigested(str(path))  # after the load: a file that is no checkpoint at all gets its error alone
+    bad = first_non_finite(obj)
+    if bad is not None:
+        raise CheckpointLoadError(path, f"a weight is not finite ({bad}): refused, a run would fail on it later")
+    return obj
+
+
+_warned: set[str] = set()
+
+
+def _warn_undigested(path: str) -> None:
+    """One stderr line per file written before digests: loaded, but nothing vouches for its bytes."""
+    if path not in _warned:
+        _warned.add(path)
+        console(f"w3async: warning: {path} has no digest (written before checkpoints carried one): loaded "
+                f"unchecked; the next checkpoint written has one")
+
+
+def first_non_finite(obj: Any, where: str = "") -> str | None:
+    """The first floating tensor in obj (dicts, lists, tuples walked) holding a NaN or an
+    infinity, as "key.path: N NaN, M inf of SIZE", else None."""
+    if isinstance(obj, torch.Tensor):
+        if obj.is_floating_point() or obj.is_complex():
+            fin = torch.isfinite(obj)
+            if not bool(fin.all()):
+                n_nan = int(torch.isnan(obj).sum())
+                return f"{where or 'tensor'}: {n_nan} NaN, {int((~fin).sum()) - n_nan} inf of {obj.numel()}"
+        return None
+    if isinstance(obj, dict):
+        items = obj.items()
+    elif isinstance(obj, (list, tuple)):
+        items = enumerate(obj)
+    else:
+        return None
+    for k, v in items:
+        bad = first_non_finite(v, f"{where}.{k}" if where else str(k))
+        if bad is not None:
+            return bad
+    return None
 
 
 def _load(path: Path) -> dict:
@@ -168,17 +242,18 @@ def _load(path: Path) -> dict:
     return ckpt
 
 
-def load_latest(run_dir: Path) -> dict | None:
-    """The checkpoint `latest` names (without a pointer: the newest ckpt-*.pt); None
-    for a run with no checkpoint. The result has a `path` key added. Raises
-    CheckpointLoadError (the file and the cause) when that checkpoint does not load:
-    never an older one in its place."""
+def checkpoint_paths(run_dir: Path) -> list[Path]:
+    """The checkpoints a resume may take, first choice first: the one `latest` names
+    (without a pointer: the newest ckpt-*.pt), then every other ckpt-*.pt, newest first
+    (only a resume with checkpoint.fallback = true goes past the first). [] for a run
+    with none. CheckpointLoadError for a pointer or folder that cannot be read."""
     ckdir = Path(run_dir) / CKPT_DIR
     try:
         if not ckdir.exists():
-            return None
+            return []
         if not ckdir.is_dir():
             raise CheckpointLoadError(ckdir, "not a folder")
+        found = sorted(ckdir.glob("ckpt-*.pt"), reverse=True)
         pointer = ckdir / POINTER
         if pointer.exists():
             try:
@@ -187,14 +262,20 @@ def load_latest(run_dir: Path) -> dict | None:
                 raise CheckpointLoadError(pointer, describe(e)) from e
             if not name or "/" in name or name.startswith("."):
                 raise CheckpointLoadError(pointer, f"names no checkpoint file ({name!r})")
-            path = ckdir / name
-        else:
-            found = sorted(ckdir.glob("ckpt-*.pt"))
-            if not found:
-                return None
-            path = found[-1]
+            return [ckdir / name] + [p for p in found if p.name != name]
+        return found
     except OSError as e:
         raise CheckpointLoadError(ckdir, describe(e), e.errno) from e
-    ckpt = _load(path)
-    ckpt["path"] = str(path)
+
+
+def load_latest(run_dir: Path) -> dict | None:
+    """The checkpoint `latest` names (without a pointer: the newest ckpt-*.pt); None
+    for a run with no checkpoint. The result has a `path` key added. Raises
+    CheckpointLoadError (the file and the cause) when that checkpoint does not load:
+    never an older one in its place (resume.restore does that when asked)."""
+    paths = checkpoint_paths(run_dir)
+    if not paths:
+        return None
+    ckpt = _load(paths[0])
+    ckpt["path"] = str(paths[0])
     return ckpt

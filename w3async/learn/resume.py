@@ -10,20 +10,44 @@ import json
 import os
 from pathlib import Path
 
-from w3async.learn.checkpoint import CheckpointLoadError, describe, load_latest
+from w3async.learn.checkpoint import CheckpointLoadError, checkpoint_paths, describe, load_checkpoint
+from w3async.observe.logs import console
 from w3async.observe.logs import JsonLog
 
 LOGS = ("learner.jsonl", "episodes.jsonl", "inference.jsonl")  # the logs a checkpoint's counters cover
 
 
-def restore(run_dir: Path, learner, league, counters, tally) -> dict | None:
+def restore(run_dir: Path, learner, league, counters, tally, fallback: bool = False) -> dict | None:
     """Load the latest checkpoint (None when there is none) into the learner, the league,
     the run's counters (runtime.answerer.Counters) and the episode tally, or raise
-    CheckpointLoadError naming the file and the cause."""
-    ckpt = load_latest(run_dir)
-    if ckpt is None:
-        return None
-    path = ckpt["path"]
+    CheckpointLoadError naming the file and the cause. With `fallback` (the recipe's
+    checkpoint.fallback), a checkpoint that does not load is passed over for the next
+    older one that does; the result's `refused` lists each passed over (path, cause), and
+    the error, when none loads, names them all. A file that failed is never loaded in
+    part: the next candidate's load replaces everything the failed one set."""
+    refused: list[dict] = []
+    for path in checkpoint_paths(run_dir):
+        try:
+            ckpt = _restore_one(path, learner, league, counters, tally)
+        except CheckpointLoadError as e:
+            if not fallback:
+                raise
+            refused.append(dict(path=e.path, cause=e.cause))
+            console(f"w3async: warning: checkpoint {path} refused ({e.path}: {e.cause}); trying an older one "
+                    f"(checkpoint.fallback = true)")
+            continue
+        ckpt["refused"] = refused
+        return ckpt
+    if refused:
+        first = refused[0]
+        raise CheckpointLoadError(first["path"], f"{first['cause']}; and no older checkpoint loads either ("
+                                  + "; ".join(f"{r['path']}: {r['cause']}" for r in refused[1:]) + ")")
+    return None
+
+
+def _restore_one(path: Path, learner, league, counters, tally) -> dict:
+    """One checkpoint file into the learner, league, counters and tally (restore)."""
+    ckpt = load_checkpoint(path)
     try:
         learner.load_state_dict(ckpt["learner"])
     except Exception as e:  # noqa: BLE001 (shapes of another network, a truncated state)
@@ -40,6 +64,7 @@ def restore(run_dir: Path, learner, league, counters, tally) -> dict | None:
     try:
         counters.agent_steps = int(c.get("agent_steps", 0))
         tally.count = int(c.get("episodes", 0))
+        tally.totals.clear()  # an earlier candidate's totals must not add to this one's
         for level, counts in c.get("eval_totals", {}).items():
             tally.totals[level].update(counts)
     except (TypeError, ValueError, AttributeError) as e:

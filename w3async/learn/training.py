@@ -160,7 +160,8 @@ class Training:
     def _load_checkpoint(self) -> dict | None:
         """The latest checkpoint into the learner, league and counters (resume.restore), or
         CheckpointLoadError (nothing is written before or by this)."""
-        ckpt = restore(self.run_dir, self.learner, self.league, self.counts, self.tally)
+        ckpt = restore(self.run_dir, self.learner, self.league, self.counts, self.tally,
+                       fallback=self.recipe.checkpoint.fallback)
         self.best.load()  # best.pt's score: a resumed run replaces it only with a better one
         if ckpt is not None:
             self.learning.updates_done = self.learner.version
@@ -172,7 +173,8 @@ class Training:
 
     def _log_resume(self, ckpt: dict | None, cut: dict[str, int]) -> None:
         rec = dict(checkpoint=ckpt["path"] if ckpt else None, updates=self.learner.version,
-                   agent_steps=self.counts.agent_steps, episodes=self.episodes)
+                   agent_steps=self.counts.agent_steps, episodes=self.episodes,
+                   refused=ckpt["refused"] if ckpt else [])
         log_resume({"learner.jsonl": self.learner_log, "episodes.jsonl": self.episodes_log,
                     "inference.jsonl": self.inference_log}, self.control.events, rec, ckpt is not None,
                    len(self.league.snapshots), cut)

@@ -1,6 +1,6 @@
 """What a status server's clients may take (docs/status.md, "Limits"), and the checks
 that do not depend on a connection: the connection cap from the file-descriptor rule,
-the Host names answered, the request rate (GCRA), a path kept inside a folder.
+the Host names answered (an absolute-form target's authority checked the same way), the request rate (GCRA), a path kept inside a folder.
 status_server.py applies them; nothing here touches a socket.
 """
 
@@ -66,6 +66,20 @@ def allowed_hosts(host: str, port: int, extra: tuple[str, ...] = ()) -> set[str]
     if ":" in host and not host.startswith("["):
         names.add(f"[{host.lower()}]")
     return names | {f"{n}:{port}" for n in names}
+
+
+def target_authority(target: str) -> str | None:
+    """The host[:port] a request target names in absolute form ("GET http://HOST/status",
+    RFC 9112 3.2.2), lower case, userinfo kept (so that it matches no allowed name); None
+    for the origin form ("/status"). A server must take this authority over the Host
+    header: checking Host alone answered `GET http://other.example/status` with
+    `Host: 127.0.0.1`. A target of any other form gives "" (matches nothing)."""
+    if target.startswith("/"):
+        return None
+    scheme, sep, rest = target.partition("://")
+    if not sep or scheme.lower() not in ("http", "https"):
+        return ""
+    return rest.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0].lower()
 
 
 def is_loopback(addr: str) -> bool:

@@ -16,8 +16,9 @@ that a request waits its turn, and one that would wait longer than `max_wait_s` 
 429 after `reject_delay_s` (so a client looping on 429s is held to one a second per
 connection). Connections beyond `max_connections` get a fixed 503 and are closed at
 once. A connection that sends no complete request within `idle_timeout_s` of opening or
-of its last answer is closed. The Host header must name the bound address (421
-otherwise: DNS rebinding).
+of its last answer is closed. The Host header, and the host of a request target in
+absolute form (`GET http://HOST/status`), must name the bound address (421 otherwise:
+DNS rebinding).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from pathlib import Path
 from aiohttp import web
 
 from w3async.files import atomic_write_text, discard
-from w3async.observe.http_limits import Limits, RateGate, inside
+from w3async.observe.http_limits import Limits, RateGate, inside, target_authority
 from w3async.observe.replay_view import ReplayError, replay_view
 from w3async.observe.run_view import SCHEMA
 from w3async.observe.status_metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE, metrics_text
@@ -305,9 +306,11 @@ class HttpThread:
         if isinstance(conn, _Connection):
             conn.requested()  # a whole request arrived: the connection's first clock stops
         host = request.headers.get("Host", "").lower()
-        if host not in self.hosts:
+        authority = target_authority(request.raw_path)
+        if host not in self.hosts or (authority is not None and authority not in self.hosts):
             self.counters["wrong_host"] += 1
-            return web.json_response(dict(error=f"Host {host!r} is not this server's address"), status=421,
+            named = f"Host {host!r}" if host not in self.hosts else f"the request target's host {authority!r}"
+            return web.json_response(dict(error=f"{named} is not this server's address"), status=421,
                                      headers=SECURITY_HEADERS)
         loop = asyncio.get_running_loop()
         now = loop.time()

@@ -56,12 +56,16 @@ class Supervisor:
     `policy`, when given, answers every batch instead of the recipe's policy; `answerer`,
     when given, makes the answerer from the run's RunControl (either replaces the recipe's).
     `signals` False: no SIGINT/SIGTERM handlers (a game host, on a thread of a Ray actor).
+    `keep_signals` True (the CLI, which owns the process): after the shutdown the handlers
+    stay, ignoring the signals, instead of being removed; removal sets the default ones
+    (KeyboardInterrupt, SIGTERM's kill), and a signal that came then, during the event
+    loop runner's own teardown, exited 1 with two tracebacks (issue 25).
     `cluster`, for a recipe with [cluster]: the class that links the run to its game hosts
     (w3async.cluster.link.ClusterLink; the cluster package sits above this one)."""
 
     def __init__(self, recipe: Recipe, run_dir: Path, policy: Callable | None = None,
                  answerer: Callable[[RunControl], Answerer] | None = None, signals: bool = True,
-                 cluster: Callable | None = None):
+                 cluster: Callable | None = None, keep_signals: bool = False):
         self.recipe = recipe
         self.run_dir = Path(run_dir)
         self.spec = games.get(recipe.game).spec
@@ -80,7 +84,9 @@ class Supervisor:
         self.leftovers: dict = {}
         self._set_up = self._closed = False
         self._signals = signals
+        self._keep_signals = keep_signals
         self._signals_installed = False
+        self._shutdown_done = False  # close() has finished the shutdown: a signal now changes nothing
         self._old_handler = None
         self._cluster_link = cluster
         self.cluster = None  # cluster/link.py's ClusterLink: the groups on game hosts ([cluster])
@@ -376,7 +382,8 @@ class Supervisor:
     async def close(self) -> None:
         """The shutdown (idempotent): games asked, then ended; the answerer stopped (its
         last checkpoint); Wine ended; shared memory unlinked; the leftover check and the
-        shutdown record; then the signal handlers removed."""
+        shutdown record; then the signal handlers removed (kept, ignoring, with
+        keep_signals)."""
         if self._closed:
             return
         self._closed = True
@@ -386,7 +393,8 @@ class Supervisor:
                 self._stop.set()
                 await shut_down(self)
         finally:
-            if self._signals_installed:
+            self._shutdown_done = True
+            if self._signals_installed and not self._keep_signals:
                 for sig in _SIGNALS:
                     self._loop.remove_signal_handler(sig)
                 self._loop.set_exception_handler(self._old_handler)
@@ -414,11 +422,14 @@ class Supervisor:
         tasks += [self._task(self.keeper.watch(), "hang watch"), self._task(self.watch.progress(), "progress")]
 
     def _on_signal(self, sig: int) -> None:
+        if self._shutdown_done:  # the shutdown record is written: nothing left to stop or hurry
+            return
         if not self._stopping:
             self.request_stop()
             return
+        if not self.hurrying:  # said once: a signal every ms made a line every ms
+            console(f"w3async: {signal.Signals(sig).name} during the shutdown: hurrying it, the clean-up still runs")
         self.hurrying = True
-        console(f"w3async: {signal.Signals(sig).name} during the shutdown: hurrying it, the clean-up still runs")
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
