@@ -17,7 +17,6 @@ What a prefix gets once (traps found on the way):
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
 import shutil
 import subprocess
@@ -27,6 +26,7 @@ from pathlib import Path
 
 from w3async.runtime import procs
 from w3async.runtime.native import nice_prefix
+from w3async.runtime.wineinstall import program_bits, wine_install  # noqa: F401 (program_bits: the supervisor's)
 from w3async.sync.doorbells import Doorbells, fifo_pair, shared_obs_fifo
 from w3async.sync.table import GameSegment
 
@@ -34,6 +34,9 @@ READY_MARK = ".w3async-ready"
 # The injection launcher (shim/inject/launcher.c): its --desktop mode starts the prefix's
 # desktop before any game (WineRuntime.ensure_prefix).
 LAUNCHER = Path(__file__).resolve().parents[2] / "build" / "win64" / "w3inject.exe"
+# The launcher of each bitness (shim/Makefile builds win32 where i686 mingw is installed).
+LAUNCHERS = {64: LAUNCHER, 32: LAUNCHER.parents[1] / "win32" / LAUNCHER.name}
+CHECK_TIMEOUT_S = 60.0
 BOOT_TIMEOUT_S = 180.0
 
 DLL_OVERRIDES = "mscoree,mshtml,winemenubuilder.exe=d;winebus.sys,winehid.sys,wineusb.sys,winebth.sys=d"
@@ -71,6 +74,10 @@ class WineConfig:
     GE-Proton). Stock Wine ignores it: on Debian's Wine 8 it does nothing."""
     esync: bool = False
     """WINEESYNC=1: eventfd-based sync, also Proton/staging only; nothing on stock Wine."""
+    bits: tuple[int, ...] = (64,)
+    """The bitnesses of the programs the prefix will run (32, 64): before the games, the
+    launcher of each (build/win32, build/win64) is started in --check mode, and a prefix
+    that cannot run it is remade once (acquire_running_prefix)."""
 
 
 @dataclass(frozen=True)
@@ -84,7 +91,9 @@ class WineBuild:
 
 
 def resolve_build(cfg: WineConfig) -> WineBuild:
-    """Find the loader and wineserver of cfg.wine; WineError naming what is missing."""
+    """Find the loader and wineserver of cfg.wine; WineError naming what is missing. The
+    build's id (its prefixes' folder) is wine_install(cfg.wine).key: the loaders' versions and
+    the architectures installed."""
     w = cfg.wine
     env: dict[str, str] = {}
     if os.path.isdir(w):
@@ -109,9 +118,7 @@ def resolve_build(cfg: WineConfig) -> WineBuild:
         server = shutil.which("wineserver", path=os.path.dirname(loader)) or shutil.which("wineserver")
         if not server:
             raise WineError(f"wineserver not found next to {loader} or on PATH")
-    real = os.path.realpath(loader)
-    build_id = hashlib.sha1(f"{real}:{os.path.getmtime(real)}".encode()).hexdigest()[:12]
-    return WineBuild(loader=loader, server=server, env=env, build_id=build_id)
+    return WineBuild(loader=loader, server=server, env=env, build_id=wine_install(cfg.wine, loader).key)
 
 
 def cache_root(cfg: WineConfig) -> Path:
@@ -254,19 +261,54 @@ def start_services(prefix: WinePrefix) -> None:
 
 
 def acquire_running_prefix(cfg: WineConfig) -> WinePrefix:
-    """acquire_prefix, then start_services: for anything that starts games one after
-    another (a run, the parity tool, the tests). With no persistent wineserver, the server
-    begins its shutdown 3 s after the last game ends (no new Windows process from then on)
-    and kills whatever runs 2 s later (exit code 1); the next game then boots the prefix
-    again (wineboot, services.exe, winedevice.exe, plugplay.exe, svchost.exe)."""
+    """acquire_prefix, then start_services, then check_prefix: for anything that starts
+    games one after another (a run, the parity tool, the tests). With no persistent
+    wineserver, the server begins its shutdown 3 s after the last game ends (no new
+    Windows process from then on) and kills whatever runs 2 s later (exit code 1); the
+    next game then boots the prefix again (wineboot, services.exe, winedevice.exe,
+    plugplay.exe, svchost.exe). A prefix that cannot start the launcher of a bitness in
+    cfg.bits is remade once; a second failure raises WineError with the launcher's output."""
     prefix = acquire_prefix(cfg)
     try:
         start_services(prefix)
+        broken = check_prefix(prefix, cfg.bits)
+        if broken:
+            prefix.kill()
+            _boot(prefix)
+            start_services(prefix)
+            still = check_prefix(prefix, cfg.bits)
+            if still:
+                raise WineError(f"Wine prefix {prefix.path} cannot run the {still} even after it was made again "
+                                f"(first: {broken})")
     except BaseException:
         prefix.kill()
         prefix.release()
         raise
     return prefix
+
+
+def check_prefix(prefix: WinePrefix, bits: tuple[int, ...]) -> str | None:
+    """None when the prefix starts the launcher of each bitness in bits (`w3inject.exe
+    --check`: a console program that prints one line and exits); else what failed. A
+    bitness whose launcher is not built is not checked (preflight refuses an injected
+    game without it). The prefix's wineserver runs already (start_services), so a check
+    costs one process start."""
+    for b in sorted(set(bits)):
+        exe = LAUNCHERS.get(b)
+        if exe is None or not exe.exists():
+            continue
+        cmd = prefix.command(str(exe), ["--check"])
+        try:
+            out = subprocess.run(cmd, env=prefix.env(), capture_output=True, text=True, errors="replace",
+                                 timeout=CHECK_TIMEOUT_S, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            return f"{b}-bit launcher: {exe} --check took over {CHECK_TIMEOUT_S:.0f} s"
+        except OSError as e:
+            return f"{b}-bit launcher: cannot run {cmd[0]}: {e}"
+        if out.returncode != 0 or "w3inject --check: ok" not in out.stdout:
+            tail = " ".join((out.stdout + out.stderr).split())[-300:]
+            return f"{b}-bit launcher: {exe} --check exited {out.returncode}: {tail or 'no output'}"
+    return None
 
 
 def processes_with_env(key: str, value: str) -> list[int]:
