@@ -150,11 +150,12 @@ def _check_adapter(key: str, inj, game: _Game, install) -> list[str]:
         return [f"{what}: {path} {e}"]
     if ad.machine != exe.machine:
         return [f"{what}: {path} is a DLL for {machine_name(ad.machine)}; the game is {machine_name(exe.machine)} "
-                f"(wrong bitness: build it with the game's compiler)"]
+                f"(wrong bitness); build it with the game's compiler"]
     if not ad.is_dll:
         return [f"{what}: {path} is a program, not a DLL"]
-    problems = [f"{what}: {path} exports no {name} (w3h.h: declare it W3A_EXPORT)"
-                for name in ADAPTER_EXPORTS if name not in ad.exports]
+    missing = [name for name in ADAPTER_EXPORTS if name not in ad.exports]
+    problems = [f"{what}: {path} exports no {', '.join(missing)} (w3h.h requires {', '.join(ADAPTER_EXPORTS)}: "
+                f"declare each W3A_EXPORT)"] if missing else []
     system = install.pe_dirs.get(exe.bits) if install else None
     if system is None:
         return problems  # where Wine keeps its DLLs is unknown: the launcher checks at start
