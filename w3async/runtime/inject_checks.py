@@ -95,7 +95,9 @@ def check(recipe) -> list[str]:
         except OSError:
             continue  # check_binaries names a missing or unreadable binary
         except PeError as e:
-            if path.read_bytes()[:2] == b"MZ":  # no MZ: check_binaries says so
+            with open(path, "rb") as f:
+                mz = f.read(2) == b"MZ"
+            if mz:  # no MZ: check_binaries says so
                 problems.append(f"games[{i}].binary = {g.binary!r}: {path} {e}")
             continue
         if exe.machine not in BUILDS:

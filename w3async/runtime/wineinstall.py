@@ -90,14 +90,16 @@ def wine_install(wine: str, loader: str | None = None) -> WineInstall:
             bits = _elf_bits(p)
             if bits and bits not in loaders:
                 loaders[bits] = p
-    libs = [Path(os.path.realpath(p)).parent.parent / sub for p in loaders.values() for sub in ("lib64/wine", "lib/wine",
-                                                                                                 "lib32/wine")]
-    libs += [Path(p) for p in _SYSTEM_LIBS]
+    # A build folder's DLLs are its own; a system Wine's may also be in a multiarch folder.
+    tops = {Path(q).parent.parent for p in loaders.values() for q in (p, os.path.realpath(p))}
+    libs = [top / sub for top in sorted(tops) for sub in ("lib64/wine", "lib/wine", "lib32/wine")]
+    if not os.path.isdir(w):
+        libs += [Path(p) for p in _SYSTEM_LIBS]
     pe_dirs = {}
     for bits, arch in _PE_ARCH.items():
-        found = next((lib / arch for lib in libs if (lib / arch / "kernel32.dll").is_file()), None)
-        if found:
-            pe_dirs[bits] = found
+        hit = next((lib / arch for lib in libs if (lib / arch / "kernel32.dll").is_file()), None)
+        if hit:
+            pe_dirs[bits] = hit
     versions = {b: _version(p, os.path.getmtime(p)) for b, p in loaders.items()}
     return WineInstall(loaders=loaders, versions=versions, pe_dirs=pe_dirs)
 
