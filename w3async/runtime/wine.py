@@ -21,12 +21,12 @@ import os
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from w3async.runtime import procs
 from w3async.runtime.native import nice_prefix
-from w3async.runtime.wineinstall import program_bits, wine_install  # noqa: F401 (program_bits: the supervisor's)
+from w3async.runtime.wineinstall import exe_bits, program_bits, wine_install  # noqa: F401 (program_bits: the supervisor's)
 from w3async.sync.doorbells import Doorbells, fifo_pair, shared_obs_fifo
 from w3async.sync.table import GameSegment
 
@@ -88,6 +88,11 @@ class WineBuild:
     server: str
     env: dict
     build_id: str
+    loaders: dict = field(default_factory=dict)
+    """bits -> the loader of that bitness (wineinstall.py). A program started by the
+    loader of the other bitness runs behind an extra `start.exe /exec` process in its
+    process group (Wine 8 with wine32 installed: /usr/bin/wine runs the 32-bit loader),
+    which ends with it, so each program gets the loader of its own bitness."""
 
 
 def resolve_build(cfg: WineConfig) -> WineBuild:
@@ -118,7 +123,8 @@ def resolve_build(cfg: WineConfig) -> WineBuild:
         server = shutil.which("wineserver", path=os.path.dirname(loader)) or shutil.which("wineserver")
         if not server:
             raise WineError(f"wineserver not found next to {loader} or on PATH")
-    return WineBuild(loader=loader, server=server, env=env, build_id=wine_install(cfg.wine, loader).key)
+    install = wine_install(cfg.wine, loader)
+    return WineBuild(loader=loader, server=server, env=env, build_id=install.key, loaders=dict(install.loaders))
 
 
 def cache_root(cfg: WineConfig) -> Path:
@@ -151,7 +157,9 @@ class WinePrefix:
         return env
 
     def command(self, exe: str, args: list[str] | tuple[str, ...] = ()) -> list[str]:
-        return [self.build.loader, exe, *args]
+        """The command line that starts exe in this prefix, with the loader of exe's
+        bitness where the build has it (WineBuild.loaders), else the configured one."""
+        return [self.build.loaders.get(exe_bits(exe)) or self.build.loader, exe, *args]
 
     def processes(self) -> list[int]:
         """Live processes (not zombies) whose environment names this prefix: the

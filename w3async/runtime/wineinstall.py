@@ -104,6 +104,23 @@ def wine_install(wine: str, loader: str | None = None) -> WineInstall:
     return WineInstall(loaders=loaders, versions=versions, pe_dirs=pe_dirs)
 
 
+@functools.lru_cache(maxsize=256)
+def _exe_bits(path: str, mtime_ns: int) -> int | None:
+    try:
+        return read_pe(path).bits
+    except (OSError, PeError):
+        return None
+
+
+def exe_bits(path: str | os.PathLike) -> int | None:
+    """32 or 64 for a Windows program (by its PE header), None for anything else (a
+    built-in such as wineboot, a file that is not there)."""
+    try:
+        return _exe_bits(str(path), os.stat(path).st_mtime_ns)
+    except OSError:
+        return None
+
+
 def program_bits(binaries) -> tuple[int, ...]:
     """The bitnesses of the given Windows programs (a file that is not a readable PE
     file counts as 64-bit: preflight names it)."""
