@@ -30,6 +30,7 @@ class WineInstall:
     loaders: dict  # bits (32, 64) -> path
     versions: dict  # bits -> `loader --version`
     pe_dirs: dict  # bits -> the folder of its i386-windows / x86_64-windows DLLs
+    other: str = ""  # with no ELF loader found: the configured loader's real path (a script of the user's)
 
     def runs(self, bits: int) -> bool:
         """Whether this build can run a program of that bitness (its loader and DLLs)."""
@@ -42,10 +43,12 @@ class WineInstall:
         a 64-bit-only Wine cannot start a 32-bit program, nor is it remade in place (it
         fails with "could not load kernel32.dll, status c0000135")."""
         facts = sorted((b, self.versions.get(b, "")) for b in self.loaders) + sorted(("dlls", b) for b in self.pe_dirs)
+        facts += [("other", self.other)] if self.other else []
         return hashlib.sha1(repr(facts).encode()).hexdigest()[:12]
 
 
 _PE_ARCH = {64: "x86_64-windows", 32: "i386-windows"}
+DEBIAN_LOADERS = "/usr/lib/wine"
 _SYSTEM_LIBS = ("/usr/lib/x86_64-linux-gnu/wine", "/usr/lib/i386-linux-gnu/wine", "/usr/lib64/wine", "/usr/lib/wine",
                 "/usr/lib32/wine", "/usr/local/lib/wine", "/usr/local/lib64/wine")
 
@@ -61,6 +64,14 @@ def _elf_bits(path: str) -> int | None:
     return {1: 32, 2: 64}.get(head[4]) if head[:4] == b"\x7fELF" and len(head) == 5 else None
 
 
+def _head(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            return f.read(4096).decode("latin-1")
+    except OSError:
+        return ""
+
+
 @functools.lru_cache(maxsize=16)
 def _version(path: str, mtime: float) -> str:
     try:
@@ -72,7 +83,8 @@ def _version(path: str, mtime: float) -> str:
 
 def wine_install(wine: str, loader: str | None = None) -> WineInstall:
     """The loaders (named wine and wine64, next to the loader `wine` names, in a build
-    folder's bin, or in /usr/lib/wine) and the Windows DLL folders of that Wine (the
+    folder's bin, or in /usr/lib/wine for Debian's wrapper script; never another
+    build's: a loader of the user's own is the one that runs) and the Windows DLL folders of that Wine (the
     recipe's runtime.wine); empty where none."""
     w = wine
     dirs: list[Path] = []
@@ -82,7 +94,8 @@ def wine_install(wine: str, loader: str | None = None) -> WineInstall:
         found = loader or shutil.which(w) or (shutil.which("wine64") if w == "wine" else None)
         if found:
             dirs = [Path(found).parent, Path(os.path.realpath(found)).parent]
-        dirs.append(Path("/usr/lib/wine"))
+            if _elf_bits(found) is None and DEBIAN_LOADERS in _head(found):
+                dirs.append(Path(DEBIAN_LOADERS))  # Debian's wrapper script: its loaders are there
     loaders: dict[int, str] = {}
     for d in dirs:
         for name in ("wine64", "wine"):
@@ -101,7 +114,8 @@ def wine_install(wine: str, loader: str | None = None) -> WineInstall:
         if hit:
             pe_dirs[bits] = hit
     versions = {b: _version(p, os.path.getmtime(p)) for b, p in loaders.items()}
-    return WineInstall(loaders=loaders, versions=versions, pe_dirs=pe_dirs)
+    other = "" if loaders or not dirs else os.path.realpath(w if os.path.isdir(w) else (loader or shutil.which(w) or w))
+    return WineInstall(loaders=loaders, versions=versions, pe_dirs=pe_dirs, other=other)
 
 
 @functools.lru_cache(maxsize=256)
