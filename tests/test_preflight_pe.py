@@ -150,12 +150,13 @@ def test_the_hooks_names_are_its_c_tables(tmp_path):
     fake.mkdir()
     (fake / "hook.c").write_text('if (!strncmp(sp, "at:", 3)) ... if (!strcmp(sp, "adapter")) ...')
     (fake / "msgloop.c").write_text("hk_fn hk_msg_fns[] = {\n    FN(GetMessageA, HK_STEP),\n};\n")
-    (fake / "draw.c").write_text("hk_fn d[] = { FN(Polygon, HK_DRAW), };\n char *at = strchr(tok, '@');\n")
+    (fake / "draw.c").write_text("#define FN(name) {#name, (void *)h_##name, (void **)&r_##name, HK_DRAW, 0}\n"
+                                 "hk_fn d[] = { FN(Polygon), FN(Pie), };\n#undef FN\n char *at = strchr(tok, '@');\n")
     more = hook_names(fake)
-    assert more.step_points == ("GetMessageA",) and more.draw_calls == ("Polygon",)
+    assert more.step_points == ("GetMessageA",) and more.draw_calls == ("Polygon", "Pie")
     assert more.forms == ("at:", "adapter") and more.draw_argbytes
     assert more.step_point_problem("at:exe+0x10") is None and more.step_point_problem("adapter") is None
-    assert more.draw_call_problem("Pie@20") is None and "one of: Polygon" in more.draw_call_problem("Pie")
+    assert more.draw_call_problem("Chord@20") is None and "one of: Polygon, Pie" in more.draw_call_problem("Chord")
 
 
 def _fake_wine(root: Path, bits: tuple[int, ...]) -> Path:

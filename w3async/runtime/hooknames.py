@@ -22,6 +22,8 @@ from pathlib import Path
 
 SHIM_INJECT = Path(__file__).resolve().parents[2] / "shim" / "inject"
 _ENTRY = re.compile(r'(?:\bFN\(\s*(\w+)\s*,\s*([A-Z_| ]+?)\s*\)|\{\s*"(\w+)"\s*,[^{}]*?,\s*([A-Z_| ]+?)\s*,\s*0\s*\})')
+_ONE_ARG_DEFINE = re.compile(r"^\s*\w+\s*\)\s*\{[^{}]*,\s*([A-Z_| ]+?)\s*,\s*0\s*\}")
+_ONE_ARG_USE = re.compile(r"\bFN\(\s*(\w+)\s*\)")
 STEP_KINDS = {"HK_STEP", "HK_WAIT"}
 DRAW_KIND = "HK_DRAW"
 STEP_POINT_FORMS = {
@@ -64,11 +66,23 @@ class HookNames:
 
 
 def parse_tables(text: str) -> dict[str, set[str]]:
-    """Function name -> its HK_* kinds, from the hk_fn table entries in C source text."""
+    """Function name -> its HK_* kinds, from the hk_fn table entries in C source text:
+    `FN(name, KINDS)`, `{"name", ..., KINDS, 0}`, and `FN(name)` after a one-argument
+    `#define FN(name) {..., KINDS, 0}` (the kinds the macro gives every entry)."""
     out: dict[str, set[str]] = {}
-    for m in _ENTRY.finditer(text):
-        name, kinds = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
+
+    def add(name: str, kinds: str) -> None:
         out.setdefault(name, set()).update(k.strip() for k in kinds.split("|"))
+
+    for m in _ENTRY.finditer(text):
+        add(*((m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))))
+    for chunk in text.split("#define FN(")[1:]:
+        define, _, body = chunk.partition("\n")
+        one = _ONE_ARG_DEFINE.match(define)
+        if one:
+            end = body.find("#undef FN")
+            for name in _ONE_ARG_USE.findall(body if end < 0 else body[:end]):
+                add(name, one.group(1))
     return out
 
 

@@ -56,19 +56,15 @@ class _Game:
                 self._read[key] = None
         return self._read[key]
 
-    def local_imports(self, extra: list[str]) -> list[PeFile]:
-        """The .exe, the DLLs of its folder it imports (and they in turn), and the
-        recipe's `modules` found there: the modules whose import tables the hook patches."""
-        seen, todo, out = set(), [self.exe], []
-        todo += [m for m in (self.module(x) for x in extra) if m is not None]
-        while todo:
-            pe = todo.pop(0)
-            if str(pe.path) in seen:
-                continue
-            seen.add(str(pe.path))
-            out.append(pe)
-            todo += [m for m in (self.module(d) for d in pe.imports) if m is not None and m is not self.exe]
-        return out
+    def step_modules(self, modules: list[str]) -> tuple[list[PeFile], list[str]]:
+        """The modules whose calls of the step point are steps (hook.c, patch.c: the .exe
+        and the recipe's `modules`) that are read here, and the names of those that are
+        not next to the .exe (Wine's own DLLs: left to the hook)."""
+        found, elsewhere = [self.exe], []
+        for name in modules:
+            m = self.module(name)
+            (found.append(m) if m is not None else elsewhere.append(name))
+        return found, elsewhere
 
 
 def _address(value: str) -> tuple[str, int] | None:
@@ -193,12 +189,13 @@ def _check_step_point(key: str, inj, game: _Game, names) -> list[str]:
         return []
     if sp.startswith("at:"):
         return _check_address(what, sp[len("at:"):], game, code=True)
-    modules = game.local_imports(list(inj.modules))
-    if any(m.imports_name(sp) for m in modules):
+    modules, elsewhere = game.step_modules(list(inj.modules))
+    if elsewhere or any(m.imports_name(sp) for m in modules):
         return []
     where = ", ".join(m.path.name for m in modules)
     return [f"{what}: {sp} is not imported by {where} ({exe.path.parent}): name a call the game imports and makes "
-            f"once a frame (docs/hooking.md, \"Finding the step point\")"]
+            f"once a frame, or add the DLL whose frame loop calls it to modules (docs/hooking.md, \"Finding the step "
+            f"point\")"]
 
 
 def _check_address(what: str, value: str, game: _Game, code: bool) -> list[str]:
