@@ -61,6 +61,25 @@ def wine(mingw) -> str:
 
 
 @pytest.fixture(scope="session")
+def mingw32() -> str:
+    cc = shutil.which("i686-w64-mingw32-gcc")
+    need("i686-w64-mingw32-gcc", cc is not None, "apt-get install gcc-mingw-w64-i686")
+    return cc
+
+
+@pytest.fixture(scope="session")
+def wine32(wine, mingw32) -> str:
+    """Wine that runs 32-bit programs (its 32-bit loader and i386 DLLs), and the i686 builds."""
+    from w3async.runtime.wineinstall import wine_install
+
+    need("32-bit Wine", wine_install("wine").runs(32),
+         "dpkg --add-architecture i386; apt-get update; apt-get install wine32")
+    if not (BUILD / "win32" / "duel_rt.exe").exists():
+        subprocess.run(["make", "-s", "build"], cwd=REPO, check=True)
+    return wine
+
+
+@pytest.fixture(scope="session")
 def null_exe(wine) -> Path:
     return NULL_EXE
 

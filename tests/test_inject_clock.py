@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from w3async.runtime.inject import WINE32_LIBS
+from w3async.runtime.wineinstall import wine_install
 
 from .conftest import REPO, need
 from .test_injection import game_logs, probe, probe_group  # noqa: F401 (probe: the adapter's fixture)
@@ -36,7 +36,7 @@ def clock_game(request, probe, mingw, tmp_path_factory) -> dict[str, Path]:  # n
     else:
         cc = shutil.which("i686-w64-mingw32-gcc")
         need("i686-w64-mingw32-gcc", cc is not None, "apt-get install gcc-mingw-w64-i686")
-        need("32-bit Wine", WINE32_LIBS.is_dir(), "dpkg --add-architecture i386; apt-get update; apt-get install wine32")
+        need("32-bit Wine", wine_install("wine").runs(32), "dpkg --add-architecture i386; apt-get update; apt-get install wine32")
         if not (REPO / "build" / "win32" / "w3hook.dll").exists():
             subprocess.run(["make", "-s", "build"], cwd=REPO, check=True)
         out = tmp_path_factory.mktemp("clock32")

@@ -206,8 +206,8 @@ def test_a_recipe_whose_injection_cannot_work_is_refused_before_anything_starts(
 def test_a_32_bit_game_needs_32_bit_wine_and_a_32_bit_adapter(tmp_path, probe):
     """The probe with its machine field saying i386 (nothing runs): preflight names what
     a 32-bit game needs here (docs/hooking.md, "32-bit games")."""
-    from w3async.runtime import inject
     from w3async.runtime.preflight import preflight
+    from w3async.runtime.wineinstall import wine_install
 
     game = tmp_path / "probe32.exe"
     data = bytearray(probe["game"].read_bytes())
@@ -216,8 +216,8 @@ def test_a_32_bit_game_needs_32_bit_wine_and_a_32_bit_adapter(tmp_path, probe):
     group = {**probe_group(probe), "binary": str(game)}
     problems = preflight(recipe_from_dict(null_recipe([group], stop={"seconds": 5})), tmp_path / "run")
     assert [p for p in problems if "is a DLL for x86-64 (64-bit); the game is i386 (32-bit) (wrong bitness)" in p]
-    if not inject.WINE32_LIBS.is_dir():
-        assert [p for p in problems if "a 32-bit game needs 32-bit Wine" in p and "apt-get install wine32" in p]
+    if not wine_install("wine").runs(32):
+        assert [p for p in problems if "is a 32-bit game and this Wine" in p and "apt-get install wine32" in p]
 
 
 @pytest.mark.parametrize("env,inject,code,says", [

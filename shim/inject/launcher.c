@@ -4,7 +4,13 @@
  *   w3inject.exe [--timeout-ms N] [--cwd DIR] --hook HOOK.dll [--adapter ADAPTER.dll]
  *                [--dll OTHER.dll]... [--own-desktop NAME] -- GAME.exe [ARGS]...
  *   w3inject.exe --desktop
+ *   w3inject.exe --check
  *
+ * --check prints "w3inject --check: ok (MACHINE)" and exits 0, touching nothing: the
+ * runtime starts it in a prefix before any game, once per bitness the games need, to
+ * find a prefix that cannot run programs of that bitness (a prefix made by a 64-bit-only
+ * Wine starts no 32-bit program after wine32 is installed: "could not load kernel32.dll,
+ * status c0000135").
  * --desktop makes the prefix's desktop (Wine starts explorer.exe for it) and exits: the
  * runtime runs it once, in a session of its own, before any game, so that the desktop
  * process is not in a game's process group (a game's exit ends its group).
@@ -236,6 +242,10 @@ int wmain(int argc, wchar_t **argv)
     const wchar_t *cwd = NULL, *desktop = NULL;
     int i = 1;
     SetErrorMode(SEM_FAILCRITICALERRORS | SEM_NOGPFAULTERRORBOX | SEM_NOOPENFILEERRORBOX);
+    if (argc == 2 && !wcscmp(argv[1], L"--check")) {
+        printf("w3inject --check: ok (%s)\n", pe_machine_name(LAUNCHER_MACHINE));
+        return fflush(stdout) ? 1 : 0;
+    }
     if (argc == 2 && !wcscmp(argv[1], L"--desktop")) {
         HDC dc = CreateCompatibleDC(NULL); /* what a game's first drawing does: the desktop starts */
         if (dc)

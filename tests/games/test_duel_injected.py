@@ -91,3 +91,20 @@ async def test_an_episode_quota_recycles_the_injected_game(tmp_path, injected):
         assert g["causes"].get("recycle", 0) >= 2 and set(g["causes"]) == {"recycle"}, (stats["games"], odd)
     assert exits and odd == []
     assert_nothing_left(sup, run)
+
+
+async def test_a_32_bit_injected_duel_steps_under_the_supervisor(tmp_path, wine32):
+    """duel_rt.exe and its adapter built for i686, started by the 32-bit launcher with the
+    32-bit hook in the run's WoW64 prefix: four games step with no bad row and leave nothing."""
+    from w3async.runtime.pe import I386, read_pe
+
+    game, adapter = REPO / "build" / "win32" / "duel_rt.exe", REPO / "build" / "win32" / "duel_adapter.dll"
+    assert read_pe(game).machine == I386 and read_pe(adapter).machine == I386
+    group = {**duel_group(4, 2000), "binary": str(game)}
+    group["inject"] = {**group["inject"], "adapter": str(adapter)}
+    sup, stats = await run_recipe(duel_recipe([group], stop={"steps": 4000}), tmp_path / "run")
+    run = tmp_path / "run"
+    assert stats["bad_rows"] == 0 and stats["restarts"] == {}, stats
+    assert stats["agent_steps"] >= 4000
+    assert [e for e in events(run) if e["event"] in ("bad_row", "game_kill", "game_exit", "slot_failed")] == []
+    assert_nothing_left(sup, run)

@@ -41,7 +41,7 @@ from w3async.runtime.runfolder import RunError, RunLock, cleanup_previous_run
 from w3async.runtime.shutdown import shut_down
 from w3async.runtime.slots import Slot, SlotState
 from w3async.runtime.watching import RunWatch
-from w3async.runtime.wine import WineConfig, WineError, WineRuntime
+from w3async.runtime.wine import WineConfig, WineError, WineRuntime, program_bits
 from w3async.sync.gather import make_gatherer
 from w3async.sync.table import Table, segment_name
 
@@ -136,7 +136,8 @@ class Supervisor:
             if g.runtime not in self.runtimes:
                 self.runtimes[g.runtime] = NativeRuntime() if g.runtime == "native" else WineRuntime(
                     WineConfig(wine=r.runtime.wine, cache_dir=r.runtime.cache_dir or None,
-                               fsync=r.runtime.fsync, esync=r.runtime.esync, display=r.runtime.display))
+                               fsync=r.runtime.fsync, esync=r.runtime.esync, display=r.runtime.display,
+                               bits=program_bits(r.binary_path(x) for x in groups if x.runtime == "wine")))
             self.slots.append(Slot(i, g, self.runtimes[g.runtime], r.binary_path(g), row0, nrows,
                                    self.run_dir / "games" / f"slot-{i}.log"))
         self.control = RunControl(self)

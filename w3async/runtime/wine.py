@@ -17,16 +17,16 @@ What a prefix gets once (traps found on the way):
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from w3async.runtime import procs
 from w3async.runtime.native import nice_prefix
+from w3async.runtime.wineinstall import exe_bits, program_bits, wine_install  # noqa: F401 (program_bits: the supervisor's)
 from w3async.sync.doorbells import Doorbells, fifo_pair, shared_obs_fifo
 from w3async.sync.table import GameSegment
 
@@ -34,6 +34,9 @@ READY_MARK = ".w3async-ready"
 # The injection launcher (shim/inject/launcher.c): its --desktop mode starts the prefix's
 # desktop before any game (WineRuntime.ensure_prefix).
 LAUNCHER = Path(__file__).resolve().parents[2] / "build" / "win64" / "w3inject.exe"
+# The launcher of each bitness (shim/Makefile builds win32 where i686 mingw is installed).
+LAUNCHERS = {64: LAUNCHER, 32: LAUNCHER.parents[1] / "win32" / LAUNCHER.name}
+CHECK_TIMEOUT_S = 60.0
 BOOT_TIMEOUT_S = 180.0
 
 DLL_OVERRIDES = "mscoree,mshtml,winemenubuilder.exe=d;winebus.sys,winehid.sys,wineusb.sys,winebth.sys=d"
@@ -79,6 +82,10 @@ class WineConfig:
     """WINEESYNC=1: eventfd-based sync, also Proton/staging only; nothing on stock Wine."""
     display: str = "null"
     """"null": Wine's null graphics driver; "xvfb": an X server for the run (display.py)."""
+    bits: tuple[int, ...] = (64,)
+    """The bitnesses of the programs the prefix will run (32, 64): before the games, the
+    launcher of each (build/win32, build/win64) is started in --check mode, and a prefix
+    that cannot run it is remade once (acquire_running_prefix)."""
 
 
 @dataclass(frozen=True)
@@ -89,10 +96,17 @@ class WineBuild:
     server: str
     env: dict
     build_id: str
+    loaders: dict = field(default_factory=dict)
+    """bits -> the loader of that bitness (wineinstall.py). A program started by the
+    loader of the other bitness runs behind an extra `start.exe /exec` process in its
+    process group (Wine 8 with wine32 installed: /usr/bin/wine runs the 32-bit loader),
+    which ends with it, so each program gets the loader of its own bitness."""
 
 
 def resolve_build(cfg: WineConfig) -> WineBuild:
-    """Find the loader and wineserver of cfg.wine; WineError naming what is missing."""
+    """Find the loader and wineserver of cfg.wine; WineError naming what is missing. The
+    build's id (its prefixes' folder) is wine_install(cfg.wine).key: the loaders' versions and
+    the architectures installed."""
     w = cfg.wine
     env: dict[str, str] = {}
     if os.path.isdir(w):
@@ -117,9 +131,8 @@ def resolve_build(cfg: WineConfig) -> WineBuild:
         server = shutil.which("wineserver", path=os.path.dirname(loader)) or shutil.which("wineserver")
         if not server:
             raise WineError(f"wineserver not found next to {loader} or on PATH")
-    real = os.path.realpath(loader)
-    build_id = hashlib.sha1(f"{real}:{os.path.getmtime(real)}".encode()).hexdigest()[:12]
-    return WineBuild(loader=loader, server=server, env=env, build_id=build_id)
+    install = wine_install(cfg.wine, loader)
+    return WineBuild(loader=loader, server=server, env=env, build_id=install.key, loaders=dict(install.loaders))
 
 
 def cache_root(cfg: WineConfig) -> Path:
@@ -156,7 +169,9 @@ class WinePrefix:
         return env
 
     def command(self, exe: str, args: list[str] | tuple[str, ...] = ()) -> list[str]:
-        return [self.build.loader, exe, *args]
+        """The command line that starts exe in this prefix, with the loader of exe's
+        bitness where the build has it (WineBuild.loaders), else the configured one."""
+        return [self.build.loaders.get(exe_bits(exe)) or self.build.loader, exe, *args]
 
     def processes(self) -> list[int]:
         """Live processes (not zombies) whose environment names this prefix: the
@@ -300,19 +315,54 @@ def graphics_driver(prefix: WinePrefix) -> str | None:
 
 
 def acquire_running_prefix(cfg: WineConfig) -> WinePrefix:
-    """acquire_prefix, then start_services: for anything that starts games one after
-    another (a run, the parity tool, the tests). With no persistent wineserver, the server
-    begins its shutdown 3 s after the last game ends (no new Windows process from then on)
-    and kills whatever runs 2 s later (exit code 1); the next game then boots the prefix
-    again (wineboot, services.exe, winedevice.exe, plugplay.exe, svchost.exe)."""
+    """acquire_prefix, then start_services, then check_prefix: for anything that starts
+    games one after another (a run, the parity tool, the tests). With no persistent
+    wineserver, the server begins its shutdown 3 s after the last game ends (no new
+    Windows process from then on) and kills whatever runs 2 s later (exit code 1); the
+    next game then boots the prefix again (wineboot, services.exe, winedevice.exe,
+    plugplay.exe, svchost.exe). A prefix that cannot start the launcher of a bitness in
+    cfg.bits is remade once; a second failure raises WineError with the launcher's output."""
     prefix = acquire_prefix(cfg)
     try:
         start_services(prefix)
+        broken = check_prefix(prefix, cfg.bits)
+        if broken:
+            prefix.kill()
+            _boot(prefix)
+            start_services(prefix)
+            still = check_prefix(prefix, cfg.bits)
+            if still:
+                raise WineError(f"Wine prefix {prefix.path} cannot run the {still} even after it was made again "
+                                f"(first: {broken})")
     except BaseException:
         prefix.kill()
         prefix.release()
         raise
     return prefix
+
+
+def check_prefix(prefix: WinePrefix, bits: tuple[int, ...]) -> str | None:
+    """None when the prefix starts the launcher of each bitness in bits (`w3inject.exe
+    --check`: a console program that prints one line and exits); else what failed. A
+    bitness whose launcher is not built is not checked (preflight refuses an injected
+    game without it). The prefix's wineserver runs already (start_services), so a check
+    costs one process start."""
+    for b in sorted(set(bits)):
+        exe = LAUNCHERS.get(b)
+        if exe is None or not exe.exists():
+            continue
+        cmd = prefix.command(str(exe), ["--check"])
+        try:
+            out = subprocess.run(cmd, env=prefix.env(), capture_output=True, text=True, errors="replace",
+                                 timeout=CHECK_TIMEOUT_S, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            return f"{b}-bit launcher: {exe} --check took over {CHECK_TIMEOUT_S:.0f} s"
+        except OSError as e:
+            return f"{b}-bit launcher: cannot run {cmd[0]}: {e}"
+        if out.returncode != 0 or "w3inject --check: ok" not in out.stdout:
+            tail = " ".join((out.stdout + out.stderr).split())[-300:]
+            return f"{b}-bit launcher: {exe} --check exited {out.returncode}: {tail or 'no output'}"
+    return None
 
 
 def processes_with_env(key: str, value: str) -> list[int]:
