@@ -58,6 +58,8 @@
 #define W3S_EXIT_KILLED 71  /* the launcher's game ended without exiting (killed from outside) */
 #define W3S_EXIT_CRASH 72   /* a Windows game's unhandled exception: Wine's exit status keeps only the
                                low byte of its code (0xC0000005 -> 5), so it is said on stderr */
+#define W3S_EXIT_NO_STEP 73 /* an injected game never reached its step point within step_deadline_s:
+                               the same game and settings would not reach it on a restart either */
 
 typedef struct w3s_header {
     uint64_t magic;

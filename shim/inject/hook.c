@@ -191,7 +191,7 @@ static DWORD WINAPI deadline_watch(void *arg)
     (void)arg;
     Sleep(hk_config.step_deadline_ms);
     if (!g_reached)
-        hk_fatal(W3S_EXIT_INJECT, "the step point %s was not reached within %lu ms (step_deadline_s): %s on the "
+        hk_fatal(W3S_EXIT_NO_STEP, "the step point %s was not reached within %lu ms (step_deadline_s): %s on the "
                  "step thread (%s); name a call the frame makes (docs/hooking.md, \"Finding the step point\")%s",
                  hk_config.step_point, (unsigned long)hk_config.step_deadline_ms,
                  hk_config.step_adapter ? "the adapter never called host->step" : "the game's frame does not call it",

@@ -111,3 +111,16 @@ def test_table_views_write_where_c_reads(field):
     finally:
         t.unlink()
         t.close()
+
+
+def test_exit_codes_match_the_header():
+    """Every W3S_EXIT_* of w3s_table.h is layout.EXIT_* with the same value, and each
+    non-zero one has a name the supervisor's events use."""
+    import re
+
+    header = (REPO / "shim" / "w3s_table.h").read_text()
+    codes = {m.group(1): int(m.group(2)) for m in re.finditer(r"#define W3S_EXIT_(\w+) (\d+)", header)}
+    assert len(codes) >= 10, codes
+    for name, value in codes.items():
+        assert getattr(layout, f"EXIT_{name}") == value, name
+        assert value == 0 or value in layout.EXIT_NAMES, name

@@ -42,7 +42,7 @@ def wine_own(pid: int) -> bool:
 # Exit codes with a cause of their own (an injected game's launcher, hook and adapter; a
 # Windows game's unhandled exception, which Wine would pass on as its code's low byte).
 _EXIT_CAUSES = {layout.EXIT_INJECT: "inject", layout.EXIT_ADAPTER: "adapter", layout.EXIT_KILLED: "crash",
-                layout.EXIT_CRASH: "crash"}
+                layout.EXIT_CRASH: "crash", layout.EXIT_NO_STEP: "inject"}
 
 
 class GameKeeper:
@@ -179,8 +179,9 @@ class GameKeeper:
         how = f"signal {signal.Signals(-code).name}" if code < 0 else f"code {code}"
         self.host.events.warning("game_exit", slot=s.index, pid=s.proc.pid, returncode=code, cause=cause,
                             posted=s.posted, stderr=tail)
-        if code in (layout.EXIT_LAYOUT, layout.EXIT_ATTACH):
-            # Deterministic: a restart would fail the same way.
+        if code in (layout.EXIT_LAYOUT, layout.EXIT_ATTACH) or (code == layout.EXIT_NO_STEP and not s.posted):
+            # Deterministic: a restart would fail the same way (a step point never reached:
+            # the slot fails step_deadline_s after its start, not after three starts).
             self.fail_slot(s, f"{s.binary} {layout.EXIT_NAMES[code]} (exit {code}): {tail}")
             return
         if not s.posted:  # exit 0 included: a game that ends before its first post is failing

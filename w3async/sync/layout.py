@@ -38,6 +38,7 @@ EXIT_INJECT = 69
 EXIT_ADAPTER = 70
 EXIT_KILLED = 71
 EXIT_CRASH = 72
+EXIT_NO_STEP = 73
 EXIT_NAMES = {
     EXIT_ATTACH: "could not attach to the table or its doorbells",
     EXIT_LAYOUT: "attached with the wrong layout version",
@@ -47,6 +48,7 @@ EXIT_NAMES = {
     EXIT_ADAPTER: "its adapter failed or crashed",
     EXIT_KILLED: "was killed from outside (its launcher saw it end without exiting)",
     EXIT_CRASH: "crashed (a Windows exception nobody handled: its code is in the game's stderr)",
+    EXIT_NO_STEP: "never reached its step point within step_deadline_s (the hook named it)",
 }
 
 HEADER_DTYPE = np.dtype(
