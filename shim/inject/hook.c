@@ -313,6 +313,12 @@ static void attach(void)
         .fail = host_fail,
         .game_time_ms = host_game_time_ms,
         .finish = host_finish,
+        .find_window = hk_find_window,
+        .key = hk_key,
+        .type_char = hk_type_char,
+        .mouse = hk_mouse,
+        .patch_import = hk_patch_import,
+        .check_address = hk_check_address,
     };
     err[0] = 0;
     g_in_adapter = "w3a_attach";

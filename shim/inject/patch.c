@@ -35,6 +35,7 @@ static const fn_table TABLES[] = {
     {hk_clock_fns, &hk_n_clock_fns},
     {hk_draw_fns, &hk_n_draw_fns},
     {hk_msg_fns, &hk_n_msg_fns},
+    {hk_extra_fns, &hk_n_extra_fns},
     {g_loader_fns, &g_n_loader_fns},
 };
 #define N_TABLES ((int)(sizeof(TABLES) / sizeof(TABLES[0])))
@@ -74,36 +75,66 @@ void hk_set_on(unsigned kinds)
                 TABLES[t].fns[i].on = 1;
 }
 
-int hk_patch_imports(HMODULE m, int *step_found)
+int hk_each_import(HMODULE m, hk_import_visit visit, void *ctx)
 {
     BYTE *base = (BYTE *)m;
     IMAGE_NT_HEADERS *nt = (IMAGE_NT_HEADERS *)(base + ((IMAGE_DOS_HEADER *)base)->e_lfanew);
     IMAGE_DATA_DIRECTORY dir = nt->OptionalHeader.DataDirectory[IMAGE_DIRECTORY_ENTRY_IMPORT];
-    int n = 0;
     if (!dir.VirtualAddress)
         return 0;
     for (IMAGE_IMPORT_DESCRIPTOR *d = (IMAGE_IMPORT_DESCRIPTOR *)(base + dir.VirtualAddress); d->Name; d++) {
         if (!d->OriginalFirstThunk) /* no names left to match (a bound, stripped table) */
             continue;
+        const char *dll = (const char *)(base + d->Name);
         IMAGE_THUNK_DATA *names = (IMAGE_THUNK_DATA *)(base + d->OriginalFirstThunk);
         IMAGE_THUNK_DATA *iat = (IMAGE_THUNK_DATA *)(base + d->FirstThunk);
         for (; names->u1.AddressOfData; names++, iat++) {
             if (IMAGE_SNAP_BY_ORDINAL(names->u1.Ordinal))
                 continue;
             const char *name = (const char *)((IMAGE_IMPORT_BY_NAME *)(base + names->u1.AddressOfData))->Name;
-            hk_fn *f = hk_find_fn(name);
-            if (!f || !f->on)
-                continue;
-            DWORD old;
-            if (!VirtualProtect(&iat->u1.Function, sizeof(iat->u1.Function), PAGE_READWRITE, &old))
-                hk_fatal(W3S_EXIT_INJECT, "cannot patch the import of %s (VirtualProtect: Windows error %lu)", name,
-                         (unsigned long)GetLastError());
-            iat->u1.Function = (ULONG_PTR)f->repl;
-            VirtualProtect(&iat->u1.Function, sizeof(iat->u1.Function), old, &old);
-            n++;
-            if (hk_is_step_point(name))
-                *step_found = 1;
+            int rc = visit(dll, name, (ULONG_PTR *)&iat->u1.Function, ctx);
+            if (rc)
+                return rc;
         }
     }
-    return n;
+    return 0;
+}
+
+DWORD hk_set_slot(ULONG_PTR *slot, ULONG_PTR value)
+{
+    DWORD old;
+    if (!VirtualProtect(slot, sizeof(*slot), PAGE_READWRITE, &old))
+        return GetLastError();
+    *slot = value;
+    VirtualProtect(slot, sizeof(*slot), old, &old);
+    return 0;
+}
+
+typedef struct patch_ctx {
+    int n;
+    int *step_found;
+} patch_ctx;
+
+static int patch_one(const char *dll, const char *name, ULONG_PTR *slot, void *ctx)
+{
+    (void)dll;
+    patch_ctx *c = ctx;
+    hk_fn *f = hk_find_fn(name);
+    if (!f || !f->on)
+        return 0;
+    DWORD err = hk_set_slot(slot, (ULONG_PTR)f->repl);
+    if (err)
+        hk_fatal(W3S_EXIT_INJECT, "cannot patch the import of %s (VirtualProtect: Windows error %lu)", name,
+                 (unsigned long)err);
+    c->n++;
+    if (hk_is_step_point(name))
+        *c->step_found = 1;
+    return 0;
+}
+
+int hk_patch_imports(HMODULE m, int *step_found)
+{
+    patch_ctx c = {0, step_found};
+    hk_each_import(m, patch_one, &c);
+    return c.n;
 }
