@@ -24,8 +24,8 @@
  * One match a process: at game over the row is DONE, and after its answer the adapter
  * calls host->finish: the game exits 0 and the supervisor starts the next one.
  *
- * Environment: PONG_TRACE, a folder: each step appends "step frame hash action
- * reward flags" to PONG_TRACE/pong-lane<L>.trace (the determinism test compares them). */
+ * Environment: PONG_TRACE, a folder: each step appends "step frame paddle score0
+ * score1 hash action reward flags" to PONG_TRACE/pong-lane<L>.trace (the determinism test compares them). */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -124,6 +124,10 @@ W3A_EXPORT int w3a_attach(const w3h_host *host, char *err, size_t errlen)
 /* A step at the first step point call of each frame; the first call is one too. */
 W3A_EXPORT int w3a_ready(void) { return !pa.posted || pa.g->frame != pa.last_frame; }
 
+/* The game's frame counter, for a hook whose PeekMessage step point asks for one (a
+ * drained queue is a step only after a new frame). */
+W3A_EXPORT uint64_t w3a_frame(void) { return pa.g ? (uint64_t)(uint32_t)pa.g->frame : 0; }
+
 W3A_EXPORT void w3a_observe(w3s_row *row, uint32_t i)
 {
     pa_state s;
@@ -159,7 +163,8 @@ W3A_EXPORT void w3a_observe(w3s_row *row, uint32_t i)
     pa.last_frame = s.frame;
     pa.score[0] = s.score[0], pa.score[1] = s.score[1];
     if (pa.trace)
-        fprintf(pa.trace, "%u %d %016llx ", row->step, s.frame, (unsigned long long)row->state_hash);
+        fprintf(pa.trace, "%u %d %d %d %d %016llx ", row->step, s.frame, s.pad_y[0], s.score[0], s.score[1],
+                (unsigned long long)row->state_hash);
 }
 
 W3A_EXPORT void w3a_act(const w3s_row *row, uint32_t i)

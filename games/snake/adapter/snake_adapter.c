@@ -32,7 +32,8 @@
  * arrow key tapped (WM_KEYDOWN then WM_KEYUP, host->key). A death is the episode's
  * DONE row (reward -1; +1 a food); after its answer the adapter presses N.
  *
- * SNAKE_TRACE, a folder: each step appends "step games ticks hash action reward flags"
+ * SNAKE_TRACE, a folder: each step appends "step games ticks next_dir dir score hash
+ * action reward flags"
  * to SNAKE_TRACE/snake-lane<L>.trace. */
 #include <stdint.h>
 #include <stdio.h>
@@ -241,7 +242,8 @@ W3A_EXPORT void w3a_observe(w3s_row *row, uint32_t i)
     sa.posted = 1;
     sa.last_games = s.games, sa.last_ticks = s.ticks, sa.last_dead = s.dead, sa.last_score = s.score;
     if (sa.trace)
-        fprintf(sa.trace, "%u %d %d %016llx ", row->step, s.games, s.ticks, (unsigned long long)row->state_hash);
+        fprintf(sa.trace, "%u %d %d %d %d %d %016llx ", row->step, s.games, s.ticks, s.next_dir, s.dir, s.score,
+                (unsigned long long)row->state_hash);
 }
 
 W3A_EXPORT void w3a_act(const w3s_row *row, uint32_t i)
