@@ -23,6 +23,7 @@
 #include "hook.h"
 
 #include <mmsystem.h>
+#include <string.h>
 
 static volatile LONG64 g_ticks; /* 100 ns units of game time since attach */
 static uint64_t g_qpc0;         /* the real counter at attach, in 100 ns units */
@@ -67,6 +68,7 @@ static BOOL(WINAPI *r_SleepConditionVariableSRW)(CONDITION_VARIABLE *, SRWLOCK *
 void hk_clock_init(void)
 {
     g_tick = CreateSemaphoreW(NULL, 0, 0x7fffffff, NULL);
+    hk_nt_init();
     /* The real functions are the hook's own imports: its import table is never patched. */
     r_QueryPerformanceCounter = QueryPerformanceCounter;
     r_QueryPerformanceFrequency = QueryPerformanceFrequency;
@@ -109,6 +111,9 @@ void hk_clock_advance(uint32_t ms)
     g_stepped = 1;
     InterlockedExchangeAdd64(&g_ticks, (LONG64)(ms * TICKS_PER_MS));
     ReleaseSRWLockExclusive(&g_park_lock);
+    /* The timers first: a thread parked on a timer's event or waitable timer must find
+     * it signalled when it wakes for this step, not time out at the same game time. */
+    hk_timers_fire();
     WakeAllConditionVariable(&g_park_cv);
     LONG parked = g_parked;
     if (parked > 0 && g_tick)
@@ -133,7 +138,7 @@ int hk_is_step_thread(void)
 
 int hk_claim_step_thread(const char *name)
 {
-    if (!hk_is_step_point(name))
+    if (!name || !hk_is_step_point(name) || hk_timers_firing()) /* a timer's callback runs inside a step */
         return 0;
     LONG me = (LONG)GetCurrentThreadId();
     InterlockedCompareExchange(&g_step_tid, me, 0); /* W3H_STEP_THREAD=first: the first caller */
@@ -167,7 +172,11 @@ static BOOL WINAPI h_QueryPerformanceFrequency(LARGE_INTEGER *f)
     return TRUE;
 }
 
-static ULONGLONG WINAPI h_GetTickCount64(void) { return g_tick0_ms + hk_clock_now() / TICKS_PER_MS; }
+uint64_t hk_clock_counter(void) { return g_qpc0 + hk_clock_now(); }
+uint64_t hk_clock_systime(void) { return g_ft0 + hk_clock_now(); }
+uint64_t hk_clock_tick_ms(void) { return g_tick0_ms + hk_clock_now() / TICKS_PER_MS; }
+
+static ULONGLONG WINAPI h_GetTickCount64(void) { return hk_clock_tick_ms(); }
 static DWORD WINAPI h_GetTickCount(void) { return (DWORD)h_GetTickCount64(); }
 static DWORD WINAPI h_timeGetTime(void) { return (DWORD)h_GetTickCount64(); }
 
@@ -204,8 +213,11 @@ static BOOL WINAPI h_QueryUnbiasedInterruptTime(ULONGLONG *t)
 /* ---- sleeps and timed waits ---- */
 
 /* Parks the calling (not step) thread until game time reaches end; an alertable
- * sleep polls instead, so that its APCs still run. */
-static DWORD park_until(uint64_t end, BOOL alertable)
+ * sleep polls instead, so that its APCs still run. Before the first step the sleep also
+ * ends after wall_ms of wall time: a thread that began a long sleep at the game's
+ * start-up follows game time once the steps begin, rather than sleeping its whole wall
+ * time while the steps race ahead. */
+static DWORD park_until(uint64_t end, BOOL alertable, DWORD wall_ms)
 {
     if (alertable) {
         while (hk_clock_now() < end) {
@@ -215,27 +227,43 @@ static DWORD park_until(uint64_t end, BOOL alertable)
         }
         return 0;
     }
+    ULONGLONG wall_end = r_GetTickCount64() + wall_ms;
     AcquireSRWLockExclusive(&g_park_lock);
-    while (hk_clock_now() < end)
-        SleepConditionVariableSRW(&g_park_cv, &g_park_lock, INFINITE, 0);
+    while (hk_clock_now() < end) {
+        DWORD slice = INFINITE;
+        if (!g_stepped) {
+            ULONGLONG now = r_GetTickCount64();
+            if (now >= wall_end)
+                break;
+            slice = (DWORD)(wall_end - now);
+        }
+        SleepConditionVariableSRW(&g_park_cv, &g_park_lock, slice, 0);
+    }
     ReleaseSRWLockExclusive(&g_park_lock);
     return 0;
 }
 
-static DWORD WINAPI h_SleepEx(DWORD ms, BOOL alertable)
+/* A sleep in game time; name: the call, when it may be the step point (NULL: never). */
+static DWORD sleep_ex(DWORD ms, BOOL alertable, const char *name)
 {
-    if (hk_claim_step_thread("SleepEx") || hk_claim_step_thread("Sleep")) {
+    if (hk_claim_step_thread(name)) {
         steps_for(ms);
         return 0;
     }
-    if (ms == 0 || ms == INFINITE || !g_stepped) /* before the first step: wall time (start-up) */
+    if (ms == 0 || ms == INFINITE)
+        return r_SleepEx(ms, alertable);
+    if (!g_stepped && (alertable || hk_is_step_thread())) /* before the first step: wall time (start-up) */
         return r_SleepEx(ms, alertable);
     if (hk_is_step_thread()) /* the clock is frozen for it: the time has passed at once */
         return r_SleepEx(0, alertable);
-    return park_until(hk_clock_now() + (uint64_t)ms * TICKS_PER_MS, alertable);
+    return park_until(hk_clock_now() + (uint64_t)ms * TICKS_PER_MS, alertable, ms);
 }
 
-static void WINAPI h_Sleep(DWORD ms) { h_SleepEx(ms, FALSE); }
+static DWORD WINAPI h_SleepEx(DWORD ms, BOOL alertable) { return sleep_ex(ms, alertable, "SleepEx"); }
+static void WINAPI h_Sleep(DWORD ms) { sleep_ex(ms, FALSE, "Sleep"); }
+static DWORD WINAPI p_SleepEx(DWORD ms, BOOL alertable) { return sleep_ex(ms, alertable, NULL); }
+static void WINAPI p_Sleep(DWORD ms) { sleep_ex(ms, FALSE, NULL); }
+DWORD hk_game_sleep(DWORD ms, BOOL alertable) { return sleep_ex(ms, alertable, NULL); }
 
 /* A timed wait in game time. wait(ctx, ms, tick) is the real wait with a real timeout;
  * with tick (a parkable wait: it has room for one more handle) it waits on tick too and
@@ -244,9 +272,17 @@ typedef DWORD (*wait_fn)(void *ctx, DWORD ms, HANDLE tick);
 
 static DWORD game_wait(const char *name, DWORD timeout, wait_fn wait, void *ctx, int parkable)
 {
+    if (timeout == INFINITE && hk_claim_step_thread(name)) {
+        /* The frame waits for something game time brings (a timer's event): steps until
+         * it is signalled, or the wait would never end. */
+        DWORD r;
+        while ((r = wait(ctx, 0, NULL)) == WAIT_TIMEOUT)
+            hk_step();
+        return r;
+    }
     if (timeout == 0 || timeout == INFINITE)
         return wait(ctx, timeout, NULL);
-    if (!g_stepped && !hk_is_step_point(name)) /* before the first step: wall time (start-up) */
+    if (!g_stepped && !(name && hk_is_step_point(name))) /* before the first step: wall time (start-up) */
         return wait(ctx, timeout, NULL);
     DWORD r = wait(ctx, 0, NULL);
     if (r != WAIT_TIMEOUT)
@@ -325,41 +361,53 @@ static int parkable(const wait_args *a)
     return !a->all && !(a->flags & MWMO_WAITALL) && a->n < MAXIMUM_WAIT_OBJECTS - 1;
 }
 
-static DWORD WINAPI h_WaitForSingleObjectEx(HANDLE h, DWORD ms, BOOL alertable)
+static DWORD WaitForSingleObjectEx_in(HANDLE h, DWORD ms, BOOL alertable, const char *name)
 {
     wait_args a = {1, &h, FALSE, alertable, 0, 0};
-    return game_wait("WaitForSingleObjectEx", ms, w_multiple, &a, parkable(&a));
+    return game_wait(name, ms, w_multiple, &a, parkable(&a));
 }
+static DWORD WINAPI h_WaitForSingleObjectEx(HANDLE h, DWORD ms, BOOL alertable) { return WaitForSingleObjectEx_in(h, ms, alertable, "WaitForSingleObjectEx"); }
+static DWORD WINAPI p_WaitForSingleObjectEx(HANDLE h, DWORD ms, BOOL alertable) { return WaitForSingleObjectEx_in(h, ms, alertable, NULL); }
 
-static DWORD WINAPI h_WaitForSingleObject(HANDLE h, DWORD ms)
+static DWORD WaitForSingleObject_in(HANDLE h, DWORD ms, const char *name)
 {
     wait_args a = {1, &h, FALSE, FALSE, 0, 0};
-    return game_wait("WaitForSingleObject", ms, w_multiple, &a, parkable(&a));
+    return game_wait(name, ms, w_multiple, &a, parkable(&a));
 }
+static DWORD WINAPI h_WaitForSingleObject(HANDLE h, DWORD ms) { return WaitForSingleObject_in(h, ms, "WaitForSingleObject"); }
+static DWORD WINAPI p_WaitForSingleObject(HANDLE h, DWORD ms) { return WaitForSingleObject_in(h, ms, NULL); }
 
-static DWORD WINAPI h_WaitForMultipleObjectsEx(DWORD n, const HANDLE *h, BOOL all, DWORD ms, BOOL alertable)
+static DWORD WaitForMultipleObjectsEx_in(DWORD n, const HANDLE *h, BOOL all, DWORD ms, BOOL alertable, const char *name)
 {
     wait_args a = {n, h, all, alertable, 0, 0};
-    return game_wait("WaitForMultipleObjectsEx", ms, w_multiple, &a, parkable(&a));
+    return game_wait(name, ms, w_multiple, &a, parkable(&a));
 }
+static DWORD WINAPI h_WaitForMultipleObjectsEx(DWORD n, const HANDLE *h, BOOL all, DWORD ms, BOOL alertable) { return WaitForMultipleObjectsEx_in(n, h, all, ms, alertable, "WaitForMultipleObjectsEx"); }
+static DWORD WINAPI p_WaitForMultipleObjectsEx(DWORD n, const HANDLE *h, BOOL all, DWORD ms, BOOL alertable) { return WaitForMultipleObjectsEx_in(n, h, all, ms, alertable, NULL); }
 
-static DWORD WINAPI h_WaitForMultipleObjects(DWORD n, const HANDLE *h, BOOL all, DWORD ms)
+static DWORD WaitForMultipleObjects_in(DWORD n, const HANDLE *h, BOOL all, DWORD ms, const char *name)
 {
     wait_args a = {n, h, all, FALSE, 0, 0};
-    return game_wait("WaitForMultipleObjects", ms, w_multiple, &a, parkable(&a));
+    return game_wait(name, ms, w_multiple, &a, parkable(&a));
 }
+static DWORD WINAPI h_WaitForMultipleObjects(DWORD n, const HANDLE *h, BOOL all, DWORD ms) { return WaitForMultipleObjects_in(n, h, all, ms, "WaitForMultipleObjects"); }
+static DWORD WINAPI p_WaitForMultipleObjects(DWORD n, const HANDLE *h, BOOL all, DWORD ms) { return WaitForMultipleObjects_in(n, h, all, ms, NULL); }
 
-static DWORD WINAPI h_MsgWaitForMultipleObjectsEx(DWORD n, const HANDLE *h, DWORD ms, DWORD wake, DWORD flags)
+static DWORD MsgWaitForMultipleObjectsEx_in(DWORD n, const HANDLE *h, DWORD ms, DWORD wake, DWORD flags, const char *name)
 {
     wait_args a = {n, h, FALSE, FALSE, wake, flags};
-    return game_wait("MsgWaitForMultipleObjectsEx", ms, w_msg, &a, parkable(&a));
+    return game_wait(name, ms, w_msg, &a, parkable(&a));
 }
+static DWORD WINAPI h_MsgWaitForMultipleObjectsEx(DWORD n, const HANDLE *h, DWORD ms, DWORD wake, DWORD flags) { return MsgWaitForMultipleObjectsEx_in(n, h, ms, wake, flags, "MsgWaitForMultipleObjectsEx"); }
+static DWORD WINAPI p_MsgWaitForMultipleObjectsEx(DWORD n, const HANDLE *h, DWORD ms, DWORD wake, DWORD flags) { return MsgWaitForMultipleObjectsEx_in(n, h, ms, wake, flags, NULL); }
 
-static DWORD WINAPI h_MsgWaitForMultipleObjects(DWORD n, const HANDLE *h, BOOL all, DWORD ms, DWORD wake)
+static DWORD MsgWaitForMultipleObjects_in(DWORD n, const HANDLE *h, BOOL all, DWORD ms, DWORD wake, const char *name)
 {
     wait_args a = {n, h, FALSE, FALSE, wake, all ? MWMO_WAITALL : 0};
-    return game_wait("MsgWaitForMultipleObjects", ms, w_msg, &a, parkable(&a));
+    return game_wait(name, ms, w_msg, &a, parkable(&a));
 }
+static DWORD WINAPI h_MsgWaitForMultipleObjects(DWORD n, const HANDLE *h, BOOL all, DWORD ms, DWORD wake) { return MsgWaitForMultipleObjects_in(n, h, all, ms, wake, "MsgWaitForMultipleObjects"); }
+static DWORD WINAPI p_MsgWaitForMultipleObjects(DWORD n, const HANDLE *h, BOOL all, DWORD ms, DWORD wake) { return MsgWaitForMultipleObjects_in(n, h, all, ms, wake, NULL); }
 
 typedef struct cv_args {
     CONDITION_VARIABLE *cv;
@@ -390,16 +438,38 @@ static BOOL cv_result(DWORD r)
     return FALSE;
 }
 
-static BOOL WINAPI h_SleepConditionVariableCS(CONDITION_VARIABLE *cv, CRITICAL_SECTION *cs, DWORD ms)
+static BOOL cv_cs(CONDITION_VARIABLE *cv, CRITICAL_SECTION *cs, DWORD ms, const char *name)
 {
     cv_args a = {cv, cs, 0};
-    return cv_result(game_wait("SleepConditionVariableCS", ms, w_cv_cs, &a, 0));
+    return cv_result(game_wait(name, ms, w_cv_cs, &a, 0));
 }
 
-static BOOL WINAPI h_SleepConditionVariableSRW(CONDITION_VARIABLE *cv, SRWLOCK *l, DWORD ms, ULONG flags)
+static BOOL cv_srw(CONDITION_VARIABLE *cv, SRWLOCK *l, DWORD ms, ULONG flags, const char *name)
 {
     cv_args a = {cv, l, flags};
-    return cv_result(game_wait("SleepConditionVariableSRW", ms, w_cv_srw, &a, 0));
+    return cv_result(game_wait(name, ms, w_cv_srw, &a, 0));
+}
+
+static BOOL WINAPI h_SleepConditionVariableCS(CONDITION_VARIABLE *cv, CRITICAL_SECTION *cs, DWORD ms)
+{
+    return cv_cs(cv, cs, ms, "SleepConditionVariableCS");
+}
+static BOOL WINAPI p_SleepConditionVariableCS(CONDITION_VARIABLE *cv, CRITICAL_SECTION *cs, DWORD ms)
+{
+    return cv_cs(cv, cs, ms, NULL);
+}
+static BOOL WINAPI h_SleepConditionVariableSRW(CONDITION_VARIABLE *cv, SRWLOCK *l, DWORD ms, ULONG flags)
+{
+    return cv_srw(cv, l, ms, flags, "SleepConditionVariableSRW");
+}
+static BOOL WINAPI p_SleepConditionVariableSRW(CONDITION_VARIABLE *cv, SRWLOCK *l, DWORD ms, ULONG flags)
+{
+    return cv_srw(cv, l, ms, flags, NULL);
+}
+
+DWORD hk_game_wait(DWORD n, const HANDLE *h, BOOL all, DWORD ms, BOOL alertable)
+{
+    return WaitForMultipleObjectsEx_in(n, h, all, ms, alertable, NULL);
 }
 
 #define FN(name, kind) {#name, (void *)h_##name, (void **)&r_##name, kind, 0}
@@ -427,3 +497,15 @@ hk_fn hk_clock_fns[] = {
 };
 #undef FN
 const int hk_n_clock_fns = sizeof(hk_clock_fns) / sizeof(hk_clock_fns[0]);
+
+void *hk_clock_plain(const char *name)
+{
+#define P(n)                                                                                                           \
+    if (!strcmp(name, #n))                                                                                             \
+        return (void *)p_##n;
+    P(Sleep) P(SleepEx) P(WaitForSingleObject) P(WaitForSingleObjectEx) P(WaitForMultipleObjects)
+    P(WaitForMultipleObjectsEx) P(MsgWaitForMultipleObjects) P(MsgWaitForMultipleObjectsEx)
+    P(SleepConditionVariableCS) P(SleepConditionVariableSRW)
+#undef P
+    return NULL;
+}

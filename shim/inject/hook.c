@@ -205,6 +205,7 @@ static void setup(void)
     hk_draw_init();
     hk_msg_init();
     hk_clock_init();
+    hk_timers_init();
     if (!c->step_first) {
         DWORD tid = main_thread();
         if (!tid)
@@ -212,9 +213,9 @@ static void setup(void)
                      "thread to call the step point the step thread)");
         hk_set_step_thread(tid);
     }
-    hk_set_on(HK_LOADER | (c->clock ? HK_CLOCK | HK_WAIT : 0));
+    hk_set_on(HK_LOADER | (c->clock ? HK_CLOCK | HK_WAIT | HK_TIMER : 0));
     if (spf)
-        spf->on = 1;
+        hk_set_step_fn(spf);
     if (!c->draw) {
         const char *calls = getenv("W3H_DRAW_CALLS");
         hk_draw_off(calls && *calls ? calls : "BitBlt,StretchBlt,StretchDIBits,SetDIBitsToDevice,SwapBuffers,wglSwapBuffers");
@@ -224,18 +225,9 @@ static void setup(void)
         hk_trap_install(export);
         step_found = 1;
     }
-    hk_patch_imports(GetModuleHandleW(NULL), &step_found);
+    /* Every module's imports (patch.c); the step point counts in the .exe and W3H_MODULES'. */
     const char *mods = getenv("W3H_MODULES");
-    if (mods && *mods) {
-        char buf[512];
-        snprintf(buf, sizeof(buf), "%s", mods);
-        for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-            HMODULE m = GetModuleHandleA(tok);
-            if (!m)
-                hk_fatal(W3S_EXIT_INJECT, "W3H_MODULES names %s, which the game has not loaded at its start", tok);
-            hk_patch_imports(m, &step_found);
-        }
-    }
+    step_found |= hk_patch_setup(mods);
     if (!step_found)
         hk_fatal(W3S_EXIT_INJECT, "the step point %s is not imported by the game's .exe%s: name a call the game makes "
                  "once a frame (W3H_STEP_POINT; docs/hooking.md, \"Finding the step point\")", c->step_point,
@@ -296,6 +288,7 @@ static void attach(void)
     g_ad.ready = (w3a_ready_fn)adapter_fn("w3a_ready", 0);
     g_ad.episode_end = (w3a_episode_end_fn)adapter_fn("w3a_episode_end", 0);
     g_ad.detach = (w3a_detach_fn)adapter_fn("w3a_detach", 0);
+    hk_patch_scan(); /* the DLLs loaded after setup (the adapter's own), but the adapter */
     int rc = w3s_attach(&g_conn, err, sizeof(err));
     if (rc)
         hk_fatal(rc, "%s", err);

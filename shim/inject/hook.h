@@ -17,7 +17,7 @@ typedef struct hk_fn {
     int on;        /* patched in this run */
 } hk_fn;
 
-enum { HK_CLOCK = 1, HK_WAIT = 2, HK_STEP = 4, HK_DRAW = 8, HK_LOADER = 16 };
+enum { HK_CLOCK = 1, HK_WAIT = 2, HK_STEP = 4, HK_DRAW = 8, HK_LOADER = 16, HK_TIMER = 32 };
 
 /* The hook's functions: each part lists those it can put in an import table. */
 extern hk_fn hk_clock_fns[]; /* clock.c: the clock's reads, sleeps and timed waits */
@@ -28,6 +28,10 @@ extern hk_fn hk_extra_fns[]; /* draw.c: draw calls the recipe names that the hoo
 extern int hk_n_extra_fns;
 extern hk_fn hk_msg_fns[]; /* msgloop.c: the window message calls */
 extern const int hk_n_msg_fns;
+extern hk_fn hk_nt_fns[]; /* ntclock.c: ntdll's time reads and waits */
+extern const int hk_n_nt_fns;
+extern hk_fn hk_timer_fns[]; /* timers.c: multimedia, waitable and queue timers */
+extern const int hk_n_timer_fns;
 
 /* Settings (W3H_* environment, docs/hooking.md). */
 typedef struct hk_cfg {
@@ -48,8 +52,22 @@ uint64_t hk_clock_now(void);
 /* How often the other threads' timed waits woke: parked (on their handles and the
  * steps) and polled (waits that take no extra handle). */
 void hk_clock_stats(uint64_t *park_wakes, uint64_t *polls);
-/* Advances game time by ms and wakes the threads parked on it. */
+/* Advances game time by ms, fires the timers it made due (timers.c) and wakes the
+ * threads parked on it. */
 void hk_clock_advance(uint32_t ms);
+/* Game time as the game's counters read it: the real counter at attach plus game time
+ * (100 ns units), the system time at attach plus game time (FILETIME units), and the
+ * tick count at attach plus game time (ms). */
+uint64_t hk_clock_counter(void);
+uint64_t hk_clock_systime(void);
+uint64_t hk_clock_tick_ms(void);
+/* The variant of the clock's function name that is never a step (NULL: none). */
+void *hk_clock_plain(const char *name);
+/* A sleep and a timed wait on handles measured in game time, never a step: for the
+ * replacements of ntdll's (ntclock.c). Same results as SleepEx and
+ * WaitForMultipleObjectsEx. */
+DWORD hk_game_sleep(DWORD ms, BOOL alertable);
+DWORD hk_game_wait(DWORD n, const HANDLE *h, BOOL all, DWORD ms, BOOL alertable);
 /* Whether the calling thread is the one that makes the steps, or no step has happened
  * yet: its waits cannot be waited out in game time, they return at once. */
 int hk_is_step_thread(void);
@@ -64,17 +82,37 @@ void hk_step(void);
 /* Whether name is the configured step point. */
 int hk_is_step_point(const char *name);
 
+/* ntclock.c: the reals (ntdll's exports). */
+void hk_nt_init(void);
+
+/* timers.c: fires, on the calling (step) thread, every timer game time has reached, in
+ * order of due time (then of arming); periodic ones as often as their period fits. */
+void hk_timers_init(void);
+void hk_timers_fire(void);
+/* Whether the calling thread runs a timer's callback now (no step may start in it). */
+int hk_timers_firing(void);
+
 /* patch.c: the import tables. */
 hk_fn *hk_find_fn(const char *name);
 /* Switches on every function of the given HK_* kinds. */
 void hk_set_on(unsigned kinds);
+/* Makes f the step point: patched in the .exe and W3H_MODULES' modules even when its
+ * kind is off; elsewhere its plain variant (hk_clock_plain), or the real function. Only
+ * the .exe's calls are the game's frame: a Wine DLL that sleeps on the step thread (COM's
+ * message pump, a CRT wait) must not make a step. */
+void hk_set_step_fn(hk_fn *f);
 /* Whether f may be the step point (a call a frame makes, not a clock read). */
 int hk_can_be_step_point(const hk_fn *f);
 /* The names that may be the step point, ", "-separated, for an error message. */
 void hk_step_point_names(char *out, size_t n);
-/* Points every import of module m named like a switched-on function at the hook.
- * Returns the number of entries patched; *step_found is set when the step point was one. */
-int hk_patch_imports(HMODULE m, int *step_found);
+/* Patches every module loaded now (but the hook's own, the adapter and Wine's plumbing):
+ * each import named like a switched-on function points at the hook. The step point
+ * counts only in the .exe and in the modules named in step_modules (a comma list,
+ * W3H_MODULES: those must be loaded). Returns whether the step point was found. */
+int hk_patch_setup(const char *step_modules);
+/* Patches the modules loaded since the last scan (after a LoadLibrary, at the first
+ * step: the adapter's own DLLs). Safe from any thread. */
+void hk_patch_scan(void);
 /* Calls visit for every import by name of module m, with the DLL it comes from and its
  * import address table entry, until visit returns nonzero (returned). */
 typedef int (*hk_import_visit)(const char *dll, const char *name, ULONG_PTR *slot, void *ctx);
@@ -82,6 +120,9 @@ int hk_each_import(HMODULE m, hk_import_visit visit, void *ctx);
 /* Writes value into an import table entry (made writable for the write). 0, or the
  * Windows error of VirtualProtect. */
 DWORD hk_set_slot(ULONG_PTR *slot, ULONG_PTR value);
+/* After host->patch_import wrote slot: keeps the scans from taking its module for a new
+ * image (and patching the adapter's function away). */
+void hk_patch_noted(ULONG_PTR *slot);
 
 /* hostapi.c: the adapter API's windows, input, imports and addresses (w3h.h, ABI 2;
  * each function's contract is its field's comment there). */

@@ -158,6 +158,8 @@ static int patch_named(const char *dll, const char *name, ULONG_PTR *slot, void 
         return 0;
     c->old = (void *)*slot;
     c->err = hk_set_slot(slot, (ULONG_PTR)c->fn);
+    if (!c->err)
+        hk_patch_noted(slot);
     return 1;
 }
 
