@@ -62,9 +62,13 @@ class InjectSection:
     cwd: Str = ""
     """The game's working folder ('': the .exe's folder)."""
     step_point: Str = "Sleep"
-    """The imported call the game makes once a frame, where a step happens (Sleep,
-    SleepEx, a timed wait, SwapBuffers, BitBlt, StretchDIBits, PeekMessageA/W), or
-    "export:NAME", a function the .exe exports (a breakpoint at its first byte)."""
+    """Where a step happens (docs/hooking.md, "Finding the step point"): an imported call
+    the game makes once a frame (Sleep, SleepEx, a timed wait, SwapBuffers, BitBlt,
+    StretchDIBits; PeekMessageA/W: a busy loop, a step when the queue is drained and a
+    frame ran; GetMessageA/W: a loop driven by messages and SetTimer, steps while the
+    queue is empty); "export:NAME", a function the .exe exports, or "at:exe+0x1a2b"
+    ("at:NAME": a name of addresses), an address in the game's code (a breakpoint at
+    either); or "adapter": the adapter calls host->step from a hook of its own."""
     step_thread: Annotated[Str, choice(lambda: ("main", "first"))] = "main"
     """Which thread's step point calls are steps: the game's main thread, or the first
     thread to call the step point (a game whose frame runs on a thread of its own)."""
@@ -89,6 +93,16 @@ class InjectSection:
     wins. Relative paths are from the repository root."""
     timeout_s: Float = Field(20.0, gt=0, le=3600)
     """How long loading each DLL into the game may take before the start fails."""
+    step_deadline_s: Float = Field(10.0, ge=0, le=86400)
+    """The game must reach its step point this long (wall time) after the hook is loaded,
+    or it ends with exit 69 naming the step point: a step point the game imports but
+    never calls fails in seconds, not after start_timeout_s. 0: no deadline (a game
+    whose start-up, before its first frame, takes longer)."""
+    desktop: Annotated[Str, choice(lambda: ("own", "shared"))] = "own"
+    """"own": each game on a Windows desktop of its own (named w3async-slot-N), so that
+    games of one prefix never take the focus from each other; "shared": the prefix's
+    desktop (the second game's window deactivates the first: a game that pauses when it
+    loses the focus stops stepping)."""
 
 
 @dataclass(config=CONFIG)
@@ -134,6 +148,11 @@ class RuntimeSection:
     """WINEFSYNC (Proton only: nothing on stock Wine)."""
     esync: Bool = False
     """WINEESYNC (Proton/staging only: nothing on stock Wine)."""
+    display: Annotated[Str, choice(lambda: ("null", "xvfb"))] = "null"
+    """How Windows games draw: "null", Wine's null graphics driver (windows are made,
+    nothing is shown, no X server needed); "xvfb", a virtual X server (Xvfb) the
+    supervisor starts for the run on a free display, with Wine's x11 driver: for a game
+    that needs real drawing (reading its own pixels back, OpenGL)."""
 
 
 @dataclass(config=CONFIG)

@@ -31,6 +31,7 @@ static HANDLE g_clean; /* the launcher's event: set on every exit the game or th
 static w3s_conn *g_conn;
 static w3h_host g_host;
 static uint64_t g_steps;
+static volatile LONG g_reached; /* the step point was reached (the first step began) */
 static const char *volatile g_in_adapter; /* the adapter function running, for a crash's cause */
 static char g_adapter_path[MAX_PATH];
 static struct {
@@ -40,6 +41,7 @@ static struct {
     w3a_act_fn act;
     w3a_episode_end_fn episode_end;
     w3a_detach_fn detach;
+    w3a_frame_fn frame;
 } g_ad;
 
 /* ---- messages and exits ---- */
@@ -177,6 +179,29 @@ static DWORD main_thread(void)
     return best;
 }
 
+static void attach(void);
+
+/* A step point the game imports but never calls (the C runtime imports Sleep, the
+ * game's frame calls something else) would hang the start until the supervisor's
+ * start_timeout_s, three times over: this thread ends the game at the deadline instead,
+ * naming the step point. It starts once DllMain returns (the loader lock) and sleeps in
+ * wall time: the hook's own Sleep is never patched. */
+static DWORD WINAPI deadline_watch(void *arg)
+{
+    (void)arg;
+    Sleep(hk_config.step_deadline_ms);
+    if (!g_reached)
+        hk_fatal(W3S_EXIT_INJECT, "the step point %s was not reached within %lu ms of the game's start "
+                 "(step_deadline_s, W3H_STEP_DEADLINE_MS): the game %s, but its frame does not call it on the step "
+                 "thread (%s). Name a call its frame makes (docs/hooking.md, \"Finding the step point\")%s",
+                 hk_config.step_point, (unsigned long)hk_config.step_deadline_ms,
+                 hk_config.step_adapter ? "loaded the adapter, and the adapter never called host->step"
+                                        : "has it (imported, exported or at its address)",
+                 hk_config.step_adapter ? "the first to call host->step" : hk_config.step_first ? "first" : "main",
+                 hk_config.step_first ? "" : ", or step_thread = \"first\" if the frame runs on a thread of its own");
+    return 0;
+}
+
 static void setup(void)
 {
     hk_cfg *c = &hk_config;
@@ -188,19 +213,24 @@ static void setup(void)
     if (st && *st && strcmp(st, "main") && strcmp(st, "first"))
         hk_fatal(W3S_EXIT_INJECT, "setting W3H_STEP_THREAD=%s: expected main or first", st);
     c->step_first = st && !strcmp(st, "first");
+    c->step_deadline_ms = (uint32_t)env_long("W3H_STEP_DEADLINE_MS", 10000, 0, 24 * 3600 * 1000);
     const char *sp = getenv("W3H_STEP_POINT");
     snprintf(c->step_point, sizeof(c->step_point), "%s", sp && *sp ? sp : "Sleep");
+    c->step_adapter = !strcmp(c->step_point, "adapter");
+    if (c->step_adapter)
+        c->step_first = 1; /* the first thread to call host->step makes the steps */
     const char *ad = getenv("W3H_ADAPTER");
     if (!ad || !*ad)
         hk_fatal(W3S_EXIT_INJECT, "W3H_ADAPTER is not set: the adapter DLL's path (the launcher's --adapter)");
     snprintf(g_adapter_path, sizeof(g_adapter_path), "%s", ad);
-    const char *export = !strncmp(c->step_point, "export:", 7) ? c->step_point + 7 : NULL;
-    hk_fn *spf = export ? NULL : hk_find_fn(c->step_point);
-    if (!export && !hk_can_be_step_point(spf)) {
+    int trap = !strncmp(c->step_point, "export:", 7) || !strncmp(c->step_point, "at:", 3);
+    hk_fn *spf = trap || c->step_adapter ? NULL : hk_find_fn(c->step_point);
+    if (!trap && !c->step_adapter && !hk_can_be_step_point(spf)) {
         char known[512];
         hk_step_point_names(known, sizeof(known));
         hk_fatal(W3S_EXIT_INJECT, "W3H_STEP_POINT=%s: not a call the hook can make the step point (one of: %s; "
-                 "or export:NAME, a function the .exe exports)", c->step_point, known);
+                 "or export:NAME, a function the .exe exports; at:MODULE+0xOFFSET, an address of its code; "
+                 "adapter, the adapter calls host->step)", c->step_point, known);
     }
     hk_draw_init();
     hk_msg_init();
@@ -221,8 +251,12 @@ static void setup(void)
         hk_draw_off(calls && *calls ? calls : "BitBlt,StretchBlt,StretchDIBits,SetDIBitsToDevice,SwapBuffers,wglSwapBuffers");
     }
     int step_found = 0;
-    if (export) {
-        hk_trap_install(export);
+    if (trap) {
+        hk_trap_install(c->step_point);
+        step_found = 1;
+    }
+    if (c->step_adapter) {
+        hk_trap_entry(attach); /* the adapter needs host->step before the first step */
         step_found = 1;
     }
     /* Every module's imports (patch.c); the step point counts in the .exe and W3H_MODULES'. */
@@ -233,6 +267,9 @@ static void setup(void)
                  "once a frame (W3H_STEP_POINT; docs/hooking.md, \"Finding the step point\")", c->step_point,
                  mods && *mods ? " or the modules in W3H_MODULES" : "");
     AddVectoredExceptionHandler(1, on_exception);
+    HANDLE t = c->step_deadline_ms ? CreateThread(NULL, 0, deadline_watch, NULL, 0, NULL) : NULL;
+    if (t)
+        CloseHandle(t);
 }
 
 /* ---- the adapter and the step ---- */
@@ -248,24 +285,30 @@ static void *host_find_address(const char *name)
 {
     char key[128];
     snprintf(key, sizeof(key), "W3H_ADDR_%s", name);
-    const char *v = getenv(key);
-    const char *plus = v ? strrchr(v, '+') : NULL;
-    if (!plus)
-        return NULL;
-    char mod[MAX_PATH];
-    snprintf(mod, sizeof(mod), "%.*s", (int)(plus - v), v);
-    char *end;
-    unsigned long long off = strtoull(plus + 1, &end, 0);
-    if (*end)
-        return NULL;
-    HMODULE m = !strcmp(mod, "exe") ? GetModuleHandleW(NULL) : GetModuleHandleA(mod);
-    return m ? (void *)((BYTE *)m + off) : NULL;
+    return hk_resolve_address(getenv(key), NULL);
 }
 
 static uint64_t host_game_time_ms(void) { return hk_clock_now() / 10000; }
 
 static volatile int g_finish; /* host->finish was called: exit 0 after this step */
 static void host_finish(void) { g_finish = 1; }
+
+/* step_point = "adapter": the adapter's own hook in the game's frame makes the step. */
+static void host_step(void)
+{
+    if (hk_config.step_adapter && hk_claim_step_thread(hk_config.step_point))
+        hk_step();
+}
+
+int hk_adapter_frame(uint64_t *out)
+{
+    if (!g_ad.frame)
+        return 0;
+    g_in_adapter = "w3a_frame";
+    *out = g_ad.frame();
+    g_in_adapter = NULL;
+    return 1;
+}
 
 static void *adapter_fn(const char *name, int required)
 {
@@ -288,6 +331,7 @@ static void attach(void)
     g_ad.ready = (w3a_ready_fn)adapter_fn("w3a_ready", 0);
     g_ad.episode_end = (w3a_episode_end_fn)adapter_fn("w3a_episode_end", 0);
     g_ad.detach = (w3a_detach_fn)adapter_fn("w3a_detach", 0);
+    g_ad.frame = (w3a_frame_fn)adapter_fn("w3a_frame", 0);
     hk_patch_scan(); /* the DLLs loaded after setup (the adapter's own), but the adapter */
     int rc = w3s_attach(&g_conn, err, sizeof(err));
     if (rc)
@@ -306,6 +350,7 @@ static void attach(void)
         .fail = host_fail,
         .game_time_ms = host_game_time_ms,
         .finish = host_finish,
+        .step = host_step,
         .find_window = hk_find_window,
         .key = hk_key,
         .type_char = hk_type_char,
@@ -343,6 +388,7 @@ static void stop(int code, const char *why)
 void hk_step(void)
 {
     char err[512];
+    g_reached = 1;
     if (!g_conn)
         attach();
     int ready = 1;
@@ -374,7 +420,13 @@ void hk_step(void)
         if (g_finish)
             stop(W3S_EXIT_OK, NULL);
     }
-    hk_clock_advance(hk_config.step_ms);
+    hk_advance();
+}
+
+void hk_advance(void)
+{
+    hk_clock_advance(hk_config.step_ms); /* timers.c's timers fire in it */
+    hk_msg_timers_fire();
 }
 
 BOOL WINAPI DllMain(HINSTANCE self, DWORD reason, LPVOID reserved)

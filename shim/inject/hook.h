@@ -41,6 +41,8 @@ typedef struct hk_cfg {
     int draw;          /* W3H_DRAW, default 1 */
     uint32_t park_slice_ms; /* W3H_PARK_SLICE_MS: a parked wait's poll period, default 5 */
     int step_first; /* W3H_STEP_THREAD=first: the first thread to call the step point steps */
+    uint32_t step_deadline_ms; /* W3H_STEP_DEADLINE_MS: the step point must be reached by then, 0 never */
+    int step_adapter; /* W3H_STEP_POINT=adapter: the adapter calls host->step */
 } hk_cfg;
 
 extern hk_cfg hk_config;
@@ -81,6 +83,12 @@ int hk_claim_step_thread(const char *name);
 void hk_step(void);
 /* Whether name is the configured step point. */
 int hk_is_step_point(const char *name);
+/* Game time advances step_ms without a step (nothing posted); the due game-time timers
+ * fire. hk_step ends with it. */
+void hk_advance(void);
+/* The adapter's frame counter (its optional w3a_frame export): 1 with *out set, 0 when
+ * the adapter exports none or has not attached yet. */
+int hk_adapter_frame(uint64_t *out);
 
 /* ntclock.c: the reals (ntdll's exports). */
 void hk_nt_init(void);
@@ -138,11 +146,22 @@ int hk_check_address(const void *addr, size_t len, int write);
 void hk_draw_init(void);
 void hk_draw_off(const char *list);
 
-/* msgloop.c: the reals. */
+/* msgloop.c: the reals; with a message call as the step point, the clock reads that
+ * are the evidence of a frame. */
 void hk_msg_init(void);
+/* Fires the game-time timers (SetTimer) that are due at the current game time (named
+ * apart from timers.c's hk_timers_fire, which hk_clock_advance calls). */
+void hk_msg_timers_fire(void);
 
-/* trap.c: the step point at a function the .exe exports ("export:NAME"). */
-void hk_trap_install(const char *name);
+/* trap.c: the step point at a function the .exe exports ("export:NAME") or at an
+ * address ("at:MODULE+0xOFFSET", "at:NAME" of W3H_ADDR_NAME), a breakpoint each. */
+void hk_trap_install(const char *spec);
+/* The address "module+0xoffset" names ("exe": the game's .exe), NULL when the module is
+ * not loaded or the text is not of that form; *mod gets the module when not NULL. */
+void *hk_resolve_address(const char *spec, HMODULE *mod);
+/* A one-shot breakpoint at the .exe's entry point: fn runs on the game's main thread
+ * before its first instruction (step_point = "adapter": the adapter attaches there). */
+void hk_trap_entry(void (*fn)(void));
 
 void hk_log(const char *fmt, ...);
 void hk_fatal(int code, const char *fmt, ...);

@@ -2,12 +2,19 @@
  * its first instruction (docs/hooking.md).
  *
  *   w3inject.exe [--timeout-ms N] [--cwd DIR] --hook HOOK.dll [--adapter ADAPTER.dll]
- *                [--dll OTHER.dll]... -- GAME.exe [ARGS]...
+ *                [--dll OTHER.dll]... [--own-desktop NAME] -- GAME.exe [ARGS]...
  *   w3inject.exe --desktop
  *
  * --desktop makes the prefix's desktop (Wine starts explorer.exe for it) and exits: the
  * runtime runs it once, in a session of its own, before any game, so that the desktop
  * process is not in a game's process group (a game's exit ends its group).
+ *
+ * --own-desktop NAME starts the game on a desktop of its own (CreateDesktopW, then
+ * STARTUPINFOW.lpDesktop): Wine keeps one foreground window per desktop, so two games
+ * of one prefix on the shared desktop take the focus from each other (the second
+ * game's window made the first get WM_ACTIVATEAPP 0 and WM_KILLFOCUS, measured), and a
+ * game that pauses when it loses the focus stops. On a desktop of its own each game
+ * keeps it.
  *
  * The game is created suspended; each DLL is loaded into it in order (the hook first,
  * then the adapter) by a thread started in the game at LoadLibraryW with the DLL's path
@@ -226,7 +233,7 @@ int wmain(int argc, wchar_t **argv)
     inj_dll dlls[MAX_DLLS];
     int n_dlls = 0, have_hook = 0;
     DWORD timeout_ms = 20000;
-    const wchar_t *cwd = NULL;
+    const wchar_t *cwd = NULL, *desktop = NULL;
     int i = 1;
     SetErrorMode(SEM_FAILCRITICALERRORS | SEM_NOGPFAULTERRORBOX | SEM_NOOPENFILEERRORBOX);
     if (argc == 2 && !wcscmp(argv[1], L"--desktop")) {
@@ -249,6 +256,8 @@ int wmain(int argc, wchar_t **argv)
                 die(2, "--timeout-ms %ls: not a positive integer", argv[i]);
         } else if (!wcscmp(a, L"--cwd")) {
             cwd = argv[++i];
+        } else if (!wcscmp(a, L"--own-desktop")) {
+            desktop = argv[++i];
         } else if (!wcscmp(a, L"--hook") || !wcscmp(a, L"--adapter") || !wcscmp(a, L"--dll")) {
             if (n_dlls == MAX_DLLS)
                 die(2, "at most %d DLLs", MAX_DLLS);
@@ -259,7 +268,7 @@ int wmain(int argc, wchar_t **argv)
             have_hook |= !wcscmp(a, L"--hook");
         } else {
             die(2, "unknown option %ls (usage: w3inject.exe [--timeout-ms N] [--cwd DIR] --hook H.dll [--adapter A.dll] "
-                "[--dll D.dll]... -- GAME.exe [ARGS]...)", a);
+                "[--dll D.dll]... [--own-desktop NAME] -- GAME.exe [ARGS]...)", a);
         }
     }
     if (i >= argc)
@@ -304,6 +313,19 @@ int wmain(int argc, wchar_t **argv)
     si.hStdInput = GetStdHandle(STD_INPUT_HANDLE);
     si.hStdOutput = GetStdHandle(STD_OUTPUT_HANDLE);
     si.hStdError = GetStdHandle(STD_ERROR_HANDLE);
+    if (desktop) {
+        /* The launcher holds the handle until it exits: the desktop lives as long as the
+         * game; Wine starts its explorer.exe at the game's first window and ends it when
+         * the desktop's last process is gone. */
+        HDESK d = CreateDesktopW(desktop, NULL, NULL, 0, GENERIC_ALL, NULL);
+        if (!d) {
+            char name[MAX_PATH];
+            utf8(name, sizeof(name), desktop);
+            die(W3S_EXIT_INJECT, "cannot make the game's desktop %s: CreateDesktopW failed (Windows error %lu)", name,
+                (unsigned long)GetLastError());
+        }
+        si.lpDesktop = (wchar_t *)desktop;
+    }
     PROCESS_INFORMATION pi;
     /* Wine 8 fails about one CreateProcess in a few hundred with ERROR_INTERNAL_ERROR
      * when games are started many times a second (an episode quota recycling them):

@@ -20,6 +20,8 @@
  *   w3a_episode_end optional  after a row posted with W3S_FLAG_DONE was answered: start
  *                          the game's next episode (its own "new game", as a player would)
  *   w3a_detach   optional  when the supervisor asks the games to stop, before exit 0
+ *   w3a_frame    optional  the game's frame counter: with PeekMessageA/W as the step
+ *                          point, a drained queue is a step only when it changed
  *
  * An episode starts where the adapter says so: the row it fills with W3S_FLAG_FIRST.
  *
@@ -35,8 +37,8 @@
 
 #include "w3s_table.h"
 
-/* 2: the fields after finish (windows, input, imports, addresses). An adapter checks
- * host->abi >= the ABI whose fields it uses. */
+/* 2: the fields after finish (step; windows, input, imports, addresses). An adapter
+ * checks host->abi >= the ABI whose fields it uses. */
 #define W3H_ABI 2u
 
 #ifdef _WIN32
@@ -72,8 +74,14 @@ typedef struct w3h_host {
      * that the supervisor recycles the process (its restart rules: a healthy recycle is
      * not counted). */
     void (*finish)(void);
+    /* With step_point = "adapter" ([games.inject]): one step, called by the adapter
+     * from a hook of its own in the game's frame. The first thread to call it makes
+     * every step after; calls from other threads are not steps. Returns after the
+     * answers were acted on (w3a_act) and game time advanced step_ms. With any other
+     * step point it does nothing. */
+    void (*step)(void);
 
-    /* ---- ABI 2. Fields are only ever appended: a later field goes after every field
+    /* ---- ABI 2 (with step above). Fields are only ever appended: a later field goes after every field
      * above and below, never between, so that an adapter built for an older ABI reads
      * the same offsets. What they are for: a game with no modding exports, reached
      * through its window, its input messages, its imports and its memory
@@ -126,5 +134,6 @@ typedef void (*w3a_observe_fn)(w3s_row *row, uint32_t i);
 typedef void (*w3a_act_fn)(const w3s_row *row, uint32_t i);
 typedef void (*w3a_episode_end_fn)(uint32_t i);
 typedef void (*w3a_detach_fn)(void);
+typedef uint64_t (*w3a_frame_fn)(void);
 
 #endif

@@ -48,12 +48,15 @@ def launch(inject: InjectSection, game: Path, values: dict[str, str]) -> tuple[P
     args = ["--timeout-ms", str(int(inject.timeout_s * 1000)), "--hook", windows_path(build / HOOK.name),
             "--adapter", adapter]
     cwd = windows_path(repo_path(inject.cwd)) if inject.cwd else windows_path(game.parent)
+    if inject.desktop == "own":  # a desktop a slot: a game never takes another's focus
+        args += ["--own-desktop", f"w3async-slot-{values.get('slot', '0')}"]
     args += ["--cwd", cwd, "--", windows_path(game)] + [fill(a, values) for a in inject.args]
     env = {
         "W3H_ADAPTER": adapter,
         "W3H_STEP_POINT": inject.step_point,
         "W3H_STEP_THREAD": inject.step_thread,
         "W3H_STEP_MS": str(inject.step_ms),
+        "W3H_STEP_DEADLINE_MS": str(int(inject.step_deadline_s * 1000)),
         "W3H_CLOCK": "1" if inject.clock else "0",
         "W3H_DRAW": "1" if inject.draw else "0",
         "W3H_DRAW_CALLS": ",".join(inject.draw_calls),

@@ -130,7 +130,7 @@ class Supervisor:
             if g.runtime not in self.runtimes:
                 self.runtimes[g.runtime] = NativeRuntime() if g.runtime == "native" else WineRuntime(
                     WineConfig(wine=r.runtime.wine, cache_dir=r.runtime.cache_dir or None,
-                               fsync=r.runtime.fsync, esync=r.runtime.esync))
+                               fsync=r.runtime.fsync, esync=r.runtime.esync, display=r.runtime.display))
             self.slots.append(Slot(i, g, self.runtimes[g.runtime], r.binary_path(g), row0, nrows,
                                    self.run_dir / "games" / f"slot-{i}.log"))
         self.control = RunControl(self)

@@ -38,11 +38,17 @@ BOOT_TIMEOUT_S = 180.0
 
 DLL_OVERRIDES = "mscoree,mshtml,winemenubuilder.exe=d;winebus.sys,winehid.sys,wineusb.sys,winebth.sys=d"
 
-# Imported once into every new prefix with `wine regedit /S`.
+# Imported once into every new prefix with `wine regedit /S`. The graphics driver is
+# Wine's null driver (no display: CreateWindow fails in a prefix without one, "nodrv_
+# CreateWindow ... no driver could be loaded"); start_services sets it again each run
+# (GRAPHICS), for prefixes made before this line and for display = "xvfb".
 PREFIX_REG = r"""REGEDIT4
 
 [HKEY_CURRENT_USER\Software\Wine\WineDbg]
 "ShowCrashDialog"=dword:00000000
+
+[HKEY_CURRENT_USER\Software\Wine\Drivers]
+"Graphics"="null"
 
 [HKEY_LOCAL_MACHINE\Software\Microsoft\Windows NT\CurrentVersion\AeDebug]
 "Debugger"=-
@@ -71,6 +77,8 @@ class WineConfig:
     GE-Proton). Stock Wine ignores it: on Debian's Wine 8 it does nothing."""
     esync: bool = False
     """WINEESYNC=1: eventfd-based sync, also Proton/staging only; nothing on stock Wine."""
+    display: str = "null"
+    """"null": Wine's null graphics driver; "xvfb": an X server for the run (display.py)."""
 
 
 @dataclass(frozen=True)
@@ -127,6 +135,7 @@ class WinePrefix:
         self.cfg = cfg
         self.path = path
         self._lock_fd = lock_fd
+        self.xserver = None  # display.Xvfb with display = "xvfb", started by start_services
 
     def env(self, extra: dict | None = None) -> dict:
         """The environment for a process of this prefix (os.environ + Wine's + extra)."""
@@ -139,6 +148,9 @@ class WinePrefix:
             WINEFSYNC="1" if self.cfg.fsync else "0",
             WINEESYNC="1" if self.cfg.esync else "0",
         )
+        env.pop("DISPLAY", None)  # the null driver: no X server; the run's Xvfb otherwise
+        if self.xserver is not None:
+            env["DISPLAY"] = self.xserver.display
         if extra:
             env.update(extra)
         return env
@@ -166,6 +178,9 @@ class WinePrefix:
         left = self.processes()
         for pid in left:
             procs.kill(pid)
+        if self.xserver is not None:  # after the games: none of them draws any more
+            self.xserver.stop()
+            self.xserver = None
         return left
 
     def release(self) -> None:
@@ -244,13 +259,44 @@ def start_services(prefix: WinePrefix) -> None:
     carry its environment, and the desktop would sit in its process group: that game's
     exit would end it."""
     quiet = dict(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    if prefix.cfg.display == "xvfb" and prefix.xserver is None:
+        from w3async.runtime.display import DisplayError, Xvfb
+        try:
+            prefix.xserver = Xvfb().start()
+        except DisplayError as e:
+            raise WineError(str(e))
     try:
         subprocess.run([prefix.build.server, "-p"], env=prefix.env(), timeout=BOOT_TIMEOUT_S, **quiet)
+        driver = GRAPHICS[prefix.cfg.display]
+        if graphics_driver(prefix) != driver:  # per run: the desktops read it when they start
+            subprocess.run(prefix.command("reg", ["add", r"HKCU\Software\Wine\Drivers", "/v", "Graphics", "/d",
+                                                  driver, "/f"]), env=prefix.env(), timeout=BOOT_TIMEOUT_S, **quiet)
         if LAUNCHER.exists():
             subprocess.run(prefix.command(str(LAUNCHER), ["--desktop"]), env=prefix.env(), timeout=BOOT_TIMEOUT_S,
                            **quiet)
     except (OSError, subprocess.TimeoutExpired) as e:
         raise WineError(f"Wine prefix {prefix.path}: starting its services failed: {e}")
+
+
+GRAPHICS = {"null": "null", "xvfb": "x11"}  # [runtime] display -> Wine's graphics driver
+
+
+def graphics_driver(prefix: WinePrefix) -> str | None:
+    """The prefix's graphics driver as its user.reg says (None: not set, Wine's default
+    "mac,x11", which fails without a display). The file is up to date here: the last
+    run's wineserver wrote it when it ended."""
+    try:
+        text = (prefix.path / "user.reg").read_text(errors="replace")
+    except OSError:
+        return None
+    at = text.find("[Software\\\\Wine\\\\Drivers]")
+    if at < 0:
+        return None
+    section = text[at:].split("\n\n", 1)[0]
+    for line in section.splitlines():
+        if line.startswith('"Graphics"="'):
+            return line[len('"Graphics"="'):].rstrip('"')
+    return None
 
 
 def acquire_running_prefix(cfg: WineConfig) -> WinePrefix:
