@@ -17,7 +17,6 @@ from w3async.runtime.inject import HOOK, LAUNCHER
 
 from ..conftest import REPO
 from ..test_supervisor import assert_nothing_left, events, run_recipe
-from .xdisplay import display  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.wine
 
@@ -26,7 +25,7 @@ PARTS = [WIN64 / p for p in ("snake.exe", "snake_adapter.dll", "snake.addresses.
 
 
 @pytest.fixture(scope="module")
-def built(wine, mingw, display) -> None:
+def built(wine, mingw) -> None:
     if not all(p.exists() for p in PARTS):
         subprocess.run(["make", "-s", "build"], cwd=REPO, check=True)
 

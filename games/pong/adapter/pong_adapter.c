@@ -13,9 +13,11 @@
  * whatever wall time passes, and a seed and the answers give one match.
  *
  * The step: the hook's step point is PeekMessageA, which the busy loop calls once or
- * more a loop. w3a_ready says a step only at the first call after a new frame (the
- * frame counter in the state moved), so the extra calls (messages the game drains:
- * the keys, Wine's own) are not steps.
+ * more a loop. The hook makes a step at a call that finds the queue drained after a
+ * new frame, the frame counter in the state (w3a_frame); w3a_ready says the same for
+ * a hook that steps at every call. The frame runs right after the step, before the
+ * game reads the keys posted in it: an answer's keys move the paddle in the frame
+ * after the next (one frame of latency, the same at every step).
  *
  * The answer: head 0 is 0 none, 1 up, 2 down (an answer out of range is taken modulo
  * 3: the check policy's answers). It becomes the arrow keys a player would hold:

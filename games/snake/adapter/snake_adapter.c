@@ -11,15 +11,17 @@
  * kills that timer and points the .exe's import of GetMessageA at its own: the game's
  * messages as before, and when its queue is empty, the timer's WM_TIMER at once. So a
  * tick comes only after every key the adapter posted has been read, and as fast as the
- * answers come.
+ * answers come. (With the virtual clock, the hook keeps the game's SetTimer timer in
+ * game time and posts its WM_TIMER at each step; the adapter's KillTimer, Windows'
+ * own, does not reach it, and those WM_TIMERs are dropped like a wall-clock one.)
  *
  * The step: the hook's step point is BitBlt, which the game calls once a paint, and it
  * paints after every tick. w3a_ready says a step only when the game moved on since the
  * last post (a new game, a tick, a tick of its game-over): paints of an exposed window
  * are not steps.
  *
- * Focus: the game pauses when its window loses the focus, which Wine's window manager
- * does at will among the games' windows. The adapter subclasses the window and keeps
+ * Focus: the game pauses when its window loses the focus, which a window of another
+ * game on the same desktop takes (the recipe's desktop = "shared"). The adapter subclasses the window and keeps
  * WM_ACTIVATE (inactive) and WM_KILLFOCUS from the game, and presses P when the game
  * is paused (a focus lost before attach).
  *
