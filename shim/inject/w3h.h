@@ -98,7 +98,9 @@ typedef struct w3h_host {
      * extended bit (arrows, Insert, Delete, Home, End, Page Up/Down, right Ctrl/Alt,
      * numpad Enter and /), the previous-state bit (1 when the key is already down: an
      * auto-repeat) and the transition bit (1 on release). The hook remembers which keys
-     * it holds down. 0 on success, else the Windows error of PostMessage. */
+     * it holds down. A key pressed and released in one step reaches the game as
+     * WM_KEYDOWN, WM_KEYUP, then the WM_CHAR its TranslateMessage made (a keyboard's
+     * key-up would come later). 0 on success, else the Windows error of PostMessage. */
     int (*key)(void *window, uint32_t vk, int down);
     /* A character typed (WM_CHAR, lParam as the key that types it): for a game that
      * reads WM_CHAR without translating WM_KEYDOWN itself. 0, or the Windows error. */
