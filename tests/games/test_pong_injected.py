@@ -92,3 +92,18 @@ async def test_the_same_seed_and_answers_play_the_same_match_and_the_keys_move_t
     assert moves > 100
     scores = {(x[3], x[4]) for rows in got[0].values() for x in rows}
     assert len(scores) > 2  # points were scored
+
+
+def test_a_missing_or_malformed_addresses_file_is_one_line_before_anything_starts(tmp_path, built):
+    from w3async.recipes import recipe_from_dict
+    from w3async.runtime import inject
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text('state = "0xd060"\n')
+    for path, says in ((tmp_path / "none.toml", "cannot be read (No such file or directory): make build writes"),
+                       (bad, "state = '0xd060': expected name = \"module+0xoffset\"")):
+        data = pong_recipe(1, 10)
+        data["games"][0]["inject"]["addresses_file"] = str(path)
+        problems = inject.check(recipe_from_dict(data))
+        assert len(problems) == 1 and problems[0].startswith("games[0].inject.addresses_file = ") and says in problems[0], \
+            problems
