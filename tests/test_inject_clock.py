@@ -15,6 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from w3async.runtime.inject import WINE32_LIBS
+
+from .conftest import REPO, need
 from .test_injection import game_logs, probe, probe_group  # noqa: F401 (probe: the adapter's fixture)
 from .test_supervisor import assert_nothing_left, null_recipe, run_recipe
 
@@ -24,17 +27,28 @@ SRC = Path(__file__).parent / "inject"
 EPOCH_1601_TO_1970 = 116444736000000000  # FILETIME units (100 ns) from 1601 to 1970
 
 
-@pytest.fixture(scope="session")
-def clock_game(probe, mingw) -> Path:  # noqa: F811 (the fixture imported above)
-    """clock_game.exe, with clock_dll.dll beside it (the game loads it by name: the
-    working folder is the .exe's), built next to the probe's adapter."""
-    out = probe["dir"]
+@pytest.fixture(scope="session", params=["win64", "win32"])
+def clock_game(request, probe, mingw, tmp_path_factory) -> dict[str, Path]:  # noqa: F811 (imported above)
+    """clock_game.exe with clock_dll.dll beside it (the game loads it by name: the working
+    folder is the .exe's) and the probe's adapter, for 64-bit and for 32-bit games."""
+    if request.param == "win64":
+        out, cc, adapter = probe["dir"], mingw, probe["adapter"]
+    else:
+        cc = shutil.which("i686-w64-mingw32-gcc")
+        need("i686-w64-mingw32-gcc", cc is not None, "apt-get install gcc-mingw-w64-i686")
+        need("32-bit Wine", WINE32_LIBS.is_dir(), "dpkg --add-architecture i386; apt-get update; apt-get install wine32")
+        if not (REPO / "build" / "win32" / "w3hook.dll").exists():
+            subprocess.run(["make", "-s", "build"], cwd=REPO, check=True)
+        out = tmp_path_factory.mktemp("clock32")
+        adapter = out / "probe_adapter.dll"
+        subprocess.run([cc, "-O2", "-Wall", "-shared", "-I", str(REPO / "shim"), "-I", str(REPO / "shim" / "inject"),
+                        "-o", str(adapter), str(SRC / "probe_adapter.c")], check=True)
     game = out / "clock_game.exe"
-    subprocess.run([mingw, "-O2", "-Wall", "-o", str(game), str(SRC / "clock_game.c"),
+    subprocess.run([cc, "-O2", "-Wall", "-o", str(game), str(SRC / "clock_game.c"),
                     "-static", "-lwinmm", "-lntdll", "-lpthread"], check=True)
-    subprocess.run([mingw, "-O2", "-Wall", "-shared", "-o", str(out / "clock_dll.dll"), str(SRC / "clock_dll.c")],
+    subprocess.run([cc, "-O2", "-Wall", "-shared", "-o", str(out / "clock_dll.dll"), str(SRC / "clock_dll.c")],
                    check=True)
-    return game
+    return {"game": game, "adapter": adapter}
 
 
 def frames_of(log: str) -> list[dict[str, list[int]]]:
@@ -58,8 +72,9 @@ def frames_of(log: str) -> list[dict[str, list[int]]]:
 
 async def test_every_time_source_and_timer_follows_the_steps(tmp_path, probe, clock_game):  # noqa: F811
     step_ms = 50
-    group = probe_group(probe, args=["--dll", "clock_dll.dll", "--dll-at", "3"], step_ms=step_ms)
-    group["binary"] = str(clock_game)
+    group = probe_group(probe, args=["--dll", "clock_dll.dll", "--dll-at", "3"], step_ms=step_ms,
+                        adapter=clock_game["adapter"])
+    group["binary"] = str(clock_game["game"])
     data = null_recipe([group], supervisor={"start_timeout_s": 120, "round_period_ms": 5}, stop={"steps": 80})
     sup, stats = await run_recipe(data, tmp_path / "run")
     log = game_logs(tmp_path / "run")[0]

@@ -82,7 +82,9 @@ class InjectSection:
                                                            "SwapBuffers", "wglSwapBuffers"])
     """What draw = false turns off (docs/hooking.md lists the calls the hook knows)."""
     modules: list[Str] = Field(default_factory=list)
-    """The game's own DLLs whose imports are hooked too (loaded at its start)."""
+    """DLLs (loaded at the game's start) whose calls of the step point are steps too,
+    besides the .exe's: a frame loop inside a DLL. Not needed for the clock: every
+    module's imports are hooked (docs/hooking.md, "The hooks")."""
     addresses: Env = Field(default_factory=dict)
     """Names the adapter looks up (host->find_address): name = "module+0xoffset", the
     module "exe" or a DLL's name."""

@@ -22,7 +22,6 @@
  */
 #include "hook.h"
 
-#include <mmsystem.h>
 #include <string.h>
 
 static volatile LONG64 g_ticks; /* 100 ns units of game time since attach */
@@ -44,16 +43,6 @@ static volatile LONG64 g_park_wakes, g_polls; /* what the waits cost: hk_clock_s
 #define TICKS_PER_MS 10000ULL
 
 /* The real functions (hk_clock_init). */
-static BOOL(WINAPI *r_QueryPerformanceCounter)(LARGE_INTEGER *);
-static BOOL(WINAPI *r_QueryPerformanceFrequency)(LARGE_INTEGER *);
-static DWORD(WINAPI *r_GetTickCount)(void);
-static ULONGLONG(WINAPI *r_GetTickCount64)(void);
-static DWORD(WINAPI *r_timeGetTime)(void);
-static void(WINAPI *r_GetSystemTimeAsFileTime)(FILETIME *);
-static void(WINAPI *r_GetSystemTimePreciseAsFileTime)(FILETIME *);
-static void(WINAPI *r_GetSystemTime)(SYSTEMTIME *);
-static void(WINAPI *r_GetLocalTime)(SYSTEMTIME *);
-static BOOL(WINAPI *r_QueryUnbiasedInterruptTime)(ULONGLONG *);
 static void(WINAPI *r_Sleep)(DWORD);
 static DWORD(WINAPI *r_SleepEx)(DWORD, BOOL);
 static DWORD(WINAPI *r_WaitForSingleObject)(HANDLE, DWORD);
@@ -68,18 +57,8 @@ static BOOL(WINAPI *r_SleepConditionVariableSRW)(CONDITION_VARIABLE *, SRWLOCK *
 void hk_clock_init(void)
 {
     g_tick = CreateSemaphoreW(NULL, 0, 0x7fffffff, NULL);
-    hk_nt_init();
+    hk_reads_init();
     /* The real functions are the hook's own imports: its import table is never patched. */
-    r_QueryPerformanceCounter = QueryPerformanceCounter;
-    r_QueryPerformanceFrequency = QueryPerformanceFrequency;
-    r_GetTickCount = GetTickCount;
-    r_GetTickCount64 = GetTickCount64;
-    r_timeGetTime = timeGetTime;
-    r_GetSystemTimeAsFileTime = GetSystemTimeAsFileTime;
-    r_GetSystemTimePreciseAsFileTime = GetSystemTimePreciseAsFileTime;
-    r_GetSystemTime = GetSystemTime;
-    r_GetLocalTime = GetLocalTime;
-    r_QueryUnbiasedInterruptTime = QueryUnbiasedInterruptTime;
     r_Sleep = Sleep;
     r_SleepEx = SleepEx;
     r_WaitForSingleObject = WaitForSingleObject;
@@ -154,61 +133,9 @@ static void steps_for(DWORD ms)
     while (hk_clock_now() < end);
 }
 
-/* ---- what the game reads ---- */
-
-static BOOL WINAPI h_QueryPerformanceCounter(LARGE_INTEGER *c)
-{
-    if (!c)
-        return FALSE;
-    c->QuadPart = (LONGLONG)(g_qpc0 + hk_clock_now());
-    return TRUE;
-}
-
-static BOOL WINAPI h_QueryPerformanceFrequency(LARGE_INTEGER *f)
-{
-    if (!f)
-        return FALSE;
-    f->QuadPart = 10000000; /* 100 ns a count, as Windows reports on most machines */
-    return TRUE;
-}
-
 uint64_t hk_clock_counter(void) { return g_qpc0 + hk_clock_now(); }
 uint64_t hk_clock_systime(void) { return g_ft0 + hk_clock_now(); }
 uint64_t hk_clock_tick_ms(void) { return g_tick0_ms + hk_clock_now() / TICKS_PER_MS; }
-
-static ULONGLONG WINAPI h_GetTickCount64(void) { return hk_clock_tick_ms(); }
-static DWORD WINAPI h_GetTickCount(void) { return (DWORD)h_GetTickCount64(); }
-static DWORD WINAPI h_timeGetTime(void) { return (DWORD)h_GetTickCount64(); }
-
-static void WINAPI h_GetSystemTimeAsFileTime(FILETIME *ft)
-{
-    uint64_t t = g_ft0 + hk_clock_now();
-    ft->dwLowDateTime = (DWORD)t;
-    ft->dwHighDateTime = (DWORD)(t >> 32);
-}
-
-static void WINAPI h_GetSystemTime(SYSTEMTIME *st)
-{
-    FILETIME ft;
-    h_GetSystemTimeAsFileTime(&ft);
-    FileTimeToSystemTime(&ft, st);
-}
-
-static void WINAPI h_GetLocalTime(SYSTEMTIME *st)
-{
-    FILETIME ft, local;
-    h_GetSystemTimeAsFileTime(&ft);
-    FileTimeToLocalFileTime(&ft, &local);
-    FileTimeToSystemTime(&local, st);
-}
-
-static BOOL WINAPI h_QueryUnbiasedInterruptTime(ULONGLONG *t)
-{
-    if (!t)
-        return FALSE;
-    *t = g_qpc0 + hk_clock_now();
-    return TRUE;
-}
 
 /* ---- sleeps and timed waits ---- */
 
@@ -227,12 +154,12 @@ static DWORD park_until(uint64_t end, BOOL alertable, DWORD wall_ms)
         }
         return 0;
     }
-    ULONGLONG wall_end = r_GetTickCount64() + wall_ms;
+    ULONGLONG wall_end = GetTickCount64() /* the hook's own import: wall time */ + wall_ms;
     AcquireSRWLockExclusive(&g_park_lock);
     while (hk_clock_now() < end) {
         DWORD slice = INFINITE;
         if (!g_stepped) {
-            ULONGLONG now = r_GetTickCount64();
+            ULONGLONG now = GetTickCount64();
             if (now >= wall_end)
                 break;
             slice = (DWORD)(wall_end - now);
@@ -474,16 +401,6 @@ DWORD hk_game_wait(DWORD n, const HANDLE *h, BOOL all, DWORD ms, BOOL alertable)
 
 #define FN(name, kind) {#name, (void *)h_##name, (void **)&r_##name, kind, 0}
 hk_fn hk_clock_fns[] = {
-    FN(QueryPerformanceCounter, HK_CLOCK),
-    FN(QueryPerformanceFrequency, HK_CLOCK),
-    FN(GetTickCount, HK_CLOCK),
-    FN(GetTickCount64, HK_CLOCK),
-    FN(timeGetTime, HK_CLOCK),
-    FN(GetSystemTimeAsFileTime, HK_CLOCK),
-    {"GetSystemTimePreciseAsFileTime", (void *)h_GetSystemTimeAsFileTime, (void **)&r_GetSystemTimePreciseAsFileTime, HK_CLOCK, 0},
-    FN(GetSystemTime, HK_CLOCK),
-    FN(GetLocalTime, HK_CLOCK),
-    FN(QueryUnbiasedInterruptTime, HK_CLOCK),
     FN(Sleep, HK_WAIT),
     FN(SleepEx, HK_WAIT),
     FN(WaitForSingleObject, HK_WAIT),

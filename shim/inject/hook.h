@@ -1,5 +1,6 @@
-/* hook.h: what the hook DLL's parts share (hook.c: set-up, import patching, the step
- * and the adapter; clock.c: the virtual clock and the waits measured by it). */
+/* hook.h: what the hook DLL's parts share (hook.c: set-up, the step and the adapter;
+ * patch.c: the import tables; clock.c: the virtual clock and the waits measured by it;
+ * reads.c: the clock's reads; timers.c: the timers). */
 #ifndef W3H_HOOK_H
 #define W3H_HOOK_H
 
@@ -20,7 +21,7 @@ typedef struct hk_fn {
 enum { HK_CLOCK = 1, HK_WAIT = 2, HK_STEP = 4, HK_DRAW = 8, HK_LOADER = 16, HK_TIMER = 32 };
 
 /* The hook's functions: each part lists those it can put in an import table. */
-extern hk_fn hk_clock_fns[]; /* clock.c: the clock's reads, sleeps and timed waits */
+extern hk_fn hk_clock_fns[]; /* clock.c: the sleeps and timed waits */
 extern const int hk_n_clock_fns;
 extern hk_fn hk_draw_fns[]; /* draw.c: the draw calls (and presents) */
 extern const int hk_n_draw_fns;
@@ -28,8 +29,8 @@ extern hk_fn hk_extra_fns[]; /* draw.c: draw calls the recipe names that the hoo
 extern int hk_n_extra_fns;
 extern hk_fn hk_msg_fns[]; /* msgloop.c: the window message calls */
 extern const int hk_n_msg_fns;
-extern hk_fn hk_nt_fns[]; /* ntclock.c: ntdll's time reads and waits */
-extern const int hk_n_nt_fns;
+extern hk_fn hk_read_fns[]; /* reads.c: the clock's reads, ntdll's sleeps and waits */
+extern const int hk_n_read_fns;
 extern hk_fn hk_timer_fns[]; /* timers.c: multimedia, waitable and queue timers */
 extern const int hk_n_timer_fns;
 
@@ -66,7 +67,7 @@ uint64_t hk_clock_tick_ms(void);
 /* The variant of the clock's function name that is never a step (NULL: none). */
 void *hk_clock_plain(const char *name);
 /* A sleep and a timed wait on handles measured in game time, never a step: for the
- * replacements of ntdll's (ntclock.c). Same results as SleepEx and
+ * replacements of ntdll's (reads.c). Same results as SleepEx and
  * WaitForMultipleObjectsEx. */
 DWORD hk_game_sleep(DWORD ms, BOOL alertable);
 DWORD hk_game_wait(DWORD n, const HANDLE *h, BOOL all, DWORD ms, BOOL alertable);
@@ -90,8 +91,8 @@ void hk_advance(void);
  * the adapter exports none or has not attached yet. */
 int hk_adapter_frame(uint64_t *out);
 
-/* ntclock.c: the reals (ntdll's exports). */
-void hk_nt_init(void);
+/* reads.c: the reals. */
+void hk_reads_init(void);
 
 /* timers.c: fires, on the calling (step) thread, every timer game time has reached, in
  * order of due time (then of arming); periodic ones as often as their period fits. */

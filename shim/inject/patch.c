@@ -1,4 +1,4 @@
-/* patch.c: the import tables. Every part of the hook (clock.c, ntclock.c, timers.c,
+/* patch.c: the import tables. Every part of the hook (clock.c, reads.c, timers.c,
  * draw.c, msgloop.c and the loader's calls here) lists the functions it can put in a
  * game's import tables; setup switches on those the settings ask for, and every module
  * in the process has each import of those names pointed at the hook: the .exe, the DLLs
@@ -134,7 +134,7 @@ typedef struct fn_table {
 
 static const int g_n_loader_fns = sizeof(g_loader_fns) / sizeof(g_loader_fns[0]);
 static const fn_table TABLES[] = {
-    {hk_clock_fns, &hk_n_clock_fns}, {hk_nt_fns, &hk_n_nt_fns},       {hk_timer_fns, &hk_n_timer_fns},
+    {hk_clock_fns, &hk_n_clock_fns}, {hk_read_fns, &hk_n_read_fns},   {hk_timer_fns, &hk_n_timer_fns},
     {hk_draw_fns, &hk_n_draw_fns},   {hk_msg_fns, &hk_n_msg_fns},     {hk_extra_fns, &hk_n_extra_fns},
     {g_loader_fns, &g_n_loader_fns},
 };

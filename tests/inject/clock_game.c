@@ -5,7 +5,8 @@
  *
  *   clock_game.exe [--dll PATH] [--dll-at N]
  *
- * Each frame (its step point: one Sleep(1)) prints one line "frame K name value ...":
+ * Each frame (its step point: one Sleep(1); the CRT's _sleep(1) before it calls the same
+ * Sleep from msvcrt, which is no step) prints one line "frame K name value ...":
  *   qpc, freq       QueryPerformanceCounter, QueryPerformanceFrequency (kernel32)
  *   tick, tick64    GetTickCount, GetTickCount64;  tgt: timeGetTime (winmm)
  *   ft, ftp         GetSystemTimeAsFileTime, GetSystemTimePreciseAsFileTime (100 ns)
@@ -184,6 +185,10 @@ int main(int argc, char **argv)
                dll[0], dll[1], (interrupt_time() - real0) / 10);
         probe_state.passes++;
         probe_state.frames = frame;
-        Sleep(1); /* the frame's step point */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+        _sleep(1); /* msvcrt's own import of Sleep: the step point's name, not the .exe's call: no step */
+#pragma GCC diagnostic pop
+        Sleep(1);  /* the frame's step point */
     }
 }

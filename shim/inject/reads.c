@@ -1,18 +1,33 @@
-/* ntclock.c: ntdll's time reads and waits, for the modules that import them rather than
- * kernel32's: Wine's msvcrt and ucrtbase read NtQuerySystemTime for clock() (a game
- * paced by clock() ran at 1.0x real time while only kernel32's reads were hooked). The
- * hook itself never calls these replacements: kernelbase and ntdll are not patched.
+/* reads.c: the clock's reads (kernel32's, winmm's and ntdll's) and ntdll's sleeps and
+ * waits, in game time (clock.c keeps the clock itself, kernel32's sleeps and waits).
+ *
+ * ntdll's entry points matter for the modules that import them rather than kernel32's:
+ * Wine's msvcrt and ucrtbase read NtQuerySystemTime for clock() (a game paced by clock()
+ * ran at 1.0x real time while only kernel32's reads were hooked). The hook itself never
+ * calls these replacements: kernelbase and ntdll are not patched (patch.c).
  *
  * NT timeouts are LARGE_INTEGER pointers: NULL waits forever, a negative value is
  * relative (100 ns units), a positive one an absolute system time (here: game system
  * time), zero does not wait. */
 #include "hook.h"
 
+#include <mmsystem.h>
+
 #define STATUS_SUCCESS_ 0L
 #define STATUS_USER_APC_ 0xC0L
 #define STATUS_ACCESS_VIOLATION_ ((LONG)0xC0000005L)
 #define TICKS_PER_MS 10000ULL
 
+static BOOL(WINAPI *r_QueryPerformanceCounter)(LARGE_INTEGER *);
+static BOOL(WINAPI *r_QueryPerformanceFrequency)(LARGE_INTEGER *);
+static DWORD(WINAPI *r_GetTickCount)(void);
+static ULONGLONG(WINAPI *r_GetTickCount64)(void);
+static DWORD(WINAPI *r_timeGetTime)(void);
+static void(WINAPI *r_GetSystemTimeAsFileTime)(FILETIME *);
+static void(WINAPI *r_GetSystemTimePreciseAsFileTime)(FILETIME *);
+static void(WINAPI *r_GetSystemTime)(SYSTEMTIME *);
+static void(WINAPI *r_GetLocalTime)(SYSTEMTIME *);
+static BOOL(WINAPI *r_QueryUnbiasedInterruptTime)(ULONGLONG *);
 static LONG(NTAPI *r_NtQuerySystemTime)(LARGE_INTEGER *);
 static LONGLONG(NTAPI *r_RtlGetSystemTimePrecise)(void);
 static LONG(NTAPI *r_NtQueryPerformanceCounter)(LARGE_INTEGER *, LARGE_INTEGER *);
@@ -22,6 +37,60 @@ static ULONG(NTAPI *r_NtGetTickCount)(void);
 static LONG(NTAPI *r_NtDelayExecution)(BOOLEAN, const LARGE_INTEGER *);
 static LONG(NTAPI *r_NtWaitForSingleObject)(HANDLE, BOOLEAN, const LARGE_INTEGER *);
 static LONG(NTAPI *r_NtWaitForMultipleObjects)(ULONG, const HANDLE *, int, BOOLEAN, const LARGE_INTEGER *);
+
+/* ---- kernel32's and winmm's reads ---- */
+
+static BOOL WINAPI h_QueryPerformanceCounter(LARGE_INTEGER *c)
+{
+    if (!c)
+        return FALSE;
+    c->QuadPart = (LONGLONG)(hk_clock_counter());
+    return TRUE;
+}
+
+static BOOL WINAPI h_QueryPerformanceFrequency(LARGE_INTEGER *f)
+{
+    if (!f)
+        return FALSE;
+    f->QuadPart = 10000000; /* 100 ns a count, as Windows reports on most machines */
+    return TRUE;
+}
+
+static ULONGLONG WINAPI h_GetTickCount64(void) { return hk_clock_tick_ms(); }
+static DWORD WINAPI h_GetTickCount(void) { return (DWORD)h_GetTickCount64(); }
+static DWORD WINAPI h_timeGetTime(void) { return (DWORD)h_GetTickCount64(); }
+
+static void WINAPI h_GetSystemTimeAsFileTime(FILETIME *ft)
+{
+    uint64_t t = hk_clock_systime();
+    ft->dwLowDateTime = (DWORD)t;
+    ft->dwHighDateTime = (DWORD)(t >> 32);
+}
+
+static void WINAPI h_GetSystemTime(SYSTEMTIME *st)
+{
+    FILETIME ft;
+    h_GetSystemTimeAsFileTime(&ft);
+    FileTimeToSystemTime(&ft, st);
+}
+
+static void WINAPI h_GetLocalTime(SYSTEMTIME *st)
+{
+    FILETIME ft, local;
+    h_GetSystemTimeAsFileTime(&ft);
+    FileTimeToLocalFileTime(&ft, &local);
+    FileTimeToSystemTime(&local, st);
+}
+
+static BOOL WINAPI h_QueryUnbiasedInterruptTime(ULONGLONG *t)
+{
+    if (!t)
+        return FALSE;
+    *t = hk_clock_counter();
+    return TRUE;
+}
+
+/* ---- ntdll's ---- */
 
 static LONG NTAPI h_NtQuerySystemTime(LARGE_INTEGER *t)
 {
@@ -108,7 +177,17 @@ static LONG NTAPI h_NtWaitForMultipleObjects(ULONG n, const HANDLE *h, int type,
 
 /* HK_CLOCK, not HK_WAIT: the NT waits are never the step point (hk_can_be_step_point). */
 #define FN(name, kind) {#name, (void *)h_##name, (void **)&r_##name, kind, 0}
-hk_fn hk_nt_fns[] = {
+hk_fn hk_read_fns[] = {
+    FN(QueryPerformanceCounter, HK_CLOCK),
+    FN(QueryPerformanceFrequency, HK_CLOCK),
+    FN(GetTickCount, HK_CLOCK),
+    FN(GetTickCount64, HK_CLOCK),
+    FN(timeGetTime, HK_CLOCK),
+    FN(GetSystemTimeAsFileTime, HK_CLOCK),
+    {"GetSystemTimePreciseAsFileTime", (void *)h_GetSystemTimeAsFileTime, (void **)&r_GetSystemTimePreciseAsFileTime, HK_CLOCK, 0},
+    FN(GetSystemTime, HK_CLOCK),
+    FN(GetLocalTime, HK_CLOCK),
+    FN(QueryUnbiasedInterruptTime, HK_CLOCK),
     FN(NtQuerySystemTime, HK_CLOCK),
     FN(RtlGetSystemTimePrecise, HK_CLOCK),
     FN(NtQueryPerformanceCounter, HK_CLOCK),
@@ -120,12 +199,24 @@ hk_fn hk_nt_fns[] = {
     FN(NtWaitForMultipleObjects, HK_CLOCK),
 };
 #undef FN
-const int hk_n_nt_fns = sizeof(hk_nt_fns) / sizeof(hk_nt_fns[0]);
+const int hk_n_read_fns = sizeof(hk_read_fns) / sizeof(hk_read_fns[0]);
 
-void hk_nt_init(void)
+void hk_reads_init(void)
 {
-    /* ntdll's own exports: the hook imports none of them, and ntdll is never patched. */
+    /* kernel32's and winmm's: the hook's own imports (its table is never patched);
+     * ntdll's: its exports, which the hook does not import. */
+    r_QueryPerformanceCounter = QueryPerformanceCounter;
+    r_QueryPerformanceFrequency = QueryPerformanceFrequency;
+    r_GetTickCount = GetTickCount;
+    r_GetTickCount64 = GetTickCount64;
+    r_timeGetTime = timeGetTime;
+    r_GetSystemTimeAsFileTime = GetSystemTimeAsFileTime;
+    r_GetSystemTimePreciseAsFileTime = GetSystemTimePreciseAsFileTime;
+    r_GetSystemTime = GetSystemTime;
+    r_GetLocalTime = GetLocalTime;
+    r_QueryUnbiasedInterruptTime = QueryUnbiasedInterruptTime;
     HMODULE nt = GetModuleHandleW(L"ntdll.dll");
-    for (int i = 0; i < hk_n_nt_fns; i++)
-        *hk_nt_fns[i].real = (void *)GetProcAddress(nt, hk_nt_fns[i].name);
+    for (int i = 0; i < hk_n_read_fns; i++)
+        if (!*hk_read_fns[i].real)
+            *hk_read_fns[i].real = (void *)GetProcAddress(nt, hk_read_fns[i].name);
 }
