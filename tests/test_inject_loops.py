@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import subprocess
-import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -53,12 +53,6 @@ def frames(log: str) -> tuple[int, list[tuple[int, ...]]]:
     return freq, [tuple(map(int, m)) for m in re.findall(FRAME, log)]
 
 
-def hook_steps(log: str) -> int:
-    m = re.search(r"w3hook: (\d+) steps;", log)
-    assert m, log[-600:]
-    return int(m.group(1))
-
-
 async def test_a_windowed_game_makes_its_window_under_the_default_prefix(tmp_path, loops):
     """No display and no graphics driver set by hand: Wine's null driver (every prefix's,
     made before this or not) gives the game its window."""
@@ -90,9 +84,6 @@ async def test_a_busy_peekmessage_loop_steps_once_a_frame(tmp_path, loops, adapt
         assert qpc == (k + 1) * frame_ms * freq // 1000 and tick == (k + 1) * frame_ms, (k, qpc, tick)
         # one drained call a frame (and, windowed, the window's few messages)
         assert peeks <= (k + 1) * (frame_ms // 50) + (12 if window else 1), (k, peeks)
-    steps = hook_steps(log)
-    posts_per_frame = 1 if adapter == "frame_adapter" else frame_ms // 50
-    assert abs(steps - posts_per_frame * int(re.search(r"loops: (\d+)|$", log).group(1) or 0)) <= 2 or True
     assert stats["agent_steps"] >= 200
     assert_nothing_left(sup, tmp_path / "run")
 
@@ -170,14 +161,15 @@ async def test_a_step_point_never_reached_fails_the_slot_within_15_s_naming_it(t
     with pytest.raises(RunError) as e:
         await sup.run()
     err = str(e.value)
-    says = "the step point Sleep was not reached within 10000 ms of the game's start"
+    says = "the step point Sleep was not reached within 10000 ms (step_deadline_s)"
     assert "every game slot failed" in err and says in err and "Finding the step point" in err, err
     ev = events(run)
     start = next(x for x in ev if x["event"] == "game_start")
     exit_ = next(x for x in ev if x["event"] == "game_exit")
     failed = next(x for x in ev if x["event"] == "slot_failed")
     assert exit_["returncode"] == 69 and exit_["cause"] == "inject", exit_
-    assert failed["t"] - start["t"] < 15.0, (start, failed)
+    took = (datetime.fromisoformat(failed["ts"]) - datetime.fromisoformat(start["ts"])).total_seconds()
+    assert took < 15.0, (start, failed)
     assert_nothing_left(sup, run)
 
 
@@ -185,11 +177,38 @@ async def test_windowed_games_that_pause_on_focus_loss_all_keep_stepping(tmp_pat
     """4 windowed games of one prefix, each pausing (WaitMessage, no frame) when its window
     loses the activation: each on a desktop of its own, none loses it, all step."""
     data = null_recipe([loops_group(loops, ["--loop", "peek", "--window", "--pause-inactive"], count=4,
-                                    step_point="PeekMessageA")],
+                                    step_point="PeekMessageA", desktop="own")],
                        supervisor={"start_timeout_s": 120, "hang_timeout_s": 5}, stop={"seconds": 20})
     sup, stats = await run_recipe(data, tmp_path / "run")
     logs = game_logs(tmp_path / "run")
     assert stats["restarts"] == {}, {k: v[-400:] for k, v in logs.items()}
     assert all("WM_ACTIVATEAPP 0" not in log for log in logs.values()), logs
-    assert all(g["agent_steps"] >= 100 for g in stats["games"]), stats["games"]
+    for slot, log in logs.items():
+        assert f"window created on desktop w3async-slot-{slot}" in log, log[-400:]
+        m = re.search(r"w3hook: (\d+) steps;", log)  # the hook's count at the stop
+        assert m and int(m.group(1)) >= 100, log[-400:]
     assert_nothing_left(sup, tmp_path / "run")
+
+
+async def test_display_xvfb_gives_the_run_an_x_server_and_ends_it(tmp_path, loops):
+    """[runtime] display = "xvfb": the run's own Xvfb, the x11 driver for the run, the
+    window made on it; the server ends with the run, and the next run (display "null",
+    the same prefix) is back on the null driver."""
+    import shutil
+
+    from w3async.procstat import alive
+
+    if not shutil.which("Xvfb"):
+        pytest.skip("Xvfb is not installed (apt-get install xvfb)")
+    group = loops_group(loops, ["--window", "--loop", "sleep"], step_point="Sleep")
+    data = null_recipe([group], supervisor={"start_timeout_s": 60}, stop={"steps": 50}, runtime={"display": "xvfb"})
+    sup, stats = await run_recipe(data, tmp_path / "run")
+    log = game_logs(tmp_path / "run")[0]
+    assert "loops: window created" in log and stats["agent_steps"] >= 50, log[-600:]
+    rt = sup.runtimes["wine"]
+    assert rt.xserver_pid and not alive(rt.xserver_pid), "the run's Xvfb outlived it"
+    assert_nothing_left(sup, tmp_path / "run")
+    sup, _ = await run_recipe(null_recipe([group], supervisor={"start_timeout_s": 60}, stop={"steps": 20}),
+                              tmp_path / "run2")
+    assert "loops: window created" in game_logs(tmp_path / "run2")[0]
+    assert_nothing_left(sup, tmp_path / "run2")

@@ -100,11 +100,11 @@ class InjectSection:
     or it ends with exit 69 naming the step point: a step point the game imports but
     never calls fails in seconds, not after start_timeout_s. 0: no deadline (a game
     whose start-up, before its first frame, takes longer)."""
-    desktop: Annotated[Str, choice(lambda: ("own", "shared"))] = "own"
+    desktop: Annotated[Str, choice(lambda: ("own", "shared"))] = "shared"
     """"own": each game on a Windows desktop of its own (named w3async-slot-N), so that
-    games of one prefix never take the focus from each other; "shared": the prefix's
-    desktop (the second game's window deactivates the first: a game that pauses when it
-    loses the focus stops stepping)."""
+    games of one prefix never take the focus from each other (set it for windowed games
+    that pause when they lose the focus); "shared": the prefix's desktop (the second
+    game's window deactivates the first)."""
 
 
 @dataclass(config=CONFIG)

@@ -2,8 +2,8 @@
  * first instruction (docs/hooking.md).
  *
  * In DllMain it reads its settings (W3H_*), patches the import tables of the game's
- * .exe (and of the DLLs W3H_MODULES names), or arms the breakpoint of an exported step
- * point (trap.c), and returns; nothing else runs under the
+ * .exe (and of the DLLs W3H_MODULES names), or arms the breakpoint of a step point in
+ * the game's code (trap.c: export:NAME, at:MODULE+0xOFFSET), and returns; nothing else runs under the
  * loader lock. At the first call of the step point it attaches to the table (the
  * shim, w3s.c) and calls the adapter's w3a_attach; at every call after, one step:
  * the adapter observes, the rows are posted and answered, the adapter acts, the
@@ -191,14 +191,11 @@ static DWORD WINAPI deadline_watch(void *arg)
     (void)arg;
     Sleep(hk_config.step_deadline_ms);
     if (!g_reached)
-        hk_fatal(W3S_EXIT_INJECT, "the step point %s was not reached within %lu ms of the game's start "
-                 "(step_deadline_s, W3H_STEP_DEADLINE_MS): the game %s, but its frame does not call it on the step "
-                 "thread (%s). Name a call its frame makes (docs/hooking.md, \"Finding the step point\")%s",
+        hk_fatal(W3S_EXIT_INJECT, "the step point %s was not reached within %lu ms (step_deadline_s): %s on the "
+                 "step thread (%s); name a call the frame makes (docs/hooking.md, \"Finding the step point\")%s",
                  hk_config.step_point, (unsigned long)hk_config.step_deadline_ms,
-                 hk_config.step_adapter ? "loaded the adapter, and the adapter never called host->step"
-                                        : "has it (imported, exported or at its address)",
-                 hk_config.step_adapter ? "the first to call host->step" : hk_config.step_first ? "first" : "main",
-                 hk_config.step_first ? "" : ", or step_thread = \"first\" if the frame runs on a thread of its own");
+                 hk_config.step_adapter ? "the adapter never called host->step" : "the game's frame does not call it",
+                 hk_config.step_first ? "first" : "main", hk_config.step_first ? "" : " or try step_thread = \"first\"");
     return 0;
 }
 

@@ -324,6 +324,13 @@ int wmain(int argc, wchar_t **argv)
             die(W3S_EXIT_INJECT, "cannot make the game's desktop %s: CreateDesktopW failed (Windows error %lu)", name,
                 (unsigned long)GetLastError());
         }
+        /* Wine 8 gives a new process its parent thread's desktop; lpDesktop moves only the
+         * thread that first loads user32 (here the loading thread, not the game's main
+         * thread: measured, the game's window was on "Default"). So the launcher moves
+         * itself first (it has no window, so SetThreadDesktop may), then starts the game. */
+        if (!SetThreadDesktop(d))
+            die(W3S_EXIT_INJECT, "cannot move to the game's desktop: SetThreadDesktop failed (Windows error %lu)",
+                (unsigned long)GetLastError());
         si.lpDesktop = (wchar_t *)desktop;
     }
     PROCESS_INFORMATION pi;

@@ -139,7 +139,9 @@ int main(int argc, char **argv)
         }
         ShowWindow(hwnd, SW_SHOW);
         UpdateWindow(hwnd);
-        printf("loops: window created, foreground %s\n", GetForegroundWindow() == hwnd ? "yes" : "no");
+        char desk[128] = "?";
+        GetUserObjectInformationA(GetThreadDesktop(GetCurrentThreadId()), UOI_NAME, desk, sizeof(desk), NULL);
+        printf("loops: window created on desktop %s, foreground %s\n", desk, GetForegroundWindow() == hwnd ? "yes" : "no");
         fflush(stdout);
     }
     if (timer_ms)

@@ -335,6 +335,7 @@ class WineRuntime:
         self.cfg = cfg
         self.prefix: WinePrefix | None = None
         self.obs = None
+        self.xserver_pid = 0
 
     def open_obs(self, run_dir: Path):
         """The obs FIFO all this runtime's games ring (made once)."""
@@ -345,6 +346,8 @@ class WineRuntime:
     def ensure_prefix(self) -> WinePrefix:
         if self.prefix is None:
             self.prefix = acquire_running_prefix(self.cfg)
+            if self.prefix.xserver is not None:  # for the record (events, tests): the run's X server
+                self.xserver_pid = self.prefix.xserver.proc.pid
         return self.prefix
 
     def doorbells(self, run_dir: Path, slot: int) -> Doorbells:

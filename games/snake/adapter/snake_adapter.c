@@ -21,9 +21,9 @@
  * are not steps.
  *
  * Focus: the game pauses when its window loses the focus, which a window of another
- * game on the same desktop takes (the recipe's desktop = "shared"). The adapter subclasses the window and keeps
- * WM_ACTIVATE (inactive) and WM_KILLFOCUS from the game, and presses P when the game
- * is paused (a focus lost before attach).
+ * game on the same desktop takes (desktop = "shared", the default). The adapter
+ * subclasses the window and keeps WM_ACTIVATE (inactive) and WM_KILLFOCUS from the
+ * game, and presses P when the game is paused (a focus lost before attach).
  *
  * The seed: every new game seeds rand() from time(). The adapter points the .exe's
  * import of msvcrt's _time64 at its own: SNAKE_EPOCH (seconds; default the real time
