@@ -9,7 +9,16 @@ policy) on the same games and lanes:
   launcher with the hook and the duel's adapter (recipes/duel-injected.toml's
   settings), drawing off (draw = false, draw_calls FillRect, Ellipse, Rectangle, BitBlt);
 - injected, drawing: the same with draw = true (its GDI drawing into a memory bitmap
-  every frame).
+  every frame);
+- pong, pong drawing: the reference Pong (games/pong, recipes/pong-injected.toml: a
+  busy PeekMessage loop, one match a process, so its figures include the restarts),
+  drawing off and on;
+- snake, snake drawing: the reference Snake (games/snake, recipes/snake-injected.toml:
+  a GetMessage loop on WM_TIMER), drawing off and on.
+
+The game-time ratio is game time over wall time per game: agent steps/s a game times
+the game time a step covers (the duel 1000 ms, pong one 16 ms frame, snake one 100 ms
+tick).
 
 Every run: N processes x 1 lane, sides = 1 (W3D_SIDES agent,ai:easy), the same time
 limit. After every slot has posted and a warm-up, a window of --window seconds is
@@ -23,6 +32,7 @@ the linked duel's agent steps/s.
 
     python bench/inject_bench.py                     # 3 windows of each kind, 12 s each
     python bench/inject_bench.py --pairs 4 --window 15 --games 4
+    python bench/inject_bench.py --only pong,snake   # the reference games alone
 """
 
 from __future__ import annotations
@@ -47,7 +57,11 @@ from w3async.runtime.slots import SlotState  # noqa: E402
 WIN64 = REPO / "build" / "win64"
 TIME_LIMIT = "6000"  # turns, both games
 DRAW_CALLS = ["FillRect", "Ellipse", "Rectangle", "BitBlt"]
-KINDS = ("linked", "injected", "injected, drawing")
+KINDS = ("linked", "injected", "injected, drawing", "pong", "pong, drawing", "snake", "snake, drawing")
+STEP_MS = {"linked": 1000, "injected": 1000, "pong": 16, "snake": 100}  # game time a step
+GAME_OF = {"linked": "duel", "injected": "duel"}  # kind (less ", drawing") -> --only's name
+REF_DRAW_CALLS = {"pong": ["FillRect", "Rectangle", "Ellipse", "BitBlt", "TextOutA@20", "LineTo@12", "MoveToEx@16"],
+                  "snake": ["FillRect", "BitBlt", "TextOutA@20"]}
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -56,6 +70,16 @@ def recipe(kind: str, games: int, window_s: float) -> dict:
     env = {"W3D_SIDES": "agent,ai:easy", "W3D_REWARD": "shaped", "W3D_TIME_LIMIT": TIME_LIMIT}
     group = {"binary": str(WIN64 / "duel.exe"), "runtime": "wine", "count": games, "lanes": 1, "sides": 1,
              "env": env}
+    base = kind.split(",")[0]
+    if base in REF_DRAW_CALLS:  # the reference games: their recipes' settings
+        group = {"binary": str(WIN64 / f"{base}.exe"), "runtime": "wine", "count": games, "lanes": 1, "sides": 1,
+                 "inject": {"adapter": str(WIN64 / f"{base}_adapter.dll"), "step_ms": STEP_MS[base],
+                            "step_point": "PeekMessageA" if base == "pong" else "BitBlt",
+                            "args": ["--seed", "{seed}", "--points", "11"] if base == "pong" else [],
+                            "draw": kind.endswith("drawing"), "draw_calls": REF_DRAW_CALLS[base],
+                            "addresses_file": str(WIN64 / f"{base}.addresses.toml")}}
+        return {"name": "inject-bench", "game": "null", "games": [group],
+                "supervisor": {"policy": "random", "progress_s": 0, "start_timeout_s": 90}, "stop": {"seconds": 0}}
     if kind != "linked":
         group["binary"] = str(WIN64 / "duel_rt.exe")
         group["inject"] = {"adapter": str(WIN64 / "duel_adapter.dll"),
@@ -85,7 +109,7 @@ def cpu_by_process(marker: bytes) -> dict[int, tuple[str, float]]:
 def column(comm: str) -> str:
     if comm.startswith("wineserver"):
         return "wineserver"
-    if comm in ("duel.exe", "duel_rt.exe"):
+    if comm in ("duel.exe", "duel_rt.exe", "pong.exe", "snake.exe"):
         return "game"
     return "prefix"
 
@@ -98,8 +122,10 @@ async def window(kind: str, games: int, warm_s: float, window_s: float) -> dict:
     sup = Supervisor(recipe_from_dict(recipe(kind, games, window_s)), run_dir / "run")
     task = asyncio.create_task(sup.run())
     try:
-        t = time.monotonic()
-        while not (sup.slots and all(s.state == SlotState.RUNNING for s in sup.slots)):
+        t, seen = time.monotonic(), set()
+        # Every slot has posted once (pong's slots recycle every match: never all at once).
+        while not (sup.slots and len(seen) == len(sup.slots)):
+            seen |= {i for i, s in enumerate(sup.slots) if s.state == SlotState.RUNNING}
             if task.done() or time.monotonic() - t > 120:
                 raise RuntimeError(f"{kind}: the games did not all post within 120 s")
             await asyncio.sleep(0.2)
@@ -121,7 +147,7 @@ async def window(kind: str, games: int, warm_s: float, window_s: float) -> dict:
     for pid, (comm, s) in last.items():
         cpu[column(comm)] += s - first.get(pid, (comm, 0.0))[1]
     left = getattr(sup, "leftovers", None) or {}
-    return dict(kind=kind, steps_s=steps / dt, steps=steps, cpu=cpu, restarts=restarts, bad_rows=stats["bad_rows"],
+    return dict(kind=kind, games=games, steps_s=steps / dt, steps=steps, cpu=cpu, restarts=restarts, bad_rows=stats["bad_rows"],
                 left=bool(left.get("processes") or left.get("wine")))
 
 
@@ -140,9 +166,9 @@ def table(rows: list[dict], kinds: tuple[str, ...]) -> None:
     by = {k: [r for r in rows if r["kind"] == k] for k in kinds}
     linked = statistics.median(r["steps_s"] for r in by["linked"]) if by.get("linked") else None
     print()
-    print("| game | agent steps/s (median) | windows | ratio to linked | game us/step | wineserver us/step "
-          "| rest of prefix us/step | restarts | bad rows |")
-    print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| game | agent steps/s (median) | windows | ratio to linked | game time / wall, a game | game us/step "
+          "| wineserver us/step | rest of prefix us/step | restarts | bad rows |")
+    print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for kind in kinds:
         rs = by[kind]
         if not rs:
@@ -150,16 +176,22 @@ def table(rows: list[dict], kinds: tuple[str, ...]) -> None:
         med = statistics.median(r["steps_s"] for r in rs)
         steps = sum(r["steps"] for r in rs)
         us = {c: 1e6 * sum(r["cpu"][c] for r in rs) / max(steps, 1) for c in ("game", "wineserver", "prefix")}
-        ratio = f"{med / linked:.2f}" if linked else ""
+        ratio = f"{med / linked:.2f}" if linked and kind.split(",")[0] in GAME_OF else ""
+        game_time = med / rs[0]["games"] * STEP_MS[kind.split(",")[0]] / 1000
         wins = " ".join(f"{r['steps_s'] / 1000:.1f}k" for r in rs)
-        print(f"| {kind} | {med:,.0f} | {wins} | {ratio} | {us['game']:.1f} | {us['wineserver']:.1f} | "
+        print(f"| {kind} | {med:,.0f} | {wins} | {ratio} | {game_time:,.1f}x | {us['game']:.1f} | {us['wineserver']:.1f} | "
               f"{us['prefix']:.1f} | {sum(r['restarts'] for r in rs)} | {sum(r['bad_rows'] for r in rs)} |")
-    on, off = by.get("injected, drawing"), by.get("injected")
-    if on and off:
+    print()
+    for off_kind, on_kind in (("injected", "injected, drawing"), ("pong", "pong, drawing"), ("snake", "snake, drawing")):
+        on, off = by.get(on_kind), by.get(off_kind)
+        if not (on and off):
+            continue
         per = {name: sum(r["cpu"]["game"] for r in rs) / max(sum(r["steps"] for r in rs), 1)
                for name, rs in (("on", on), ("off", off))}
-        print(f"\ndrawing: the injected game's CPU per step {1e6 * per['on']:.1f} us on, {1e6 * per['off']:.1f} us off "
-              f"(drawing off saves {100 * (1 - per['off'] / per['on']):.0f}%)" if per["on"] else "")
+        if per["on"]:
+            print(f"drawing, {off_kind}: the game's CPU per step {1e6 * per['on']:.1f} us on, {1e6 * per['off']:.1f} us "
+                  f"off (drawing off saves {100 * (1 - per['off'] / per['on']):.0f}%)")
+    off = by.get("injected")
     if linked:
         inj = statistics.median(r["steps_s"] for r in off) if off else 0
         print(f"target: injected >= 80% of linked: {inj / linked:.1%} "
@@ -175,16 +207,20 @@ def main() -> int:
     ap.add_argument("--warm", type=float, default=2.0, help="seconds after every game posted, before the window")
     ap.add_argument("--games", type=int, default=4, help="game processes (1 lane, 1 agent side each)")
     ap.add_argument("--no-draw", action="store_true", help="skip the drawing-on windows")
+    ap.add_argument("--only", default="duel,pong,snake", help="the games measured (a comma list of duel, pong, snake)")
     a = ap.parse_args()
     if not (shutil.which("wine") or shutil.which("wine64")):
         print("inject_bench: wine is missing (apt-get install wine64): not run")
         return 0
-    missing = [x for x in ("duel.exe", "duel_rt.exe", "duel_adapter.dll", "w3inject.exe", "w3hook.dll")
-               if not (WIN64 / x).exists()]
+    only = set(a.only.split(","))
+    parts = ["w3inject.exe", "w3hook.dll"] + (["duel.exe", "duel_rt.exe", "duel_adapter.dll"] if "duel" in only else [])
+    parts += [f"{g}{x}" for g in ("pong", "snake") if g in only for x in (".exe", "_adapter.dll", ".addresses.toml")]
+    missing = [x for x in parts if not (WIN64 / x).exists()]
     if missing:
         print(f"inject_bench: {', '.join(missing)} not built (make build with mingw-w64): not run")
         return 0
-    kinds = KINDS[:2] if a.no_draw else KINDS
+    kinds = tuple(k for k in KINDS if GAME_OF.get(k.split(",")[0], k.split(",")[0]) in only
+                  and not (a.no_draw and k.endswith("drawing")))
     import uvloop  # noqa: PLC0415
 
     print(f"inject_bench: {a.games} Wine processes x 1 lane x 1 agent side (agent vs ai:easy), random policy, "

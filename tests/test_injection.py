@@ -230,6 +230,8 @@ def test_a_32_bit_game_needs_32_bit_wine_and_a_32_bit_adapter(tmp_path, probe):
     ({}, {"step_point": "GetTickCount"}, 69, "W3H_STEP_POINT=GetTickCount: not a call the hook can make the step point"),
     ({}, {"step_point": "export:probe_nothing"}, 69, "the step point export:probe_nothing: the game's .exe exports no"),
     ({}, {"draw": False, "draw_calls": ["Polygon"]}, 69, "W3H_DRAW_CALLS names Polygon, which is not a draw call the hook knows"),
+    ({}, {"draw": False, "draw_calls": ["TextOutA@7"]}, 69, "W3H_DRAW_CALLS names TextOutA@7: expected Name@ARGBYTES"),
+    ({}, {"draw": False, "draw_calls": ["Sleep@4"]}, 69, "Sleep is a call the hook hooks itself; name it without @"),
 ])
 async def test_injection_that_fails_in_the_game_fails_its_slot_with_the_cause(tmp_path, probe, env, inject, code, says):
     sup, run, err = await _failing_run(tmp_path, probe_group(probe, env=env, **inject))

@@ -89,6 +89,11 @@ class InjectSection:
     addresses: Env = Field(default_factory=dict)
     """Names the adapter looks up (host->find_address): name = "module+0xoffset", the
     module "exe" or a DLL's name."""
+    addresses_file: Str = ""
+    """A TOML file of more such names (name = "module+0xoffset"), read at every start:
+    offsets a tool found in the game, written by the build (e.g.
+    build/win64/pong.addresses.toml, games/symbol_offsets.sh). A name in addresses
+    wins. Relative paths are from the repository root."""
     timeout_s: Float = Field(20.0, gt=0, le=3600)
     """How long loading each DLL into the game may take before the start fails."""
     step_deadline_s: Float = Field(10.0, ge=0, le=86400)

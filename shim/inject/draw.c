@@ -5,6 +5,7 @@
 #include "w3s_table.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static BOOL(WINAPI *r_SwapBuffers)(HDC);
@@ -87,6 +88,72 @@ hk_fn hk_draw_fns[] = {
 #undef FN
 const int hk_n_draw_fns = sizeof(hk_draw_fns) / sizeof(hk_draw_fns[0]);
 
+/* ---- draw calls the hook does not know: "Name@ARGBYTES[=RET]" ---- */
+
+#define HK_EXTRA_MAX 32
+hk_fn hk_extra_fns[HK_EXTRA_MAX];
+int hk_n_extra_fns;
+static char g_extra_names[HK_EXTRA_MAX][64];
+static BYTE *g_stubs; /* one 16-byte stub per extra call */
+
+/* A stub that returns ret and, on i386, pops argbytes of stdcall arguments: the calls
+ * are the game's imports, WINAPI (stdcall) on i386, where the callee pops them; on
+ * x86-64 the caller does, and argbytes only has to be given (a recipe works for both). */
+static void *make_stub(int k, uint32_t ret, unsigned argbytes)
+{
+    if (!g_stubs) {
+        g_stubs = VirtualAlloc(NULL, HK_EXTRA_MAX * 16, MEM_COMMIT | MEM_RESERVE, PAGE_READWRITE);
+        if (!g_stubs)
+            hk_fatal(W3S_EXIT_INJECT, "draw calls off: VirtualAlloc failed (Windows error %lu)", (unsigned long)GetLastError());
+    }
+    BYTE *p = g_stubs + 16 * k;
+    p[0] = 0xB8; /* mov eax, imm32 (on x86-64 it zero-extends into rax) */
+    memcpy(p + 1, &ret, 4);
+#ifdef _WIN64
+    (void)argbytes;
+    p[5] = 0xC3; /* ret */
+#else
+    p[5] = 0xC2; /* ret imm16 */
+    p[6] = (BYTE)(argbytes & 0xff);
+    p[7] = (BYTE)(argbytes >> 8);
+#endif
+    return p;
+}
+
+/* One "Name@ARGBYTES[=RET]" entry made a no-op; a fatal error naming what is wrong. */
+static void extra_off(const char *tok)
+{
+    const char *at = strchr(tok, '@');
+    char name[64];
+    if (!at) {
+        char known[256] = "";
+        for (int j = 0; j < D_N; j++)
+            strcat(strcat(known, j ? ", " : ""), DRAW_NAMES[j]);
+        hk_fatal(W3S_EXIT_INJECT, "W3H_DRAW_CALLS names %s, which is not a draw call the hook knows (%s): to turn off "
+                 "another call, give the bytes of its arguments as i386 stdcall pops them, %s@N (docs/hooking.md)",
+                 tok, known, tok);
+    }
+    char *end;
+    unsigned long bytes = strtoul(at + 1, &end, 10);
+    long ret = 1;
+    int bad = end == at + 1 || bytes > 256 || bytes % 4 || (*end && *end != '=');
+    if (!bad && *end == '=') {
+        ret = strtol(end + 1, &end, 0);
+        bad = *end != 0;
+    }
+    if (bad || at == tok || (size_t)(at - tok) >= sizeof(name))
+        hk_fatal(W3S_EXIT_INJECT, "W3H_DRAW_CALLS names %s: expected Name@ARGBYTES or Name@ARGBYTES=RETURN, ARGBYTES a "
+                 "multiple of 4 up to 256 (e.g. TextOutA@20)", tok);
+    snprintf(name, sizeof(name), "%.*s", (int)(at - tok), tok);
+    if (hk_find_fn(name))
+        hk_fatal(W3S_EXIT_INJECT, "W3H_DRAW_CALLS names %s: %s is a call the hook hooks itself; name it without @", tok, name);
+    if (hk_n_extra_fns == HK_EXTRA_MAX)
+        hk_fatal(W3S_EXIT_INJECT, "W3H_DRAW_CALLS names more than %d calls the hook does not know", HK_EXTRA_MAX);
+    int k = hk_n_extra_fns++;
+    memcpy(g_extra_names[k], name, sizeof(name));
+    hk_extra_fns[k] = (hk_fn){g_extra_names[k], make_stub(k, (uint32_t)ret, (unsigned)bytes), NULL, HK_DRAW, 1};
+}
+
 void hk_draw_off(const char *list)
 {
     char buf[512];
@@ -96,13 +163,17 @@ void hk_draw_off(const char *list)
         while (k < D_N && strcmp(DRAW_NAMES[k], tok))
             k++;
         if (k == D_N) {
-            char known[256] = "";
-            for (int j = 0; j < D_N; j++)
-                strcat(strcat(known, j ? ", " : ""), DRAW_NAMES[j]);
-            hk_fatal(W3S_EXIT_INJECT, "W3H_DRAW_CALLS names %s, which is not a draw call the hook knows (%s)", tok, known);
+            extra_off(tok);
+            continue;
         }
         g_draw_off[k] = 1;
         hk_find_fn(tok)->on = 1;
+    }
+    if (g_stubs) {
+        DWORD old;
+        if (!VirtualProtect(g_stubs, HK_EXTRA_MAX * 16, PAGE_EXECUTE_READ, &old))
+            hk_fatal(W3S_EXIT_INJECT, "draw calls off: VirtualProtect failed (Windows error %lu)", (unsigned long)GetLastError());
+        FlushInstructionCache(GetCurrentProcess(), g_stubs, HK_EXTRA_MAX * 16);
     }
 }
 

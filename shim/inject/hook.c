@@ -348,6 +348,12 @@ static void attach(void)
         .game_time_ms = host_game_time_ms,
         .finish = host_finish,
         .step = host_step,
+        .find_window = hk_find_window,
+        .key = hk_key,
+        .type_char = hk_type_char,
+        .mouse = hk_mouse,
+        .patch_import = hk_patch_import,
+        .check_address = hk_check_address,
     };
     err[0] = 0;
     g_in_adapter = "w3a_attach";
@@ -416,7 +422,7 @@ void hk_step(void)
 
 void hk_advance(void)
 {
-    hk_clock_advance(hk_config.step_ms);
+    hk_clock_advance(hk_config.step_ms); /* timers.c's timers fire in it */
     hk_msg_timers_fire();
 }
 

@@ -25,6 +25,8 @@ extern hk_fn hk_clock_fns[]; /* clock.c: the sleeps and timed waits */
 extern const int hk_n_clock_fns;
 extern hk_fn hk_draw_fns[]; /* draw.c: the draw calls (and presents) */
 extern const int hk_n_draw_fns;
+extern hk_fn hk_extra_fns[]; /* draw.c: draw calls the recipe names that the hook does not know */
+extern int hk_n_extra_fns;
 extern hk_fn hk_msg_fns[]; /* msgloop.c: the window message calls */
 extern const int hk_n_msg_fns;
 extern hk_fn hk_read_fns[]; /* reads.c: the clock's reads, ntdll's sleeps and waits */
@@ -123,6 +125,25 @@ int hk_patch_setup(const char *step_modules);
 /* Patches the modules loaded since the last scan (after a LoadLibrary, at the first
  * step: the adapter's own DLLs). Safe from any thread. */
 void hk_patch_scan(void);
+/* Calls visit for every import by name of module m, with the DLL it comes from and its
+ * import address table entry, until visit returns nonzero (returned). */
+typedef int (*hk_import_visit)(const char *dll, const char *name, ULONG_PTR *slot, void *ctx);
+int hk_each_import(HMODULE m, hk_import_visit visit, void *ctx);
+/* Writes value into an import table entry (made writable for the write). 0, or the
+ * Windows error of VirtualProtect. */
+DWORD hk_set_slot(ULONG_PTR *slot, ULONG_PTR value);
+/* After host->patch_import wrote slot: keeps the scans from taking its module for a new
+ * image (and patching the adapter's function away). */
+void hk_patch_noted(ULONG_PTR *slot);
+
+/* hostapi.c: the adapter API's windows, input, imports and addresses (w3h.h, ABI 2;
+ * each function's contract is its field's comment there). */
+void *hk_find_window(const char *class_name);
+int hk_key(void *window, uint32_t vk, int down);
+int hk_type_char(void *window, uint32_t ch);
+int hk_mouse(void *window, int32_t x, int32_t y, uint32_t buttons);
+void *hk_patch_import(const char *importer, const char *dll, const char *name, void *fn);
+int hk_check_address(const void *addr, size_t len, int write);
 
 /* draw.c: the reals; W3H_DRAW_CALLS (a comma list) made no-ops, a fatal error naming an
  * unknown one. */

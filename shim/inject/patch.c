@@ -134,8 +134,9 @@ typedef struct fn_table {
 
 static const int g_n_loader_fns = sizeof(g_loader_fns) / sizeof(g_loader_fns[0]);
 static const fn_table TABLES[] = {
-    {hk_clock_fns, &hk_n_clock_fns}, {hk_read_fns, &hk_n_read_fns},       {hk_timer_fns, &hk_n_timer_fns},
-    {hk_draw_fns, &hk_n_draw_fns},   {hk_msg_fns, &hk_n_msg_fns},     {g_loader_fns, &g_n_loader_fns},
+    {hk_clock_fns, &hk_n_clock_fns}, {hk_read_fns, &hk_n_read_fns},   {hk_timer_fns, &hk_n_timer_fns},
+    {hk_draw_fns, &hk_n_draw_fns},   {hk_msg_fns, &hk_n_msg_fns},     {hk_extra_fns, &hk_n_extra_fns},
+    {g_loader_fns, &g_n_loader_fns},
 };
 #define N_TABLES ((int)(sizeof(TABLES) / sizeof(TABLES[0])))
 
@@ -184,45 +185,78 @@ void hk_set_on(unsigned kinds)
                 TABLES[t].fns[i].on = 1;
 }
 
-/* Points module base's imports at the hook. Returns the number of entries patched;
- * *first is the first one's slot. */
-static int patch_module(BYTE *base, const wchar_t *name, int step_module, int *step_found, ULONG_PTR **first)
+int hk_each_import(HMODULE m, hk_import_visit visit, void *ctx)
 {
+    BYTE *base = (BYTE *)m;
     IMAGE_NT_HEADERS *nt = (IMAGE_NT_HEADERS *)(base + ((IMAGE_DOS_HEADER *)base)->e_lfanew);
     IMAGE_DATA_DIRECTORY dir = nt->OptionalHeader.DataDirectory[IMAGE_DIRECTORY_ENTRY_IMPORT];
-    int n = 0;
-    *first = NULL;
     if (!dir.VirtualAddress)
         return 0;
     for (IMAGE_IMPORT_DESCRIPTOR *d = (IMAGE_IMPORT_DESCRIPTOR *)(base + dir.VirtualAddress); d->Name; d++) {
         if (!d->OriginalFirstThunk) /* no names left to match (a bound, stripped table) */
             continue;
+        const char *dll = (const char *)(base + d->Name);
         IMAGE_THUNK_DATA *names = (IMAGE_THUNK_DATA *)(base + d->OriginalFirstThunk);
         IMAGE_THUNK_DATA *iat = (IMAGE_THUNK_DATA *)(base + d->FirstThunk);
         for (; names->u1.AddressOfData; names++, iat++) {
             if (IMAGE_SNAP_BY_ORDINAL(names->u1.Ordinal))
                 continue;
-            const char *fn = (const char *)((IMAGE_IMPORT_BY_NAME *)(base + names->u1.AddressOfData))->Name;
-            hk_fn *f = hk_find_fn(fn);
-            void *t = f ? target(f, step_module) : NULL;
-            if (!t)
-                continue;
-            if (step_module && hk_is_step_point(fn))
-                *step_found = 1;
-            if (!*first)
-                *first = (ULONG_PTR *)&iat->u1.Function;
-            n++;
-            if (iat->u1.Function == (ULONG_PTR)t)
-                continue;
-            DWORD old;
-            if (!VirtualProtect(&iat->u1.Function, sizeof(iat->u1.Function), PAGE_READWRITE, &old))
-                hk_fatal(W3S_EXIT_INJECT, "cannot patch %ls's import of %s (VirtualProtect: Windows error %lu)", name, fn,
-                         (unsigned long)GetLastError());
-            iat->u1.Function = (ULONG_PTR)t;
-            VirtualProtect(&iat->u1.Function, sizeof(iat->u1.Function), old, &old);
+            const char *name = (const char *)((IMAGE_IMPORT_BY_NAME *)(base + names->u1.AddressOfData))->Name;
+            int rc = visit(dll, name, (ULONG_PTR *)&iat->u1.Function, ctx);
+            if (rc)
+                return rc;
         }
     }
-    return n;
+    return 0;
+}
+
+DWORD hk_set_slot(ULONG_PTR *slot, ULONG_PTR value)
+{
+    DWORD old;
+    if (!VirtualProtect(slot, sizeof(*slot), PAGE_READWRITE, &old))
+        return GetLastError();
+    *slot = value;
+    VirtualProtect(slot, sizeof(*slot), old, &old);
+    return 0;
+}
+
+typedef struct patch_ctx {
+    const wchar_t *name;
+    int step_module, n;
+    int *step_found;
+    ULONG_PTR *first;
+} patch_ctx;
+
+static int patch_one(const char *dll, const char *fn, ULONG_PTR *slot, void *ctx)
+{
+    (void)dll;
+    patch_ctx *c = ctx;
+    hk_fn *f = hk_find_fn(fn);
+    void *t = f ? target(f, c->step_module) : NULL;
+    if (!t)
+        return 0;
+    if (c->step_module && hk_is_step_point(fn))
+        *c->step_found = 1;
+    if (!c->first)
+        c->first = slot;
+    c->n++;
+    if (*slot == (ULONG_PTR)t)
+        return 0;
+    DWORD err = hk_set_slot(slot, (ULONG_PTR)t);
+    if (err)
+        hk_fatal(W3S_EXIT_INJECT, "cannot patch %ls's import of %s (VirtualProtect: Windows error %lu)", c->name, fn,
+                 (unsigned long)err);
+    return 0;
+}
+
+/* Points module base's imports at the hook. Returns the number of entries patched;
+ * *first is the first one's slot. */
+static int patch_module(BYTE *base, const wchar_t *name, int step_module, int *step_found, ULONG_PTR **first)
+{
+    patch_ctx c = {name, step_module, 0, step_found, NULL};
+    hk_each_import((HMODULE)base, patch_one, &c);
+    *first = c.first;
+    return c.n;
 }
 
 static int excluded(BYTE *base, const UNICODE_STRING *full)
@@ -276,6 +310,16 @@ static void scan(int *step_found)
     }
     if (r_LdrUnlockLoaderLock)
         r_LdrUnlockLoaderLock(0, cookie);
+}
+
+void hk_patch_noted(ULONG_PTR *slot)
+{
+    /* A slot the adapter repointed (host->patch_import) that a scan keeps as a module's
+     * mark: the new value is the mark, or the next scan would take the module for a
+     * fresh image and patch the adapter's function away. */
+    for (int k = 0; k < g_n_seen; k++)
+        if (g_seen[k].slot == slot)
+            g_seen[k].val = *slot;
 }
 
 void hk_patch_scan(void)

@@ -37,7 +37,9 @@
 
 #include "w3s_table.h"
 
-#define W3H_ABI 1u
+/* 2: the fields after finish (step; windows, input, imports, addresses). An adapter
+ * checks host->abi >= the ABI whose fields it uses. */
+#define W3H_ABI 2u
 
 #ifdef _WIN32
 #define W3A_EXPORT __declspec(dllexport)
@@ -78,7 +80,53 @@ typedef struct w3h_host {
      * answers were acted on (w3a_act) and game time advanced step_ms. With any other
      * step point it does nothing. */
     void (*step)(void);
+
+    /* ---- ABI 2 (with step above). Fields are only ever appended: a later field goes after every field
+     * above and below, never between, so that an adapter built for an older ABI reads
+     * the same offsets. What they are for: a game with no modding exports, reached
+     * through its window, its input messages, its imports and its memory
+     * (docs/hooking.md, "The adapter API"). All of them may be called from any w3a_*
+     * function, on the game's step thread. ---- */
+
+    /* The game's top-level window: one of this process's windows that no other window
+     * owns, of the class class_name (NULL: any class), visible or not; a visible one
+     * first. NULL when there is none yet (the game has not created it). */
+    void *(*find_window)(const char *class_name);
+    /* A key pressed (down 1) or released (down 0) as a player's keyboard gives it:
+     * WM_KEYDOWN/WM_KEYUP (WM_SYSKEYDOWN/UP for Alt and F10) posted to window's
+     * thread, lParam with a repeat count of 1, the scan code (MapVirtualKey), the
+     * extended bit (arrows, Insert, Delete, Home, End, Page Up/Down, right Ctrl/Alt,
+     * numpad Enter and /), the previous-state bit (1 when the key is already down: an
+     * auto-repeat) and the transition bit (1 on release). The hook remembers which keys
+     * it holds down. A key pressed and released in one step reaches the game as
+     * WM_KEYDOWN, WM_KEYUP, then the WM_CHAR its TranslateMessage made (a keyboard's
+     * key-up would come later). 0 on success, else the Windows error of PostMessage. */
+    int (*key)(void *window, uint32_t vk, int down);
+    /* A character typed (WM_CHAR, lParam as the key that types it): for a game that
+     * reads WM_CHAR without translating WM_KEYDOWN itself. 0, or the Windows error. */
+    int (*type_char)(void *window, uint32_t ch);
+    /* The pointer at (x, y) in window's client coordinates with buttons held
+     * (W3H_MOUSE_LEFT | W3H_MOUSE_RIGHT | W3H_MOUSE_MIDDLE): WM_MOUSEMOVE, then a
+     * WM_xBUTTONDOWN/UP for each button whose state changed since the last call, each
+     * with the key-state wParam (MK_*) and the coordinates. 0, or the Windows error. */
+    int (*mouse)(void *window, int32_t x, int32_t y, uint32_t buttons);
+    /* Points importer's import of name (from the DLL dll; NULL: from any DLL) at fn and
+     * returns what it pointed at before (the real function, or the hook's replacement
+     * for a call the hook patches). importer NULL: the game's .exe; else a loaded
+     * module's name. NULL when the module is not loaded or does not import name (no
+     * change made). Only this module's import table changes: its calls through
+     * GetProcAddress and other modules' calls are untouched. */
+    void *(*patch_import)(const char *importer, const char *dll, const char *name, void *fn);
+    /* 1 when all of [addr, addr + len) is committed memory that can be read (and
+     * written, with write 1) without a fault, else 0 (VirtualQuery; never touches the
+     * memory). For an address from find_address before reading the game's state. */
+    int (*check_address)(const void *addr, size_t len, int write);
 } w3h_host;
+
+/* host->mouse's buttons. */
+#define W3H_MOUSE_LEFT 1u
+#define W3H_MOUSE_RIGHT 2u
+#define W3H_MOUSE_MIDDLE 4u
 
 /* 0 on success; nonzero with err filled (name the export, the address or the setting
  * that is missing): the game exits W3S_EXIT_ADAPTER with err as the cause. */

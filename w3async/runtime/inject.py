@@ -12,6 +12,7 @@ before a run are inject_checks.py's.
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 from w3async.recipe_sections import REPO_ROOT, InjectSection
@@ -63,5 +64,30 @@ def launch(inject: InjectSection, game: Path, values: dict[str, str]) -> tuple[P
         "W3H_DRAW_CALLS": ",".join(inject.draw_calls),
         "W3H_MODULES": ",".join(inject.modules),
     }
-    env.update({f"W3H_ADDR_{k}": v for k, v in inject.addresses.items()})
+    env.update({f"W3H_ADDR_{k}": v for k, v in {**file_addresses(inject), **inject.addresses}.items()})
     return build / LAUNCHER.name, args, env, str(game.parent)
+
+
+def file_addresses(inject: InjectSection) -> dict[str, str]:
+    """The names in inject.addresses_file ({} when none is set). Read at every start, so
+    that a rebuilt game's offsets are the ones used; check() reports a bad file first."""
+    if not inject.addresses_file:
+        return {}
+    addresses, problem = read_addresses(repo_path(inject.addresses_file))
+    if problem:
+        raise ValueError(f"inject.addresses_file = {inject.addresses_file!r}: {problem}")
+    return addresses
+
+
+def read_addresses(path: Path) -> tuple[dict[str, str], str | None]:
+    """(name -> "module+0xoffset", problem) from an addresses file."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as e:
+        return {}, f"cannot be read ({e.strerror}): make build writes the games' addresses files"
+    except tomllib.TOMLDecodeError as e:
+        return {}, f"is not TOML ({e})"
+    bad = [k for k, v in data.items() if not isinstance(v, str) or "+" not in v or not k.isidentifier()]
+    if bad:
+        return {}, f"{bad[0]} = {data[bad[0]]!r}: expected name = \"module+0xoffset\""
+    return data, None

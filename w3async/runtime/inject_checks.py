@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 
 from w3async.runtime.hooknames import hook_names
-from w3async.runtime.inject import BUILDS, HOOK, repo_path
+from w3async.runtime.inject import BUILDS, HOOK, read_addresses, repo_path
 from w3async.runtime.pe import AMD64, PeError, PeFile, machine_name, read_pe
 from w3async.runtime.wine import LAUNCHER
 from w3async.runtime.wineinstall import wine_install
@@ -120,14 +120,20 @@ def _check_inject(key: str, inj, game: _Game, install) -> list[str]:
     if inj.cwd and not repo_path(inj.cwd).is_dir():
         problems.append(f"{key}.cwd = {inj.cwd!r}: {repo_path(inj.cwd)} is not a folder")
     problems += _check_adapter(key, inj, game, install)
+    addresses = dict(inj.addresses)
+    if inj.addresses_file:
+        found, problem = read_addresses(repo_path(inj.addresses_file))
+        if problem:
+            problems.append(f"{key}.addresses_file = {inj.addresses_file!r}: {repo_path(inj.addresses_file)} {problem}")
+        addresses = {**found, **addresses}
     names = hook_names()
-    problems += _check_step_point(key, inj, game, names)
+    problems += _check_step_point(key, inj, game, names, addresses)
     if names is not None and not inj.draw:
         for call in inj.draw_calls:
             why = names.draw_call_problem(call)
             if why:
                 problems.append(f"{key}.draw_calls: {call!r} is {why}: fix or remove it")
-    for name, value in inj.addresses.items():
+    for name, value in addresses.items():
         problems += _check_address(f"{key}.addresses.{name} = {value!r}", value, game, code=False)
     return problems
 
@@ -170,7 +176,7 @@ def _check_adapter(key: str, inj, game: _Game, install) -> list[str]:
     return problems
 
 
-def _check_step_point(key: str, inj, game: _Game, names) -> list[str]:
+def _check_step_point(key: str, inj, game: _Game, names, addresses: dict[str, str]) -> list[str]:
     sp, exe = inj.step_point, game.exe
     what = f"{key}.step_point = {sp!r}"
     if names is not None:
@@ -188,7 +194,13 @@ def _check_step_point(key: str, inj, game: _Game, names) -> list[str]:
                     f"or an import it calls once a frame"]
         return []
     if sp.startswith("at:"):
-        return _check_address(what, sp[len("at:"):], game, code=True)
+        at = sp[len("at:"):]
+        if "+" not in at:  # at:NAME, a name of addresses (or of addresses_file)
+            if at not in addresses:
+                return [f"{what}: no address named {at} in addresses or addresses_file (known: "
+                        f"{', '.join(sorted(addresses)) or 'none'})"]
+            at = addresses[at]
+        return _check_address(what, at, game, code=True)
     modules, elsewhere = game.step_modules(list(inj.modules))
     if elsewhere or any(m.imports_name(sp) for m in modules):
         return []

@@ -1,0 +1,277 @@
+/* snake_adapter.c: the adapter (shim/inject/w3h.h) for the unmodified snake.exe, a
+ * GetMessage game ticked by a WM_TIMER that exports nothing, written as a user would
+ * from the game's source and the tools' output.
+ *
+ * The state: the game's one static struct (snake.c's `snake`), at the offset nm finds
+ * in an unstripped build of the same source (build/win64/snake.addresses.toml, the
+ * recipe's addresses_file), checked at attach.
+ *
+ * The tick: the game moves when a WM_TIMER of its 100 ms timer (id 1) arrives, which
+ * Windows sends in wall time, and waits in GetMessage between. At attach the adapter
+ * kills that timer and points the .exe's import of GetMessageA at its own: the game's
+ * messages as before, and when its queue is empty, the timer's WM_TIMER at once. So a
+ * tick comes only after every key the adapter posted has been read, and as fast as the
+ * answers come. (With the virtual clock, the hook keeps the game's SetTimer timer in
+ * game time and posts its WM_TIMER at each step; the adapter's KillTimer, Windows'
+ * own, does not reach it, and those WM_TIMERs are dropped like a wall-clock one.)
+ *
+ * The step: the hook's step point is BitBlt, which the game calls once a paint, and it
+ * paints after every tick. w3a_ready says a step only when the game moved on since the
+ * last post (a new game, a tick, a tick of its game-over): paints of an exposed window
+ * are not steps.
+ *
+ * Focus: the game pauses when its window loses the focus, which a window of another
+ * game on the same desktop takes (desktop = "shared", the default). The adapter
+ * subclasses the window and keeps WM_ACTIVATE (inactive) and WM_KILLFOCUS from the
+ * game, and presses P when the game is paused (a focus lost before attach).
+ *
+ * The seed: every new game seeds rand() from time(). The adapter points the .exe's
+ * import of msvcrt's _time64 at its own: SNAKE_EPOCH (seconds; default the real time
+ * at attach) plus the game time its steps made. With SNAKE_EPOCH set, the same answers
+ * give the same games. At attach it presses N, so the first game is seeded so too.
+ *
+ * The answer: head 0 is 0 none, 1 up, 2 down, 3 left, 4 right (taken modulo 5): that
+ * arrow key tapped (WM_KEYDOWN then WM_KEYUP, host->key). A death is the episode's
+ * DONE row (reward -1; +1 a food); after its answer the adapter presses N.
+ *
+ * SNAKE_TRACE, a folder: each step appends "step games ticks next_dir dir score hash
+ * action reward flags"
+ * to SNAKE_TRACE/snake-lane<L>.trace. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <windows.h>
+
+#include "inject/w3h.h"
+
+#define SA_COLS 20
+#define SA_ROWS 15
+#define SA_MAX (SA_COLS * SA_ROWS)
+#define SA_TIMER 1 /* snake.c's SNAKE_TIMER */
+
+/* snake.c's struct snake_state, field for field. */
+typedef struct sa_state {
+    int games, ticks, score, dead, paused, dir, next_dir, food_x, food_y, len, head;
+    int x[SA_MAX], y[SA_MAX];
+} sa_state;
+
+static struct {
+    const w3h_host *host;
+    const volatile sa_state *g;
+    HWND wnd;
+    WNDPROC game_proc;
+    BOOL(WINAPI *real_getmessage)(MSG *, HWND, UINT, UINT);
+    __time64_t epoch;
+    uint64_t steps;
+    int start_games, p_pending, posted;
+    int last_games, last_ticks, last_dead, last_score;
+    uint32_t step;
+    FILE *trace;
+} sa;
+
+static __time64_t __cdecl sa_time(__time64_t *t)
+{
+    __time64_t now = sa.epoch + (__time64_t)(sa.steps * sa.host->step_ms / 1000);
+    if (t)
+        *t = now;
+    return now;
+}
+
+static BOOL WINAPI sa_getmessage(MSG *m, HWND w, UINT lo, UINT hi)
+{
+    for (;;) {
+        if (PeekMessageA(m, w, lo, hi, PM_REMOVE)) {
+            if (m->message == WM_TIMER && m->hwnd == sa.wnd && m->wParam == SA_TIMER && !m->lParam)
+                continue; /* a wall-clock tick queued before the timer was killed */
+            return m->message != WM_QUIT;
+        }
+        if (!IsWindow(sa.wnd))
+            return sa.real_getmessage(m, w, lo, hi);
+        memset(m, 0, sizeof(*m));
+        m->hwnd = sa.wnd, m->message = WM_TIMER, m->wParam = SA_TIMER;
+        return TRUE;
+    }
+}
+
+/* The game's window procedure, without the focus losses that would pause it. */
+static LRESULT CALLBACK sa_proc(HWND w, UINT msg, WPARAM wp, LPARAM lp)
+{
+    if (msg == WM_KILLFOCUS || (msg == WM_ACTIVATE && LOWORD(wp) == WA_INACTIVE))
+        return DefWindowProcA(w, msg, wp, lp);
+    return CallWindowProcA(sa.game_proc, w, msg, wp, lp);
+}
+
+static void sa_tap(uint32_t vk)
+{
+    int rc = sa.host->key(sa.wnd, vk, 1);
+    if (!rc)
+        rc = sa.host->key(sa.wnd, vk, 0);
+    if (rc)
+        sa.host->fail("snake adapter: cannot post a key to the game's window (Windows error %d)", rc);
+}
+
+static uint64_t sa_hash(const sa_state *s)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    const unsigned char *p = (const unsigned char *)s;
+    for (size_t i = 0; i < sizeof(*s); i++)
+        h = (h ^ p[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+W3A_EXPORT int w3a_attach(const w3h_host *host, char *err, size_t errlen)
+{
+    memset((void *)&sa, 0, sizeof(sa));
+    sa.host = host;
+    if (host->abi < 2) {
+        snprintf(err, errlen, "snake adapter: needs the hook's ABI 2 (windows, keys, imports), the hook has %u",
+                 host->abi);
+        return -1;
+    }
+    if (host->nrows != 1) {
+        snprintf(err, errlen, "snake adapter: %u rows; snake is one player a process: set lanes = 1, sides = 1",
+                 host->nrows);
+        return -1;
+    }
+    sa_state *g = host->find_address("state");
+    if (!g) {
+        snprintf(err, errlen, "snake adapter: the recipe names no address \"state\" (addresses_file = "
+                              "\"build/win64/snake.addresses.toml\", written by make build)");
+        return -1;
+    }
+    if (!host->check_address(g, sizeof(*g), 0)) {
+        snprintf(err, errlen, "snake adapter: the state address %p is not readable memory", (void *)g);
+        return -1;
+    }
+    if (g->games < 1 || g->len < 3 || g->len > SA_MAX || g->head < 0 || g->head >= SA_MAX || g->dir < 0 || g->dir > 3) {
+        snprintf(err, errlen, "snake adapter: the memory at the state address is not snake's game (games %d, length "
+                              "%d, direction %d): an addresses file of another build of snake.exe?",
+                 g->games, g->len, g->dir);
+        return -1;
+    }
+    sa.g = g;
+    if (!(sa.wnd = host->find_window("SnakeWindow"))) {
+        snprintf(err, errlen, "snake adapter: the game has no window of class SnakeWindow");
+        return -1;
+    }
+    const char *ep = getenv("SNAKE_EPOCH");
+    sa.epoch = ep && *ep ? (__time64_t)_strtoi64(ep, NULL, 10) : _time64(NULL);
+    if (!host->patch_import(NULL, "msvcrt.dll", "_time64", (void *)sa_time)) {
+        snprintf(err, errlen, "snake adapter: snake.exe imports no _time64 from msvcrt.dll (is it snake.exe?)");
+        return -1;
+    }
+    sa.real_getmessage = host->patch_import(NULL, "user32.dll", "GetMessageA", (void *)sa_getmessage);
+    if (!sa.real_getmessage) {
+        snprintf(err, errlen, "snake adapter: snake.exe imports no GetMessageA from user32.dll");
+        return -1;
+    }
+    KillTimer(sa.wnd, SA_TIMER);
+    sa.game_proc = (WNDPROC)SetWindowLongPtrA(sa.wnd, GWLP_WNDPROC, (LONG_PTR)sa_proc);
+    if (!sa.game_proc) {
+        snprintf(err, errlen, "snake adapter: SetWindowLongPtr failed (Windows error %lu)", GetLastError());
+        return -1;
+    }
+    const char *dir = getenv("SNAKE_TRACE");
+    if (dir && *dir) {
+        char path[MAX_PATH];
+        snprintf(path, sizeof(path), "%s\\snake-lane%u.trace", dir, host->row0);
+        if (!(sa.trace = fopen(path, "a"))) {
+            snprintf(err, errlen, "snake adapter: SNAKE_TRACE: cannot open %s", path);
+            return -1;
+        }
+    }
+    sa.start_games = g->games;
+    sa_tap('N'); /* the first game seeded by the adapter's time */
+    return 0;
+}
+
+W3A_EXPORT int w3a_ready(void)
+{
+    const volatile sa_state *g = sa.g;
+    if (g->games == sa.start_games)
+        return 0; /* the N of attach not read yet */
+    if (g->paused) {
+        if (!sa.p_pending)
+            sa_tap('P');
+        sa.p_pending = 1;
+        return 0;
+    }
+    sa.p_pending = 0;
+    return !sa.posted || g->games != sa.last_games || g->ticks != sa.last_ticks || g->dead != sa.last_dead;
+}
+
+W3A_EXPORT void w3a_observe(w3s_row *row, uint32_t i)
+{
+    static sa_state s;
+    memcpy(&s, (const void *)sa.g, sizeof(s));
+    int first = !sa.posted || s.games != sa.last_games;
+    if (first)
+        sa.step = 0, sa.last_score = 0;
+    row->lane = sa.host->row0 + i;
+    row->side = 0;
+    row->episode = (uint64_t)s.games;
+    row->flags = (first ? W3S_FLAG_FIRST : 0) | (s.dead ? W3S_FLAG_DONE : 0);
+    row->step = sa.step++;
+    row->reward = first ? 0.0f : (float)(s.score - sa.last_score) - (s.dead ? 1.0f : 0.0f);
+    row->discarded = 0;
+    row->state_hash = sa_hash(&s);
+    memset(row->glob, 0, sizeof(row->glob));
+    int hx = s.x[s.head], hy = s.y[s.head];
+    row->glob[0] = hx / (float)SA_COLS, row->glob[1] = hy / (float)SA_ROWS;
+    row->glob[2 + s.dir] = 1.0f; /* 2..5: the direction, one-hot */
+    row->glob[6] = s.food_x / (float)SA_COLS, row->glob[7] = s.food_y / (float)SA_ROWS;
+    row->glob[8] = s.len / (float)SA_MAX, row->glob[9] = (float)(s.food_x - hx) / SA_COLS;
+    row->glob[10] = (float)(s.food_y - hy) / SA_ROWS;
+    /* Entities: the food (type 1), the head (2), the body from the neck on (3), at most
+     * W3S_E_MAX in all: x, y, and for the body its place along it. */
+    uint32_t n = 0;
+    memset(row->ent, 0, sizeof(row->ent));
+    row->ent_type[n] = 1, row->ent[n][0] = s.food_x / (float)SA_COLS, row->ent[n][1] = s.food_y / (float)SA_ROWS, n++;
+    for (int k = 0; k < s.len && n < W3S_E_MAX; k++, n++) {
+        int c = (s.head - k + SA_MAX) % SA_MAX;
+        row->ent_type[n] = k ? 3 : 2;
+        row->ent[n][0] = s.x[c] / (float)SA_COLS, row->ent[n][1] = s.y[c] / (float)SA_ROWS;
+        row->ent[n][2] = k / (float)SA_MAX;
+    }
+    row->n_ent = n;
+    memset(row->mask, 0, sizeof(row->mask));
+    for (int c = 0; c < 5; c++)
+        row->mask[0][c] = 1;
+    row->mask[1][0] = row->mask[2][0] = row->mask[3][0] = 1;
+    row->row_magic = W3S_ROW_MAGIC;
+    sa.posted = 1;
+    sa.last_games = s.games, sa.last_ticks = s.ticks, sa.last_dead = s.dead, sa.last_score = s.score;
+    if (sa.trace)
+        fprintf(sa.trace, "%u %d %d %d %d %d %016llx ", row->step, s.games, s.ticks, s.next_dir, s.dir, s.score,
+                (unsigned long long)row->state_hash);
+}
+
+W3A_EXPORT void w3a_act(const w3s_row *row, uint32_t i)
+{
+    (void)i;
+    static const uint32_t VK[] = {0, VK_UP, VK_DOWN, VK_LEFT, VK_RIGHT};
+    int32_t a = row->action[0] % 5;
+    if (a < 0)
+        a = -a;
+    if (a && !(row->flags & W3S_FLAG_DONE))
+        sa_tap(VK[a]);
+    sa.steps++;
+    if (sa.trace) {
+        fprintf(sa.trace, "%d %g %u\n", (int)a, row->reward, row->flags);
+        fflush(sa.trace);
+    }
+}
+
+W3A_EXPORT void w3a_episode_end(uint32_t i)
+{
+    (void)i;
+    sa_tap('N'); /* the next game at once, not after the game-over pause */
+}
+
+W3A_EXPORT void w3a_detach(void)
+{
+    if (sa.trace)
+        fclose(sa.trace);
+}

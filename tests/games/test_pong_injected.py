@@ -1,0 +1,109 @@
+"""Pong (games/pong) driven by injection under Wine, as recipes/pong-injected.toml runs
+it: the stripped pong.exe, which exports nothing, with the hook and its adapter loaded
+into it. The adapter finds the match by the offset nm found (addresses_file), paces
+the game by its own clock() import, and plays with arrow-key messages. Four games step
+and leave nothing; a seed and the answers give the same match twice; every answer's key
+moves the paddle."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from w3async.runtime.inject import HOOK, LAUNCHER
+
+from ..conftest import REPO
+from ..test_supervisor import assert_nothing_left, events, run_recipe
+
+pytestmark = pytest.mark.wine
+
+WIN64 = REPO / "build" / "win64"
+PARTS = [WIN64 / p for p in ("pong.exe", "pong_adapter.dll", "pong.addresses.toml")] + [LAUNCHER, HOOK]
+DRAW_CALLS = ["FillRect", "Rectangle", "Ellipse", "BitBlt", "TextOutA@20", "LineTo@12", "MoveToEx@16"]
+
+
+@pytest.fixture(scope="module")
+def built(wine, mingw) -> None:
+    if not all(p.exists() for p in PARTS):
+        subprocess.run(["make", "-s", "build"], cwd=REPO, check=True)
+
+
+def pong_recipe(count: int, steps: int, policy: str = "random", seed: str = "{seed}", env: dict | None = None) -> dict:
+    group = {"binary": str(WIN64 / "pong.exe"), "runtime": "wine", "count": count, "lanes": 1, "sides": 1,
+             "env": env or {},
+             "inject": {"adapter": str(WIN64 / "pong_adapter.dll"), "args": ["--seed", seed, "--points", "3"],
+                        "step_point": "PeekMessageA", "step_ms": 16, "draw": False, "draw_calls": DRAW_CALLS,
+                        "addresses_file": str(WIN64 / "pong.addresses.toml")}}
+    return {"name": "pong", "game": "null", "games": [group], "stop": {"steps": steps},
+            "supervisor": {"policy": policy, "progress_s": 0, "start_timeout_s": 120, "backoff_s": 0.05}}
+
+
+def traces(run: Path) -> dict[str, list[list[str]]]:
+    """lane trace file -> its lines split: step frame paddle score0 score1 hash action reward flags."""
+    return {p.name: [x.split() for x in p.read_text().splitlines() if len(x.split()) == 9]
+            for p in sorted((run / "trace").glob("*.trace"))}
+
+
+async def test_four_injected_pongs_step_recycle_and_leave_nothing(tmp_path, built):
+    run = tmp_path / "run"
+    sup, stats = await run_recipe(pong_recipe(4, 6000), run)
+    assert stats["bad_rows"] == 0 and stats["agent_steps"] >= 6000
+    exits = [e for e in events(run) if e["event"] in ("game_exit", "game_kill", "bad_row", "slot_failed")]
+    # One match a process: every exit is the adapter's finish after a DONE row.
+    assert exits and all(e["event"] == "game_exit" and e["cause"] == "recycle" and e["returncode"] == 0
+                         for e in exits), exits
+    assert_nothing_left(sup, run)
+
+
+async def test_the_same_seed_and_answers_play_the_same_match_and_the_keys_move_the_paddle(tmp_path, built):
+    """Two runs of two games at seed 7 under the check policy (an answer a function of
+    the row's sequence number and lane): per lane, the same rows in both runs; the
+    lanes' different answers give different matches. Each step's key (up, down, none)
+    moves the paddle exactly one frame's worth in the frame after the next."""
+    got = []
+    for k in range(2):
+        run = tmp_path / f"run{k}"
+        (run / "trace").mkdir(parents=True)
+        sup, stats = await run_recipe(pong_recipe(2, 1500, policy="check", seed="7",
+                                                  env={"PONG_TRACE": "{run_dir_windows}\\trace"}), run)
+        assert stats["bad_rows"] == 0
+        assert_nothing_left(sup, run)
+        got.append(traces(run))
+    assert sorted(got[0]) == sorted(got[1]) and len(got[0]) == 2, got[0].keys()
+    n = min(len(t) for run in got for t in run.values())
+    assert n >= 400
+    for lane in got[0]:
+        assert got[0][lane][:n] == got[1][lane][:n], lane
+    a, b = (got[0][lane][:n] for lane in sorted(got[0]))
+    assert [x[5] for x in a] != [x[5] for x in b]  # other answers, another match
+    moves = 0
+    for rows in got[0].values():
+        for cur, nxt, after in zip(rows, rows[1:], rows[2:]):
+            if int(after[0]) != int(cur[0]) + 2 or int(nxt[8]) & 2:
+                continue  # a new match (the next process) or the end of one
+            # The step is at a drained PeekMessage, and the frame runs right after it:
+            # the keys posted then are read at the next loop, for the frame after.
+            pad, action = int(nxt[2]), int(cur[6])
+            want = {0: pad, 1: max(pad - 8, 0), 2: min(pad + 8, 400)}[action]
+            assert int(after[2]) == want, (cur, nxt, after)
+            moves += want != pad
+    assert moves > 100
+    scores = {(x[3], x[4]) for rows in got[0].values() for x in rows}
+    assert len(scores) > 2  # points were scored
+
+
+def test_a_missing_or_malformed_addresses_file_is_one_line_before_anything_starts(tmp_path, built):
+    from w3async.recipes import recipe_from_dict
+    from w3async.runtime import inject
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text('state = "0xd060"\n')
+    for path, says in ((tmp_path / "none.toml", "cannot be read (No such file or directory): make build writes"),
+                       (bad, "state = '0xd060': expected name = \"module+0xoffset\"")):
+        data = pong_recipe(1, 10)
+        data["games"][0]["inject"]["addresses_file"] = str(path)
+        problems = inject.check(recipe_from_dict(data))
+        assert len(problems) == 1 and problems[0].startswith("games[0].inject.addresses_file = ") and says in problems[0], \
+            problems

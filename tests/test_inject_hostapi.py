@@ -1,0 +1,69 @@
+"""The adapter API's ABI 2 functions (shim/inject/hostapi.c, w3h.h; docs/hooking.md "The
+adapter API") in a real injected game under Wine: tests/inject/hostapi_game.c, a
+windowed program that prints every input message it gets, driven by
+tests/inject/hostapi_adapter.c, which uses each function and sends a script of keys,
+characters and mouse input. A draw call the hook does not know is turned off by its
+argument size."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from .conftest import REPO
+from .test_injection import game_logs, probe  # noqa: F401 (fixture)
+from .test_supervisor import assert_nothing_left, null_recipe, run_recipe
+
+pytestmark = pytest.mark.wine
+
+
+@pytest.fixture(scope="module")
+def hostapi(probe, mingw) -> dict[str, Path]:  # noqa: F811
+    src, out = REPO / "tests" / "inject", probe["dir"]
+    game, adapter = out / "hostapi_game.exe", out / "hostapi_adapter.dll"
+    subprocess.run([mingw, "-O2", "-Wall", "-o", str(game), str(src / "hostapi_game.c"), "-lgdi32"], check=True)
+    subprocess.run([mingw, "-O2", "-Wall", "-shared", "-I", str(REPO / "shim"), "-I", str(REPO / "shim" / "inject"),
+                    "-o", str(adapter), str(src / "hostapi_adapter.c")], check=True)
+    return {"game": game, "adapter": adapter}
+
+
+def hostapi_run(hostapi: dict, **inject) -> dict:
+    group = {"binary": str(hostapi["game"]), "runtime": "wine", "count": 1, "lanes": 1, "sides": 1,
+             "inject": {"adapter": str(hostapi["adapter"]), "step_point": "Sleep", "step_ms": 10, "timeout_s": 10,
+                        **inject}}
+    return null_recipe([group], supervisor={"start_timeout_s": 60, "policy": "random"}, stop={"steps": 60})
+
+
+async def test_the_adapter_finds_the_window_checks_addresses_patches_imports_and_sends_a_players_input(tmp_path,
+                                                                                                      hostapi):
+    run = tmp_path / "run"
+    sup, stats = await run_recipe(hostapi_run(hostapi, draw=False, draw_calls=["TextOutA@20=7"]), run)
+    assert stats["bad_rows"] == 0 and stats["restarts"] == {}
+    log = game_logs(run)[0]
+    assert "adapter: find_window class 1, any 1, other class 0" in log, log
+    assert ("adapter: check_address exe read 1, exe write 0, null 0, pages read 1, pages write 0, first page write 1, "
+            "freed 0") in log, log
+    assert "adapter: patch_import GetVersion 1 (the real one 1), from user32 0, not imported 0" in log, log
+    # The game's own GetVersion before attach, the adapter's after; TextOutA's stub returns 7.
+    versions = re.findall(r"version 0x([0-9a-f]{8}) textout (-?\d+)", log)
+    assert versions[-1] == ("12345678", "7"), versions
+    assert "adapter: script done" in log, log[-2000:]
+    msgs = [(m[0], int(m[1], 16), int(m[2], 16)) for m in re.findall(r"msg (\w+) (0x[0-9a-f]+) (0x[0-9a-f]+)", log)]
+    left = 0x4B << 16 | 1 << 24 | 1  # repeat 1, its scan code, the extended bit
+    a, z = 0x1E << 16 | 1, 0x2C << 16 | 1
+    assert msgs[:3] == [("WM_KEYDOWN", 0x25, left), ("WM_KEYDOWN", 0x25, left | 1 << 30),  # previous state: down
+                        ("WM_KEYUP", 0x25, left | 1 << 30 | 1 << 31)], msgs
+    # Pressed and released in one step: TranslateMessage's WM_CHAR comes after the posted key-up.
+    assert msgs[3:6] == [("WM_KEYDOWN", 0x41, a), ("WM_KEYUP", 0x41, a | 3 << 30), ("WM_CHAR", ord("a"), a)], msgs
+    assert msgs[6] == ("WM_CHAR", ord("z"), z), msgs
+    at, at2 = 20 << 16 | 10, 21 << 16 | 11
+    assert msgs[7:11] == [("WM_MOUSEMOVE", 0, at), ("WM_LBUTTONDOWN", 1, at),  # MK_LBUTTON after the change
+                          ("WM_MOUSEMOVE", 1, at2), ("WM_LBUTTONUP", 0, at2)], msgs
+    alt, x = 0x38 << 16 | 1 << 29 | 1, 0x2D << 16 | 1 << 29 | 1  # the context bit: Alt is down
+    assert msgs[11:14] == [("WM_SYSKEYDOWN", 0x12, alt), ("WM_SYSKEYDOWN", 0x58, x),
+                           ("WM_SYSKEYUP", 0x58, x | 3 << 30)], msgs
+    assert msgs[14][0] == "WM_SYSKEYUP" and msgs[14][1] == 0x12 and msgs[14][2] >> 30 == 3, msgs
+    assert_nothing_left(sup, run)
