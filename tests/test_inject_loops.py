@@ -14,7 +14,7 @@ import pytest
 
 from w3async.recipes import recipe_from_dict
 
-from .conftest import REPO
+from .conftest import REPO, need
 from .test_injection import _export_rva, _failing_run, game_logs, probe, probe_group  # noqa: F401 (fixture)
 from .test_supervisor import assert_nothing_left, events, null_recipe, run_recipe
 
@@ -199,8 +199,7 @@ async def test_display_xvfb_gives_the_run_an_x_server_and_ends_it(tmp_path, loop
 
     from w3async.procstat import alive
 
-    if not shutil.which("Xvfb"):
-        pytest.skip("Xvfb is not installed (apt-get install xvfb)")
+    need("Xvfb", bool(shutil.which("Xvfb")), "apt-get install xvfb")
     group = loops_group(loops, ["--window", "--loop", "sleep"], step_point="Sleep")
     data = null_recipe([group], supervisor={"start_timeout_s": 60}, stop={"steps": 50}, runtime={"display": "xvfb"})
     sup, stats = await run_recipe(data, tmp_path / "run")
