@@ -96,7 +96,7 @@ async def test_the_same_seed_and_answers_play_the_same_match_and_the_keys_move_t
 
 def test_a_missing_or_malformed_addresses_file_is_one_line_before_anything_starts(tmp_path, built):
     from w3async.recipes import recipe_from_dict
-    from w3async.runtime import inject
+    from w3async.runtime import inject_checks as inject
 
     bad = tmp_path / "bad.toml"
     bad.write_text('state = "0xd060"\n')
