@@ -117,3 +117,31 @@ async def test_every_time_source_and_timer_follows_the_steps(tmp_path, probe, cl
     wall_ms = (last["real_us"][0] - f0["real_us"][0]) / 1000
     print(f"clock_game: {game_ms} ms of game time in {wall_ms:.0f} ms of wall time ({game_ms / max(wall_ms, 1e-3):.1f}x)")
     assert_nothing_left(sup, tmp_path / "run")
+
+
+async def test_a_fixed_epoch_gives_the_same_clock_values_in_every_run(tmp_path, probe, clock_game):  # noqa: F811
+    """[games.inject] epoch_s: the system time starts at it and the counters at fixed
+    values, so two runs read the same time()/tick/QPC values at the same frames (a game
+    that seeds itself from any of them gets the same seed)."""
+    epoch, step_ms = 1_700_000_000, 50
+    fixed = ["time", "ft", "ftp", "ntst", "rtlprec", "real", "qpc", "ntqpc", "rtlqpc", "tick", "tick64", "tgt",
+             "nttick", "mono"]
+    runs = []
+    for i in range(2):
+        group = probe_group(probe, args=["--dll", "clock_dll.dll", "--dll-at", "3"], step_ms=step_ms,
+                            adapter=clock_game["adapter"], epoch_s=epoch)
+        group["binary"] = str(clock_game["game"])
+        data = null_recipe([group], supervisor={"start_timeout_s": 120, "round_period_ms": 5}, stop={"steps": 30})
+        run = tmp_path / f"run{i}"
+        sup, stats = await run_recipe(data, run)
+        log = game_logs(run)[0]
+        rows = frames_of(log)
+        assert len(rows) >= 20 and stats["restarts"] == {}, log[-1500:]
+        assert rows[0]["time"] == [epoch] and rows[0]["ft"] == [epoch * 10**7 + EPOCH_1601_TO_1970], log[:800]
+        assert rows[0]["tick64"] == [3_600_000] and rows[0]["qpc"] == [3_600_000 * 10_000], log[:800]
+        runs.append({r["frame"][0]: {k: r[k] for k in fixed} for r in rows})
+        assert_nothing_left(sup, run)
+    common = sorted(set(runs[0]) & set(runs[1]))
+    assert len(common) >= 20
+    for k in common:
+        assert runs[0][k] == runs[1][k], (k, runs[0][k], runs[1][k])

@@ -101,6 +101,12 @@ class InjectSection:
     or it ends with exit 69 naming the step point: a step point the game imports but
     never calls fails in seconds, not after start_timeout_s. 0: no deadline (a game
     whose start-up, before its first frame, takes longer)."""
+    epoch_s: Int | None = Field(None, ge=0, le=253_402_300_799)
+    """The game's system time at attach, in unix seconds (W3H_EPOCH_S); unset: the real
+    time. Set, the counters (QueryPerformanceCounter, GetTickCount) start at fixed values
+    too (an hour of uptime), so a game that seeds itself from time(), a tick count or
+    the counter gets the same seed in every run: what makes such a game's episodes
+    repeat for the same seed and orders."""
     desktop: Annotated[Str, choice(lambda: ("own", "shared"))] = "shared"
     """"own": each game on a Windows desktop of its own (named w3async-slot-N), so that
     games of one prefix never take the focus from each other (set it for windowed games

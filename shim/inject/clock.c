@@ -41,6 +41,8 @@ static volatile LONG64 g_park_wakes, g_polls; /* what the waits cost: hk_clock_s
 #define HK_WAIT_TICK 0xFFFF0001u
 
 #define TICKS_PER_MS 10000ULL
+#define HK_FT_1970 116444736000000000ULL /* FILETIME (100 ns since 1601) of 1970-01-01 */
+#define HK_FIXED_UPTIME_MS 3600000ULL    /* the counters' origin under a fixed epoch: an hour */
 
 /* The real functions (hk_clock_init). */
 static void(WINAPI *r_Sleep)(DWORD);
@@ -69,6 +71,16 @@ void hk_clock_init(void)
     r_MsgWaitForMultipleObjectsEx = MsgWaitForMultipleObjectsEx;
     r_SleepConditionVariableCS = SleepConditionVariableCS;
     r_SleepConditionVariableSRW = SleepConditionVariableSRW;
+    if (hk_config.epoch_s >= 0) {
+        /* A fixed epoch: every origin is a constant, so a game that seeds from time(),
+         * GetTickCount or QueryPerformanceCounter reads the same values at the same steps
+         * in every run. The counters start as on a machine up for HK_FIXED_UPTIME_MS: not
+         * 0, which some games take for "never" or divide by. */
+        g_ft0 = (uint64_t)hk_config.epoch_s * 10000000ULL + HK_FT_1970;
+        g_tick0_ms = HK_FIXED_UPTIME_MS;
+        g_qpc0 = HK_FIXED_UPTIME_MS * TICKS_PER_MS;
+        return;
+    }
     LARGE_INTEGER c, f;
     QueryPerformanceCounter(&c);
     QueryPerformanceFrequency(&f);

@@ -211,6 +211,17 @@ static void setup(void)
         hk_fatal(W3S_EXIT_INJECT, "setting W3H_STEP_THREAD=%s: expected main or first", st);
     c->step_first = st && !strcmp(st, "first");
     c->step_deadline_ms = (uint32_t)env_long("W3H_STEP_DEADLINE_MS", 10000, 0, 24 * 3600 * 1000);
+    c->epoch_s = -1;
+    const char *ep = getenv("W3H_EPOCH_S");
+    if (ep && *ep) {
+        /* strtoll, not env_long: a long is 32 bits on Windows and the seconds pass 2^31 in 2038. */
+        char *end;
+        long long v = strtoll(ep, &end, 10);
+        if (*end || v < 0 || v > 253402300799LL) /* 9999-12-31, the last second SYSTEMTIME holds */
+            hk_fatal(W3S_EXIT_INJECT, "setting W3H_EPOCH_S=%s: expected unix seconds in 0..253402300799 "
+                     "([games.inject] epoch_s)", ep);
+        c->epoch_s = v;
+    }
     const char *sp = getenv("W3H_STEP_POINT");
     snprintf(c->step_point, sizeof(c->step_point), "%s", sp && *sp ? sp : "Sleep");
     c->step_adapter = !strcmp(c->step_point, "adapter");

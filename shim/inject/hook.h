@@ -44,11 +44,14 @@ typedef struct hk_cfg {
     int step_first; /* W3H_STEP_THREAD=first: the first thread to call the step point steps */
     uint32_t step_deadline_ms; /* W3H_STEP_DEADLINE_MS: the step point must be reached by then, 0 never */
     int step_adapter; /* W3H_STEP_POINT=adapter: the adapter calls host->step */
+    int64_t epoch_s; /* W3H_EPOCH_S: the game's system time at attach (unix seconds); -1: the real time */
 } hk_cfg;
 
 extern hk_cfg hk_config;
 
 /* clock.c */
+/* Reads the real clocks for the origins (or W3H_EPOCH_S's fixed ones) and the real
+ * sleeps and waits; after setup(). */
 void hk_clock_init(void);
 /* Game time in 100 ns units since the hook attached. */
 uint64_t hk_clock_now(void);

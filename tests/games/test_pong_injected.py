@@ -1,12 +1,14 @@
 """Pong (games/pong) driven by injection under Wine, as recipes/pong-injected.toml runs
 it: the stripped pong.exe, which exports nothing, with the hook and its adapter loaded
-into it. The adapter finds the match by the offset nm found (addresses_file), paces
-the game by its own clock() import, and plays with arrow-key messages. Four games step
-and leave nothing; a seed and the answers give the same match twice; every answer's key
-moves the paddle."""
+into it. The adapter finds the match by the offset nm found (addresses_file) and plays
+with arrow-key messages; the hook alone paces the game: its clock covers the CRT's
+clock() and PeekMessageA steps once a frame. Four games step and leave nothing, every
+step is one frame and game time is frames x 16 ms; a seed and the answers give the
+same match twice; every answer's key moves the paddle."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -46,9 +48,25 @@ def traces(run: Path) -> dict[str, list[list[str]]]:
             for p in sorted((run / "trace").glob("*.trace"))}
 
 
+def matches(run: Path) -> list[tuple[int, int, int]]:
+    """(frames, game ms, wall ms) of each finished match, from the adapter's line at its
+    end (wall ms: KUSER_SHARED_DATA's interrupt time, which the hook leaves alone)."""
+    pat = re.compile(r"pong: frames (\d+) game_ms (\d+) wall_ms (\d+)")
+    return [tuple(int(x) for x in m.groups()) for p in sorted((run / "games").glob("slot-*.log"))
+            for m in pat.finditer(p.read_text(errors="replace"))]
+
+
 async def test_four_injected_pongs_step_recycle_and_leave_nothing(tmp_path, built):
     run = tmp_path / "run"
     sup, stats = await run_recipe(pong_recipe(4, 6000), run)
+    done = matches(run)
+    assert done, "no match finished"
+    # A step a frame: game time at a match's end is its frames x step_ms (16), exactly.
+    assert all(game == frames * 16 for frames, game, _ in done), done
+    game_ms, wall_ms = sum(m[1] for m in done), sum(m[2] for m in done)
+    print(f"pong x4: {len(done)} matches, game time {game_ms} ms in {wall_ms} ms of the games' wall time "
+          f"({game_ms / max(wall_ms, 1):.1f}x; per match {min(g / max(w, 1) for _, g, w in done):.1f}x.."
+          f"{max(g / max(w, 1) for _, g, w in done):.1f}x)")
     assert stats["bad_rows"] == 0 and stats["agent_steps"] >= 6000
     exits = [e for e in events(run) if e["event"] in ("game_exit", "game_kill", "bad_row", "slot_failed")]
     # One match a process: every exit is the adapter's finish after a DONE row.
@@ -76,6 +94,10 @@ async def test_the_same_seed_and_answers_play_the_same_match_and_the_keys_move_t
     assert n >= 400
     for lane in got[0]:
         assert got[0][lane][:n] == got[1][lane][:n], lane
+    for rows in got[0].values():  # a step a frame: within a match the frame counter moves on by one a step
+        for cur, nxt in zip(rows, rows[1:]):
+            if int(nxt[0]) == int(cur[0]) + 1 and not int(cur[8]) & 2:
+                assert int(nxt[1]) == int(cur[1]) + 1, (cur, nxt)
     a, b = (got[0][lane][:n] for lane in sorted(got[0]))
     assert [x[5] for x in a] != [x[5] for x in b]  # other answers, another match
     moves = 0

@@ -64,6 +64,8 @@ def launch(inject: InjectSection, game: Path, values: dict[str, str]) -> tuple[P
         "W3H_DRAW_CALLS": ",".join(inject.draw_calls),
         "W3H_MODULES": ",".join(inject.modules),
     }
+    if inject.epoch_s is not None:
+        env["W3H_EPOCH_S"] = str(inject.epoch_s)
     env.update({f"W3H_ADDR_{k}": v for k, v in {**file_addresses(inject), **inject.addresses}.items()})
     return build / LAUNCHER.name, args, env, str(game.parent)
 

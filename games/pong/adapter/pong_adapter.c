@@ -8,14 +8,16 @@
  * addresses_file), the layout is the source's, and both are checked at attach.
  *
  * The clock: the game runs a frame when the C library's clock() has moved on 16 ms
- * since the last. The adapter points the .exe's import of msvcrt's clock at its own,
- * which moves on exactly one frame period at each step, so one step is one frame
- * whatever wall time passes, and a seed and the answers give one match.
+ * since the last. The hook's virtual clock covers clock() (Wine's msvcrt reads ntdll's
+ * NtQuerySystemTime, which the hook patches in every module) and the recipe's step_ms
+ * is the game's frame, 16 ms: each step moves clock() on by exactly one frame period,
+ * so one step is one frame whatever wall time passes. The adapter patches nothing.
  *
  * The step: the hook's step point is PeekMessageA, which the busy loop calls once or
  * more a loop. The hook makes a step at a call that finds the queue drained after a
  * new frame, the frame counter in the state (w3a_frame); w3a_ready says the same for
- * a hook that steps at every call. The frame runs right after the step, before the
+ * a hook that steps at every call. Without w3a_frame the hook would take a clock read
+ * for a frame's evidence; the counter is exact. The frame runs right after the step, before the
  * game reads the keys posted in it: an answer's keys move the paddle in the frame
  * after the next (one frame of latency, the same at every step).
  *
@@ -24,14 +26,15 @@
  * WM_KEYUP of the key let go, WM_KEYDOWN of the new one (host->key).
  *
  * One match a process: at game over the row is DONE, and after its answer the adapter
- * calls host->finish: the game exits 0 and the supervisor starts the next one.
+ * logs the game time and the wall time since attach (wall time: KUSER_SHARED_DATA's
+ * interrupt time, a clock no hook reaches) and calls host->finish: the game exits 0 and
+ * the supervisor starts the next one.
  *
  * Environment: PONG_TRACE, a folder: each step appends "step frame paddle score0
  * score1 hash action reward flags" to PONG_TRACE/pong-lane<L>.trace (the determinism test compares them). */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 #include <windows.h>
 
 #include "inject/w3h.h"
@@ -51,14 +54,24 @@ static struct {
     const w3h_host *host;
     const volatile pa_state *g;
     HWND wnd;
-    clock_t(__cdecl *real_clock)(void);
-    volatile clock_t now; /* what the game's clock() reads */
+    uint64_t wall0, game0; /* interrupt time (100 ns) and game time (ms) at attach */
     int posted, last_frame, score[2];
     uint32_t step, held;
     FILE *trace;
 } pa;
 
-static clock_t __cdecl pa_clock(void) { return pa.now; }
+/* KUSER_SHARED_DATA's InterruptTime (a KSYSTEM_TIME at 0x7ffe0008), 100 ns units: wall
+ * time that no hook covers (a read of memory, not a call). High1 and High2 agree when
+ * the read was not torn. */
+static uint64_t pa_wall(void)
+{
+    volatile ULONG *k = (volatile ULONG *)0x7ffe0008;
+    for (;;) {
+        ULONG hi = k[1], lo = k[0];
+        if (hi == k[2])
+            return ((uint64_t)hi << 32) | lo;
+    }
+}
 
 static uint64_t pa_hash(const pa_state *s)
 {
@@ -105,12 +118,13 @@ W3A_EXPORT int w3a_attach(const w3h_host *host, char *err, size_t errlen)
         snprintf(err, errlen, "pong adapter: the game has no window of class PongWindow");
         return -1;
     }
-    pa.real_clock = host->patch_import(NULL, "msvcrt.dll", "clock", (void *)pa_clock);
-    if (!pa.real_clock) {
-        snprintf(err, errlen, "pong adapter: pong.exe imports no clock from msvcrt.dll (is it pong.exe?)");
+    if (host->step_ms != PA_FRAME_MS) {
+        snprintf(err, errlen, "pong adapter: step_ms = %u; pong's frame is %d ms: set step_ms = %d so that a step is "
+                              "one frame", host->step_ms, PA_FRAME_MS, PA_FRAME_MS);
         return -1;
     }
-    pa.now = pa.real_clock();
+    pa.wall0 = pa_wall();
+    pa.game0 = host->game_time_ms();
     const char *dir = getenv("PONG_TRACE");
     if (dir && *dir) {
         char path[MAX_PATH];
@@ -182,8 +196,6 @@ W3A_EXPORT void w3a_act(const w3s_row *row, uint32_t i)
             pa.host->fail("pong adapter: cannot post the arrow key to the game's window (Windows error %d)", rc);
         pa.held = want;
     }
-    /* The game's next clock() read is one frame on: its next loop runs exactly one frame. */
-    pa.now += PA_FRAME_MS * CLOCKS_PER_SEC / 1000;
     if (pa.trace) {
         fprintf(pa.trace, "%d %g %u\n", (int)(want == VK_UP ? 1 : want == VK_DOWN ? 2 : 0), row->reward, row->flags);
         fflush(pa.trace);
@@ -193,6 +205,9 @@ W3A_EXPORT void w3a_act(const w3s_row *row, uint32_t i)
 W3A_EXPORT void w3a_episode_end(uint32_t i)
 {
     (void)i;
+    uint64_t game = pa.host->game_time_ms() - pa.game0, wall = (pa_wall() - pa.wall0) / 10000;
+    pa.host->log("pong: frames %d game_ms %llu wall_ms %llu", pa.g->frame, (unsigned long long)game,
+                 (unsigned long long)wall);
     pa.host->finish(); /* one match a process: the supervisor starts the next */
 }
 
