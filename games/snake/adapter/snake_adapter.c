@@ -1,34 +1,29 @@
 /* snake_adapter.c: the adapter (shim/inject/w3h.h) for the unmodified snake.exe, a
  * GetMessage game ticked by a WM_TIMER that exports nothing, written as a user would
- * from the game's source and the tools' output.
+ * from the game's source and the tools' output. It reads the game's state, taps its
+ * keys and ends its episodes; the hook alone paces it, keeps its focus and its seed.
  *
  * The state: the game's one static struct (snake.c's `snake`), at the offset nm finds
  * in an unstripped build of the same source (build/win64/snake.addresses.toml, the
  * recipe's addresses_file), checked at attach.
  *
- * The tick: the game moves when a WM_TIMER of its 100 ms timer (id 1) arrives, which
- * Windows sends in wall time, and waits in GetMessage between. At attach the adapter
- * kills that timer and points the .exe's import of GetMessageA at its own: the game's
- * messages as before, and when its queue is empty, the timer's WM_TIMER at once. So a
- * tick comes only after every key the adapter posted has been read, and as fast as the
- * answers come. (With the virtual clock, the hook keeps the game's SetTimer timer in
- * game time and posts its WM_TIMER at each step; the adapter's KillTimer, Windows'
- * own, does not reach it, and those WM_TIMERs are dropped like a wall-clock one.)
+ * The tick and the step: the game moves when a WM_TIMER of its 100 ms timer arrives and
+ * waits in GetMessage between. The recipe's step point is GetMessageA with step_ms =
+ * 100: the hook keeps the game's SetTimer timer in game time and steps while the queue
+ * is empty, and each step's 100 ms makes the timer fire once, after the keys the step
+ * posted. So a step is one tick. w3a_ready says a step only when the game moved on
+ * since the last post (a new game, a tick, a tick of its game-over).
  *
- * The step: the hook's step point is BitBlt, which the game calls once a paint, and it
- * paints after every tick. w3a_ready says a step only when the game moved on since the
- * last post (a new game, a tick, a tick of its game-over): paints of an exposed window
- * are not steps.
+ * Focus: the game pauses when its window loses the focus. The recipe's desktop = "own"
+ * puts each game on a desktop of its own, where no other window takes it; a pause is
+ * then a fault the adapter reports (host->fail), not one it hides.
  *
- * Focus: the game pauses when its window loses the focus, which a window of another
- * game on the same desktop takes (desktop = "shared", the default). The adapter
- * subclasses the window and keeps WM_ACTIVATE (inactive) and WM_KILLFOCUS from the
- * game, and presses P when the game is paused (a focus lost before attach).
+ * The seed: every new game seeds rand() from time(). The recipe's epoch_s fixes the
+ * virtual clock's start, so time() reads the same at the same steps of every run: the
+ * same answers give the same games.
  *
- * The seed: every new game seeds rand() from time(). The adapter points the .exe's
- * import of msvcrt's _time64 at its own: SNAKE_EPOCH (seconds; default the real time
- * at attach) plus the game time its steps made. With SNAKE_EPOCH set, the same answers
- * give the same games. At attach it presses N, so the first game is seeded so too.
+ * At every episode end the adapter logs the steps, the game time and the wall time
+ * since attach (wall time: KUSER_SHARED_DATA's interrupt time, which no hook reaches).
  *
  * The answer: head 0 is 0 none, 1 up, 2 down, 3 left, 4 right (taken modulo 5): that
  * arrow key tapped (WM_KEYDOWN then WM_KEYUP, host->key). A death is the episode's
@@ -41,7 +36,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <windows.h>
 
 #include "inject/w3h.h"
@@ -49,7 +43,7 @@
 #define SA_COLS 20
 #define SA_ROWS 15
 #define SA_MAX (SA_COLS * SA_ROWS)
-#define SA_TIMER 1 /* snake.c's SNAKE_TIMER */
+#define SA_TICK_MS 100 /* snake.c's SNAKE_TICK_MS */
 
 /* snake.c's struct snake_state, field for field. */
 typedef struct sa_state {
@@ -61,46 +55,24 @@ static struct {
     const w3h_host *host;
     const volatile sa_state *g;
     HWND wnd;
-    WNDPROC game_proc;
-    BOOL(WINAPI *real_getmessage)(MSG *, HWND, UINT, UINT);
-    __time64_t epoch;
-    uint64_t steps;
-    int start_games, p_pending, posted;
+    uint64_t steps, wall0, game0; /* steps made; interrupt time (100 ns), game time (ms) at attach */
+    int posted;
     int last_games, last_ticks, last_dead, last_score;
     uint32_t step;
     FILE *trace;
 } sa;
 
-static __time64_t __cdecl sa_time(__time64_t *t)
+/* KUSER_SHARED_DATA's InterruptTime (a KSYSTEM_TIME at 0x7ffe0008), 100 ns units: wall
+ * time that no hook covers (a read of memory, not a call). High1 and High2 agree when
+ * the read was not torn. */
+static uint64_t sa_wall(void)
 {
-    __time64_t now = sa.epoch + (__time64_t)(sa.steps * sa.host->step_ms / 1000);
-    if (t)
-        *t = now;
-    return now;
-}
-
-static BOOL WINAPI sa_getmessage(MSG *m, HWND w, UINT lo, UINT hi)
-{
+    volatile ULONG *k = (volatile ULONG *)0x7ffe0008;
     for (;;) {
-        if (PeekMessageA(m, w, lo, hi, PM_REMOVE)) {
-            if (m->message == WM_TIMER && m->hwnd == sa.wnd && m->wParam == SA_TIMER && !m->lParam)
-                continue; /* a wall-clock tick queued before the timer was killed */
-            return m->message != WM_QUIT;
-        }
-        if (!IsWindow(sa.wnd))
-            return sa.real_getmessage(m, w, lo, hi);
-        memset(m, 0, sizeof(*m));
-        m->hwnd = sa.wnd, m->message = WM_TIMER, m->wParam = SA_TIMER;
-        return TRUE;
+        ULONG hi = k[1], lo = k[0];
+        if (hi == k[2])
+            return ((uint64_t)hi << 32) | lo;
     }
-}
-
-/* The game's window procedure, without the focus losses that would pause it. */
-static LRESULT CALLBACK sa_proc(HWND w, UINT msg, WPARAM wp, LPARAM lp)
-{
-    if (msg == WM_KILLFOCUS || (msg == WM_ACTIVATE && LOWORD(wp) == WA_INACTIVE))
-        return DefWindowProcA(w, msg, wp, lp);
-    return CallWindowProcA(sa.game_proc, w, msg, wp, lp);
 }
 
 static void sa_tap(uint32_t vk)
@@ -156,23 +128,13 @@ W3A_EXPORT int w3a_attach(const w3h_host *host, char *err, size_t errlen)
         snprintf(err, errlen, "snake adapter: the game has no window of class SnakeWindow");
         return -1;
     }
-    const char *ep = getenv("SNAKE_EPOCH");
-    sa.epoch = ep && *ep ? (__time64_t)_strtoi64(ep, NULL, 10) : _time64(NULL);
-    if (!host->patch_import(NULL, "msvcrt.dll", "_time64", (void *)sa_time)) {
-        snprintf(err, errlen, "snake adapter: snake.exe imports no _time64 from msvcrt.dll (is it snake.exe?)");
+    if (host->step_ms != SA_TICK_MS) {
+        snprintf(err, errlen, "snake adapter: step_ms = %u; snake's tick is %d ms: set step_ms = %d so that a step is "
+                              "one tick", host->step_ms, SA_TICK_MS, SA_TICK_MS);
         return -1;
     }
-    sa.real_getmessage = host->patch_import(NULL, "user32.dll", "GetMessageA", (void *)sa_getmessage);
-    if (!sa.real_getmessage) {
-        snprintf(err, errlen, "snake adapter: snake.exe imports no GetMessageA from user32.dll");
-        return -1;
-    }
-    KillTimer(sa.wnd, SA_TIMER);
-    sa.game_proc = (WNDPROC)SetWindowLongPtrA(sa.wnd, GWLP_WNDPROC, (LONG_PTR)sa_proc);
-    if (!sa.game_proc) {
-        snprintf(err, errlen, "snake adapter: SetWindowLongPtr failed (Windows error %lu)", GetLastError());
-        return -1;
-    }
+    sa.wall0 = sa_wall();
+    sa.game0 = host->game_time_ms();
     const char *dir = getenv("SNAKE_TRACE");
     if (dir && *dir) {
         char path[MAX_PATH];
@@ -182,23 +144,14 @@ W3A_EXPORT int w3a_attach(const w3h_host *host, char *err, size_t errlen)
             return -1;
         }
     }
-    sa.start_games = g->games;
-    sa_tap('N'); /* the first game seeded by the adapter's time */
     return 0;
 }
 
 W3A_EXPORT int w3a_ready(void)
 {
     const volatile sa_state *g = sa.g;
-    if (g->games == sa.start_games)
-        return 0; /* the N of attach not read yet */
-    if (g->paused) {
-        if (!sa.p_pending)
-            sa_tap('P');
-        sa.p_pending = 1;
-        return 0;
-    }
-    sa.p_pending = 0;
+    if (g->paused) /* the focus lost: on a shared desktop another game's window took it */
+        sa.host->fail("snake adapter: the game paused (its window lost the focus): set desktop = \"own\"");
     return !sa.posted || g->games != sa.last_games || g->ticks != sa.last_ticks || g->dead != sa.last_dead;
 }
 
@@ -267,6 +220,9 @@ W3A_EXPORT void w3a_act(const w3s_row *row, uint32_t i)
 W3A_EXPORT void w3a_episode_end(uint32_t i)
 {
     (void)i;
+    uint64_t game = sa.host->game_time_ms() - sa.game0, wall = (sa_wall() - sa.wall0) / 10000;
+    sa.host->log("snake: games %d steps %llu game_ms %llu wall_ms %llu", sa.g->games, (unsigned long long)sa.steps,
+                 (unsigned long long)game, (unsigned long long)wall);
     sa_tap('N'); /* the next game at once, not after the game-over pause */
 }
 
