@@ -368,7 +368,13 @@ async def test_the_launcher_or_the_game_killed_ends_both_and_restarts(tmp_path, 
     assert game and launcher, "the injected game did not start"
     assert len(game) == 1 and len(launcher) == 1, (game, launcher)
     prefix = next(rt.prefix for rt in sup.runtimes.values() if getattr(rt, "prefix", None))
-    wine_own = {p for p in prefix.processes() if p not in game + launcher}
+    # The game's own desktop (desktop = "own", the default) has an explorer.exe of its own,
+    # started by Wine from the game's first window: it is the game's (its environment
+    # names this run's table, its process group is the launcher's) and ends with it. Its
+    # command line is only "explorer.exe /desktop" (Wine rewrites argv; the prefix's
+    # shared-desktop explorer reads the same), so the environment and the group tell it.
+    desktop = [p for p in _processes_of_run(sup.table.name, "explorer.exe") if os.getpgid(p) == launcher[0]]
+    wine_own = {p for p in prefix.processes() if p not in game + launcher + desktop}
     assert wine_own, "the prefix's own processes (wineserver, services.exe, explorer.exe) are not running"
     # none of Wine's own processes is in the game's process group: a game's exit ends its group
     groups = {p: os.getpgid(p) for p in wine_own if alive(p)}
@@ -379,7 +385,7 @@ async def test_the_launcher_or_the_game_killed_ends_both_and_restarts(tmp_path, 
         await asyncio.sleep(0.1)
         if not any(alive(p) for p in game + launcher):
             break
-    left = {p: _describe(p) for p in game + launcher if alive(p)}
+    left = {p: _describe(p) for p in game + launcher + desktop if alive(p)}
     lost = {p for p in wine_own if not alive(p)}  # Wine's own processes outlive a game's end
     stats = await task
     assert not left, f"after the {victim} ({killed}) was killed, these lived on: {left}"

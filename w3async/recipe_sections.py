@@ -107,11 +107,12 @@ class InjectSection:
     too (an hour of uptime), so a game that seeds itself from time(), a tick count or
     the counter gets the same seed in every run: what makes such a game's episodes
     repeat for the same seed and orders."""
-    desktop: Annotated[Str, choice(lambda: ("own", "shared"))] = "shared"
-    """"own": each game on a Windows desktop of its own (named w3async-slot-N), so that
-    games of one prefix never take the focus from each other (set it for windowed games
-    that pause when they lose the focus); "shared": the prefix's desktop (the second
-    game's window deactivates the first)."""
+    desktop: Annotated[Str, choice(lambda: ("own", "shared"))] = "own"
+    """"own" (the default): each game on a Windows desktop of its own (named
+    w3async-slot-N), so that games of one prefix never take the focus from each other (a
+    game that pauses when it loses the focus keeps running); it costs ~0.1 s more a
+    start (docs/hooking.md, "Windows and displays"). "shared": the prefix's desktop (the
+    second game's window deactivates the first)."""
 
 
 @dataclass(config=CONFIG)
