@@ -18,7 +18,10 @@ policy) on the same games and lanes:
 
 The game-time ratio is game time over wall time per game: agent steps/s a game times
 the game time a step covers (the duel 1000 ms, pong one 16 ms frame, snake one 100 ms
-tick).
+tick). That is the in-game measure too: the reference games' tests read game time
+inside the game at each episode end (host->game_time_ms) and find exactly a frame
+(pong) or a tick (snake) a step; they also log the wall time there
+(KUSER_SHARED_DATA's interrupt time), whose ratio includes each process's start-up.
 
 Every run: N processes x 1 lane, sides = 1 (W3D_SIDES agent,ai:easy), the same time
 limit. After every slot has posted and a warm-up, a window of --window seconds is
@@ -74,7 +77,7 @@ def recipe(kind: str, games: int, window_s: float) -> dict:
     if base in REF_DRAW_CALLS:  # the reference games: their recipes' settings
         group = {"binary": str(WIN64 / f"{base}.exe"), "runtime": "wine", "count": games, "lanes": 1, "sides": 1,
                  "inject": {"adapter": str(WIN64 / f"{base}_adapter.dll"), "step_ms": STEP_MS[base],
-                            "step_point": "PeekMessageA" if base == "pong" else "BitBlt",
+                            "step_point": "PeekMessageA" if base == "pong" else "GetMessageA",
                             "args": ["--seed", "{seed}", "--points", "11"] if base == "pong" else [],
                             "draw": kind.endswith("drawing"), "draw_calls": REF_DRAW_CALLS[base],
                             "addresses_file": str(WIN64 / f"{base}.addresses.toml")}}
