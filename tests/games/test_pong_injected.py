@@ -67,7 +67,7 @@ async def test_four_injected_pongs_step_recycle_and_leave_nothing(tmp_path, buil
     print(f"pong x4: {len(done)} matches, game time {game_ms} ms in {wall_ms} ms of the games' wall time "
           f"({game_ms / max(wall_ms, 1):.1f}x; per match {min(g / max(w, 1) for _, g, w in done):.1f}x.."
           f"{max(g / max(w, 1) for _, g, w in done):.1f}x)")
-    # Measured 31-46x over all matches in 5 runs with the machine busy (a single short
+    # Measured 31-46x over all matches in 7 runs with the machine busy (a single short
     # match, its start-up included, went as low as 13x): 10x has a wide margin.
     assert game_ms >= 10 * wall_ms, (game_ms, wall_ms, done)
     assert stats["bad_rows"] == 0 and stats["agent_steps"] >= 6000
