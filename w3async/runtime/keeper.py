@@ -168,7 +168,9 @@ class GameKeeper:
         self.unwire(s)
         if self.host.stopping:
             return
-        if code == layout.EXIT_OK:
+        if code == layout.EXIT_OK and not self.host.stopping and not self.host.table.header_intact(s.index):
+            cause = "exit"  # it wrote its own header (a forged stop): a failure, not a recycle
+        elif code == layout.EXIT_OK:
             cause = "recycle"
         elif code < 0:
             cause = "crash"

@@ -155,6 +155,16 @@ class Table:
         h["run_id"] = self.run_id
         h["magic"] = layout.MAGIC  # last: a reader that sees the magic sees the rest
 
+    def header_intact(self, game: int) -> bool:
+        """Whether game's header is as the supervisor wrote it (magic, layout, row count)
+        and not set to stop: an exit 0 behind a header the game forged is no recycle."""
+        seg = self._segments[game]
+        if seg is None:
+            return False
+        h = np.ndarray((), layout.HEADER_DTYPE, buffer=seg[1])
+        return bool(h["magic"] == layout.MAGIC and h["layout_hash"] == layout.LAYOUT_HASH
+                    and h["row_size"] == layout.ROW_SIZE and h["state"] == layout.STATE_RUN)
+
     def _drop(self, game: int) -> None:
         seg = self._segments[game]
         if seg is None:
