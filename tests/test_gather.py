@@ -138,7 +138,7 @@ def test_c_and_numpy_identical(table, seed):
 
 def test_padding_zeroed_after_a_bigger_round(table):
     """The batch buffers are reused: a round of small rows after a round of big ones
-    must not see the big round's entities (seeds/000: a stale unit type in recycled
+    must not see the big round's entities (measured in a Warcraft III harness under Wine: a stale unit type in recycled
     padding killed a run)."""
     rng = np.random.default_rng(1)
     for cls in (CGatherer, NumpyGatherer):

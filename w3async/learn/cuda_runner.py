@@ -65,7 +65,7 @@ class CudaRunner:
     - One upload per round: the round's rows go from the pinned input buffers to the
       device staging copy of the round's flight (one non-blocking copy per field, raw
       dtypes) on the upload stream, while earlier rounds compute.
-    - Per net: a CUDA stream of its own at high priority (seeds/000: graphs captured on
+    - Per net: a CUDA stream of its own at high priority (measured in a Warcraft III harness under Wine: graphs captured on
       one stream keep that stream's cuBLAS workspace; two networks' graphs sharing one
       hung the GPU), a graph memory pool of its own, a generator of its own registered
       with each of its graphs (issue 26: graphs drawing from the default generator could
@@ -74,13 +74,13 @@ class CudaRunner:
       autograd on, each graph kept its saved activations and the GRU state grew an
       autograd chain) over static device inputs in the raw dtypes with pinned host
       outputs. A round gathers each net's rows from staging into the static inputs on
-      the device, zeroes the static rows past them (seeds/000: stale padding crashed a
+      the device, zeroes the static rows past them (measured in a Warcraft III harness under Wine: stale padding crashed a
       run), replays, and copies the outputs to the flight's pinned memory.
     - A round is planned (row buckets, graphs) before anything is queued; one that fails
       after is waited for before the engine reuses its buffers, and the GRU rows its
       nets already stepped get their state back.
     - Events are made once per net and reused (creating and destroying them takes the
-      CUDA context's lock, seeds/000); `done` events block (the finisher thread sleeps
+      CUDA context's lock, measured in a Warcraft III harness under Wine); `done` events block (the finisher thread sleeps
       in the driver instead of spinning a core the games need).
     - New weights are copied into a net on that net's stream, so they are ordered with
       its replays. Capture uses capture_error_mode="thread_local", so the learner's
@@ -156,7 +156,7 @@ class CudaRunner:
         """Capture every graph a round can ask for (each net, entity bucket and row bucket)
         now, before the first round and before the learner starts: entering a capture
         synchronises the device and empties the caching allocator, tens of ms a graph
-        that games would wait for inside a round (seeds/000 captured before its loop).
+        that games would wait for inside a round (captured before the loop, as a Warcraft III harness under Wine found necessary).
         After this a round that needs a graph not made here fails (nothing queued).
         Returns the graphs made (none for a GRU network run eagerly)."""
         t0 = time.perf_counter()

@@ -10,7 +10,7 @@ finisher thread waits for each round's device work and resolves its future.
 
 Why: on a GPU the worker used to wait on the host for each round before it uploaded the
 next, so the next round's gather and upload never overlapped the last one's compute
-(issue 13; seeds/000's next step). A flight index names the per-round device buffers
+(issue 13). A flight index names the per-round device buffers
 (staging, pinned outputs) a launch may use: a flight comes back only after its round's
 finish ran, so a launch never overwrites what an earlier round still reads.
 

@@ -9,7 +9,7 @@
     engine.stop()
 
 Why a thread and a copy: the supervisor's loop must keep reading doorbells while a round
-computes (seeds/000: one-row calls and a busy server were the first limits), and the
+computes (measured in a Warcraft III harness under Wine: one-row calls and a busy server were the first limits), and the
 gatherer reuses its Batch buffers for the next round, so submit() copies what the
 network needs into buffers of the engine's own (a small pool: a round can be gathered
 and submitted while the last one computes) and returns at once. The compute runs on
@@ -19,7 +19,7 @@ round never sees half-written weights.
 
 Rows are split by network: net 0 is the current policy, nets 1..n_nets-1 hold past
 snapshots (league opponents), loaded by copying weights into a network that already
-exists (seeds/000: one network with swapped weights instead of a network per snapshot).
+exists (measured in a Warcraft III harness under Wine: one network with swapped weights instead of a network per snapshot).
 
 A GRU network keeps its state per table row here (reset where a row's FIRST flag is
 set), plus one scratch row that the CUDA graphs' padded rows use; RoundResult.state_in
@@ -212,7 +212,7 @@ class InferenceEngine:
                 ready.record(stream)
         else:
             copy = {k: v.detach().to("cpu", copy=True) for k, v in state_dict.items()}
-            if self._pin:  # a pageable upload would hold the CUDA driver's lock while it stages (seeds/000)
+            if self._pin:  # a pageable upload would hold the CUDA driver's lock while it stages (measured in a Warcraft III harness under Wine)
                 copy = {k: v.pin_memory() for k, v in copy.items()}
         with self._lock:
             self._pending[net] = (copy, int(version), ready)

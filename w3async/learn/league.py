@@ -12,7 +12,7 @@ part of the checkpoint (state_dict / load_state_dict).
 
 OpponentNets maps opponents (snapshots) onto the inference engine's past-snapshot nets
 (1..k): a snapshot already in a net is reused, a free net (no lane playing it) is
-reloaded (seeds/000: past snapshots through a few nets with swapped weights, not a
+reloaded (measured in a Warcraft III harness under Wine: past snapshots through a few nets with swapped weights, not a
 network each).
 """
 

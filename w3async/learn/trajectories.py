@@ -26,7 +26,7 @@ truncated would be sound but would make sequences of varying length for a rare e
 Dropped steps are counted (stats.cut_steps). A cut never produces a done or truncated
 flag, so nothing is trained on as if an episode had ended.
 
-The queue holds `queue_batches` ready batches (one by default: seeds/000, a bounded
+The queue holds `queue_batches` ready batches (one by default: in a Warcraft III harness under Wine a bounded
 queue kept the batches ~1.3 updates old instead of 3 and growing). When it holds that
 many, `full` turns True: the supervisor should then stop answering train rows until the
 learner takes a batch, so the next batch is collected by the policy the learner just

@@ -10,7 +10,7 @@ What a prefix gets once (traps found on the way):
   would otherwise wait on Mono and Gecko installers;
 - the crash dialog off and no debugger (AeDebug): a crashing .exe must exit, not wait
   for a click (the shim also calls SetErrorMode);
-- the HID, USB and Bluetooth bus drivers off by DLL override (seeds/000: the HID bus
+- the HID, USB and Bluetooth bus drivers off by DLL override (measured in a Warcraft III harness under Wine: the HID bus
   woke every millisecond in every game), winemenubuilder off.
 """
 
@@ -76,7 +76,7 @@ class WineConfig:
     cache_dir: str | None = None
     """Where prefixes live; default $W3ASYNC_CACHE or ~/.cache/w3async, then wine/."""
     fsync: bool = False
-    """WINEFSYNC=1: Proton's futex-based sync (seeds/000: -28% CPU a step with
+    """WINEFSYNC=1: Proton's futex-based sync (measured in a Warcraft III harness under Wine: -28% CPU a step with
     GE-Proton). Stock Wine ignores it: on Debian's Wine 8 it does nothing."""
     esync: bool = False
     """WINEESYNC=1: eventfd-based sync, also Proton/staging only; nothing on stock Wine."""

@@ -16,7 +16,7 @@ that crashes, hangs past --timeout or stops early, or bad options (a --steps or 
 that is not a positive number, a malformed --env, a game that is not a program, a --keep
 that is not a folder): one line naming the option and the value, nothing run.
 
-Trap (seeds/000): a variant's environment must really reach the game. Each variant's
+Trap (found in a Warcraft III harness under Wine): a variant's environment must really reach the game. Each variant's
 values are set last, over the caller's environment, and the table prints them.
 """
 
