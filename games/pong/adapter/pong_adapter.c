@@ -37,6 +37,7 @@
 #include <string.h>
 #include <windows.h>
 
+#include "inject/w3a_kit.h"
 #include "inject/w3h.h"
 
 #define PA_FRAME_MS 16 /* pong.c's PONG_FRAME_MS */
@@ -59,28 +60,6 @@ static struct {
     uint32_t step, held;
     FILE *trace;
 } pa;
-
-/* KUSER_SHARED_DATA's InterruptTime (a KSYSTEM_TIME at 0x7ffe0008), 100 ns units: wall
- * time that no hook covers (a read of memory, not a call). High1 and High2 agree when
- * the read was not torn. */
-static uint64_t pa_wall(void)
-{
-    volatile ULONG *k = (volatile ULONG *)0x7ffe0008;
-    for (;;) {
-        ULONG hi = k[1], lo = k[0];
-        if (hi == k[2])
-            return ((uint64_t)hi << 32) | lo;
-    }
-}
-
-static uint64_t pa_hash(const pa_state *s)
-{
-    uint64_t h = 0xcbf29ce484222325ULL;
-    const unsigned char *p = (const unsigned char *)s;
-    for (size_t i = 0; i < sizeof(*s); i++)
-        h = (h ^ p[i]) * 0x100000001b3ULL;
-    return h;
-}
 
 W3A_EXPORT int w3a_attach(const w3h_host *host, char *err, size_t errlen)
 {
@@ -118,23 +97,11 @@ W3A_EXPORT int w3a_attach(const w3h_host *host, char *err, size_t errlen)
         snprintf(err, errlen, "pong adapter: the game has no window of class PongWindow");
         return -1;
     }
-    if (host->step_ms != PA_FRAME_MS) {
-        snprintf(err, errlen, "pong adapter: step_ms = %u; pong's frame is %d ms: set step_ms = %d so that a step is "
-                              "one frame", host->step_ms, PA_FRAME_MS, PA_FRAME_MS);
+    if (w3a_kit_check_step_ms(host, PA_FRAME_MS, "pong", "frame", err, errlen))
         return -1;
-    }
-    pa.wall0 = pa_wall();
+    pa.wall0 = w3a_kit_wall_100ns();
     pa.game0 = host->game_time_ms();
-    const char *dir = getenv("PONG_TRACE");
-    if (dir && *dir) {
-        char path[MAX_PATH];
-        snprintf(path, sizeof(path), "%s\\pong-lane%u.trace", dir, host->row0);
-        if (!(pa.trace = fopen(path, "a"))) {
-            snprintf(err, errlen, "pong adapter: PONG_TRACE: cannot open %s", path);
-            return -1;
-        }
-    }
-    return 0;
+    return w3a_kit_open_trace(host, "PONG_TRACE", "pong", &pa.trace, err, errlen);
 }
 
 /* A step at the first step point call of each frame; the first call is one too. */
@@ -157,7 +124,7 @@ W3A_EXPORT void w3a_observe(w3s_row *row, uint32_t i)
     row->step = pa.step++;
     row->reward = pa.posted ? (float)((s.score[0] - pa.score[0]) - (s.score[1] - pa.score[1])) : 0.0f;
     row->discarded = 0;
-    row->state_hash = pa_hash(&s);
+    row->state_hash = w3a_kit_hash(&s, sizeof(s));
     memset(row->glob, 0, sizeof(row->glob));
     float *gl = row->glob;
     gl[0] = s.ball_x / (float)PA_W, gl[1] = s.ball_y / (float)PA_H;
@@ -205,7 +172,7 @@ W3A_EXPORT void w3a_act(const w3s_row *row, uint32_t i)
 W3A_EXPORT void w3a_episode_end(uint32_t i)
 {
     (void)i;
-    uint64_t game = pa.host->game_time_ms() - pa.game0, wall = (pa_wall() - pa.wall0) / 10000;
+    uint64_t game = pa.host->game_time_ms() - pa.game0, wall = (w3a_kit_wall_100ns() - pa.wall0) / 10000;
     pa.host->log("pong: frames %d game_ms %llu wall_ms %llu", pa.g->frame, (unsigned long long)game,
                  (unsigned long long)wall);
     pa.host->finish(); /* one match a process: the supervisor starts the next */

@@ -38,6 +38,7 @@
 #include <string.h>
 #include <windows.h>
 
+#include "inject/w3a_kit.h"
 #include "inject/w3h.h"
 
 #define SA_COLS 20
@@ -62,19 +63,6 @@ static struct {
     FILE *trace;
 } sa;
 
-/* KUSER_SHARED_DATA's InterruptTime (a KSYSTEM_TIME at 0x7ffe0008), 100 ns units: wall
- * time that no hook covers (a read of memory, not a call). High1 and High2 agree when
- * the read was not torn. */
-static uint64_t sa_wall(void)
-{
-    volatile ULONG *k = (volatile ULONG *)0x7ffe0008;
-    for (;;) {
-        ULONG hi = k[1], lo = k[0];
-        if (hi == k[2])
-            return ((uint64_t)hi << 32) | lo;
-    }
-}
-
 static void sa_tap(uint32_t vk)
 {
     int rc = sa.host->key(sa.wnd, vk, 1);
@@ -82,15 +70,6 @@ static void sa_tap(uint32_t vk)
         rc = sa.host->key(sa.wnd, vk, 0);
     if (rc)
         sa.host->fail("snake adapter: cannot post a key to the game's window (Windows error %d)", rc);
-}
-
-static uint64_t sa_hash(const sa_state *s)
-{
-    uint64_t h = 0xcbf29ce484222325ULL;
-    const unsigned char *p = (const unsigned char *)s;
-    for (size_t i = 0; i < sizeof(*s); i++)
-        h = (h ^ p[i]) * 0x100000001b3ULL;
-    return h;
 }
 
 W3A_EXPORT int w3a_attach(const w3h_host *host, char *err, size_t errlen)
@@ -128,23 +107,11 @@ W3A_EXPORT int w3a_attach(const w3h_host *host, char *err, size_t errlen)
         snprintf(err, errlen, "snake adapter: the game has no window of class SnakeWindow");
         return -1;
     }
-    if (host->step_ms != SA_TICK_MS) {
-        snprintf(err, errlen, "snake adapter: step_ms = %u; snake's tick is %d ms: set step_ms = %d so that a step is "
-                              "one tick", host->step_ms, SA_TICK_MS, SA_TICK_MS);
+    if (w3a_kit_check_step_ms(host, SA_TICK_MS, "snake", "tick", err, errlen))
         return -1;
-    }
-    sa.wall0 = sa_wall();
+    sa.wall0 = w3a_kit_wall_100ns();
     sa.game0 = host->game_time_ms();
-    const char *dir = getenv("SNAKE_TRACE");
-    if (dir && *dir) {
-        char path[MAX_PATH];
-        snprintf(path, sizeof(path), "%s\\snake-lane%u.trace", dir, host->row0);
-        if (!(sa.trace = fopen(path, "a"))) {
-            snprintf(err, errlen, "snake adapter: SNAKE_TRACE: cannot open %s", path);
-            return -1;
-        }
-    }
-    return 0;
+    return w3a_kit_open_trace(host, "SNAKE_TRACE", "snake", &sa.trace, err, errlen);
 }
 
 W3A_EXPORT int w3a_ready(void)
@@ -169,7 +136,7 @@ W3A_EXPORT void w3a_observe(w3s_row *row, uint32_t i)
     row->step = sa.step++;
     row->reward = first ? 0.0f : (float)(s.score - sa.last_score) - (s.dead ? 1.0f : 0.0f);
     row->discarded = 0;
-    row->state_hash = sa_hash(&s);
+    row->state_hash = w3a_kit_hash(&s, sizeof(s));
     memset(row->glob, 0, sizeof(row->glob));
     int hx = s.x[s.head], hy = s.y[s.head];
     row->glob[0] = hx / (float)SA_COLS, row->glob[1] = hy / (float)SA_ROWS;
@@ -220,7 +187,7 @@ W3A_EXPORT void w3a_act(const w3s_row *row, uint32_t i)
 W3A_EXPORT void w3a_episode_end(uint32_t i)
 {
     (void)i;
-    uint64_t game = sa.host->game_time_ms() - sa.game0, wall = (sa_wall() - sa.wall0) / 10000;
+    uint64_t game = sa.host->game_time_ms() - sa.game0, wall = (w3a_kit_wall_100ns() - sa.wall0) / 10000;
     sa.host->log("snake: games %d steps %llu game_ms %llu wall_ms %llu", sa.g->games, (unsigned long long)sa.steps,
                  (unsigned long long)game, (unsigned long long)wall);
     sa_tap('N'); /* the next game at once, not after the game-over pause */
