@@ -34,10 +34,12 @@ from w3async.observe.logs import JsonLog, console
 from w3async.recipes import Recipe, recipe_to_dict
 from w3async.runtime import procs
 from w3async.runtime.answerer import Answerer, Counters, RunControl, RunFailure
+from w3async.runtime.inject import InjectedRuntime
 from w3async.runtime.keeper import GameKeeper
 from w3async.runtime.native import NativeRuntime
 from w3async.runtime.policies import PolicyAnswerer, policy_answerer
 from w3async.runtime.runfolder import RunError, RunLock, cleanup_previous_run
+from w3async.runtime.sandbox import Sandbox
 from w3async.runtime.shutdown import shut_down
 from w3async.runtime.slots import Slot, SlotState
 from w3async.runtime.watching import RunWatch
@@ -82,6 +84,7 @@ class Supervisor:
         self.counters = Counters()
         self.error: str | None = None
         self.leftovers: dict = {}
+        self.sandbox: Sandbox | None = None  # around every game start (runtime/sandbox.py); None: off
         self._set_up = self._closed = False
         self._signals = signals
         self._keep_signals = keep_signals
@@ -138,8 +141,10 @@ class Supervisor:
                     WineConfig(wine=r.runtime.wine, cache_dir=r.runtime.cache_dir or None,
                                fsync=r.runtime.fsync, esync=r.runtime.esync, display=r.runtime.display,
                                bits=program_bits(r.binary_path(x) for x in groups if x.runtime == "wine")))
-            self.slots.append(Slot(i, g, self.runtimes[g.runtime], r.binary_path(g), row0, nrows,
-                                   self.run_dir / "games" / f"slot-{i}.log"))
+            rt = self.runtimes[g.runtime]  # an injected group's starts go through the launcher in its prefix
+            rt = InjectedRuntime(rt, g.inject, self.run_dir) if g.inject else rt
+            self.slots.append(Slot(i, g, rt, r.binary_path(g), row0, nrows, self.run_dir / "games" / f"slot-{i}.log"))
+        self.sandbox = Sandbox.for_run(r.supervisor.sandbox, self.run_dir, self.events if groups else None)
         self.control = RunControl(self)
         if self._make_answerer is not None:  # e.g. learn/evaluate.py's, for `w3async eval`
             self.answerer = self._make_answerer(self.control)
@@ -412,9 +417,7 @@ class Supervisor:
         for s in self.slots:
             if self._stop.is_set():
                 return  # a signal or a fault during the spawns: stop starting games
-            if "wine" in self.runtimes and s.runtime is self.runtimes["wine"]:
-                # The first Wine use may boot a prefix (~20 s): off the loop.
-                await self._loop.run_in_executor(None, s.runtime.ensure_prefix)
+            await self._loop.run_in_executor(None, s.runtime.prepare)  # a Wine prefix's first boot: ~20 s
             self.barrier("spawn", self.keeper.spawn, s)
             if s.runtime.obs is not None and s.runtime.obs.fd not in self.obs_readers:
                 self.obs_readers.add(s.runtime.obs.fd)
