@@ -126,7 +126,7 @@ class Supervisor:
         # Name the table in the lock before any segment exists: a supervisor killed while
         # making them leaves nothing the next run cannot find.
         name = segment_name(self.run_dir.name[:24].replace("/", "_"))
-        self.lock.write(pid=os.getpid(), started=time.time(), shm=name, pgids=[])
+        self.lock.write(pid=os.getpid(), started=time.time(), shm=name, pgids=[], born=self.keeper.born)
         # (A run whose games all run on game hosts keeps one row here, of no game.)
         self.table = Table(name, max(n_rows, 1), games=list(zip(row0s, sizes)), run_id=os.getpid())
         if r.cluster is not None:  # rows after the table's: the game hosts' (cluster/link.py)
