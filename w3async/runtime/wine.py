@@ -18,9 +18,15 @@ from w3async.runtime.wineprefix import (  # noqa: F401 (the names callers import
 from w3async.sync.doorbells import Doorbells, fifo_pair, shared_obs_fifo
 from w3async.sync.table import GameSegment
 
-def wine_server_dir() -> str:
-    """Where wineserver keeps its socket (Wine's clients connect to it there)."""
-    return f"/tmp/.wine-{os.getuid()}"
+def wine_server_dir(prefix: Path) -> list[str]:
+    """Where the prefix's wineserver keeps its socket (its clients connect to it there):
+    Debian's Wine names a folder of $TMPDIR in the prefix's `wineserver` file; upstream
+    Wine uses /tmp/.wine-<uid>. [] when neither exists yet."""
+    try:
+        where = os.path.join(os.environ.get("TMPDIR") or "/tmp", (prefix / "wineserver").read_text().strip())
+    except OSError:
+        where = f"/tmp/.wine-{os.getuid()}"
+    return [where] if os.path.isdir(where) else []
 
 
 def windows_path(path: str | os.PathLike) -> str:
@@ -86,7 +92,7 @@ class WineRuntime:
             extra.update(hook_env)
         return GameStart(prefix.command(exe, args), prefix.env(extra), cwd, f"W3S_SHM_PATH={shm_path}\0".encode(),
                          see=[segment.path, self.obs.path, *slot.bells.paths],
-                         write=[str(prefix.path), wine_server_dir()], pid_namespace=False)
+                         write=[str(prefix.path), *wine_server_dir(prefix.path)], pid_namespace=False)
 
     def game_lost(self, slot) -> bool:
         return False
