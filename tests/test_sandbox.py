@@ -136,3 +136,27 @@ def test_required_without_bwrap_refuses_naming_the_fix(tmp_path, null_native):
     assert [e for e in evs if e["event"] == "sandbox_off"][0]["reason"] == "bwrap (bubblewrap) is not on PATH"
     starts = [e for e in evs if e["event"] == "game_start"]
     assert starts and not any(e["sandboxed"] for e in starts)
+
+
+@pytest.mark.wine
+@pytest.mark.parametrize("sandbox", ["preferred", "off"])
+async def test_a_windows_rogue_cannot_open_its_neighbours_fifos_or_segments(tmp_path, null_exe, sandbox):
+    """A Windows game opens every other game's segment (Z:\\dev\\shm\\...) and act FIFO by
+    path: sandboxed it opens none, and the two honest Wine games run without a restart;
+    unsandboxed (the control) it opens them."""
+    run = tmp_path / "run"
+    data = null_recipe([{"binary": str(null_exe), "runtime": "wine", "count": 1,
+                         "env": {"W3N_ROGUE": "peek", "W3N_ROGUE_STEP": "20"}},
+                        {"binary": str(null_exe), "runtime": "wine", "count": 2}],
+                       supervisor={"sandbox": sandbox, "start_timeout_s": 120}, stop={"seconds": 6})
+    sup, stats = await run_recipe(data, run)
+    found = re.findall(r"null: peek opened (\d+) of (\d+) neighbour paths", (run / "games" / "slot-0.log").read_text())
+    assert found, "the rogue never tried"
+    opened, tried = map(int, found[0])
+    if sandbox == "off":
+        assert opened >= 4, found  # two neighbours' segments and act FIFOs
+        return
+    assert opened == 0 and tried > 0, found
+    for i in range(3):
+        assert stats["games"][i]["causes"] == {}, (i, stats["games"][i])
+    assert_nothing_left(sup, run)

@@ -142,7 +142,7 @@ class GameGroup:
     inject: InjectSection | None = None
     """[games.inject]: start the binary, an unmodified Windows game, through the launcher
     with the hook and an adapter (runtime = "wine" only)."""
-    network: bool = False
+    network: Bool = False
     """The games may use the network (in a sandbox: a network namespace of their own
     otherwise, with no interface but loopback: docs/security.md)."""
     writable: list[Str] = Field(default_factory=list)
@@ -171,6 +171,11 @@ class RuntimeSection:
     nothing is shown, no X server needed); "xvfb", a virtual X server (Xvfb) the
     supervisor starts for the run on a free display, with Wine's x11 driver: for a game
     that needs real drawing (reading its own pixels back, OpenGL)."""
+    prefix: Annotated[Str, choice(lambda: ("shared", "per-game"))] = "shared"
+    """"shared": one prefix (and wineserver) for the run's Windows games; "per-game": a
+    prefix and wineserver for each game slot, so that no Windows game reaches another
+    through Wine's named objects, pipes, windows or process handles (docs/security.md),
+    at the cost of a prefix's start each (and, the first time, its boot)."""
 
 
 @dataclass(config=CONFIG)

@@ -136,12 +136,13 @@ class Supervisor:
             self.cluster = self._cluster_link(self, row0=self.table.n_rows, slot0=n_games)
         self.gatherer = make_gatherer(self.table, n_games, self.spec.n_types, r.supervisor.gather)
         for i, (g, row0, nrows) in enumerate(zip(groups, row0s, sizes)):
-            if g.runtime not in self.runtimes:
-                self.runtimes[g.runtime] = NativeRuntime() if g.runtime == "native" else WineRuntime(
+            key = f"wine-{i}" if g.runtime == "wine" and r.runtime.prefix == "per-game" else g.runtime
+            if key not in self.runtimes:
+                self.runtimes[key] = NativeRuntime() if g.runtime == "native" else WineRuntime(
                     WineConfig(wine=r.runtime.wine, cache_dir=r.runtime.cache_dir or None,
                                fsync=r.runtime.fsync, esync=r.runtime.esync, display=r.runtime.display,
-                               bits=program_bits(r.binary_path(x) for x in groups if x.runtime == "wine")))
-            rt = self.runtimes[g.runtime]  # an injected group's starts go through the launcher in its prefix
+                               bits=program_bits(r.binary_path(x) for x in groups if x.runtime == "wine")), key)
+            rt = self.runtimes[key]  # an injected group's starts go through the launcher in its prefix
             rt = InjectedRuntime(rt, g.inject, self.run_dir) if g.inject else rt
             self.slots.append(Slot(i, g, rt, r.binary_path(g), row0, nrows, self.run_dir / "games" / f"slot-{i}.log"))
         self.sandbox = Sandbox.for_run(r.supervisor.sandbox, self.run_dir, self.events if groups else None)

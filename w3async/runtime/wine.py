@@ -51,8 +51,8 @@ class WineRuntime:
 
     name = "wine"
 
-    def __init__(self, cfg: WineConfig):
-        self.cfg = cfg
+    def __init__(self, cfg: WineConfig, tag: str = "wine"):
+        self.cfg, self.tag = cfg, tag  # tag: its obs FIFO's folder, bells/<tag>/ (a prefix per game: one each)
         self.prefix: WinePrefix | None = None
         self.obs = None
         self.xserver_pid = 0
@@ -60,7 +60,7 @@ class WineRuntime:
     def open_obs(self, run_dir: Path):
         """The obs FIFO all this runtime's games ring (made once)."""
         if self.obs is None:
-            self.obs = shared_obs_fifo(run_dir / "bells")
+            self.obs = shared_obs_fifo(run_dir / "bells" / self.tag)
         return self.obs
 
     def ensure_prefix(self) -> WinePrefix:
