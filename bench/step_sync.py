@@ -70,7 +70,7 @@ async def _measure(sup: Supervisor, warm_s: float, window_s: float) -> dict:
 
 
 def run_supervisor(runtime: str, count: int, lanes: int, warm_s: float, window_s: float, gather: str = "c",
-                   round_ms: float = 0.0, sandbox: str = "preferred", measure=_measure) -> dict:
+                   round_ms: float = 0.0, sandbox: str = "preferred", measure=_measure, prefix: str = "shared") -> dict:
     import uvloop  # noqa: PLC0415
 
     binary = NULL if runtime == "native" else NULL_EXE
@@ -78,7 +78,7 @@ def run_supervisor(runtime: str, count: int, lanes: int, warm_s: float, window_s
             "games": [{"binary": str(binary), "runtime": runtime, "count": count, "lanes": lanes}],
             "supervisor": {"progress_s": 0, "gather": gather, "start_timeout_s": 180, "round_period_ms": round_ms,
                            "sandbox": sandbox},
-            "status": {"enabled": False}}
+            "status": {"enabled": False}, "runtime": {"prefix": prefix}}
     run_dir = Path(tempfile.mkdtemp(prefix="w3a-bench-"))
     try:
         return uvloop.run(measure(Supervisor(recipe_from_dict(data), run_dir), warm_s, window_s))
@@ -107,6 +107,27 @@ async def _start_time(sup: Supervisor, warm_s: float, window_s: float) -> dict:
     sup.request_stop()
     await task
     return dict(first_s=times[0], restart_s=times[1])
+
+
+async def _until_posted(sup: Supervisor, warm_s: float, window_s: float) -> dict:
+    """Seconds from the run's start to every game's first post (prefixes started included)."""
+    t0 = time.monotonic()
+    task = asyncio.create_task(sup.run())
+    while not sup.slots or sup.table is None or any(
+            int(sup.table.column("obs_seq")[s.rows].sum()) == 0 for s in sup.slots):
+        await asyncio.sleep(0.005)
+    took = time.monotonic() - t0
+    sup.request_stop()
+    await task
+    return dict(posted_s=took)
+
+
+def bench_prefix(repeats: int, count: int = 2) -> None:
+    """Wine games in one prefix against a prefix each: the run's start to every game's first post."""
+    print(f"\nWine, {count} games: run start to every first post, s (median of {repeats}; prefixes already booted)")
+    for prefix in ("shared", "per-game"):
+        rs = [run_supervisor("wine", count, 1, 0, 0, measure=_until_posted, prefix=prefix) for _ in range(repeats)]
+        print(f"  prefix = {prefix!r:<11} {statistics.median(r['posted_s'] for r in rs):.2f}", flush=True)
 
 
 def bench_sandbox(repeats: int, warm_s: float, window_s: float, wine: bool) -> None:
@@ -281,9 +302,14 @@ def main() -> int:
     p.add_argument("--no-gym", action="store_true")
     p.add_argument("--gather", action="store_true", help="only the C vs numpy gather/answer table")
     p.add_argument("--sandbox", action="store_true", help="only sandboxed against unsandboxed games, start times")
+    p.add_argument("--prefix", action="store_true", help="with --sandbox: only a Wine prefix shared against per game")
     a = p.parse_args()
     if a.sandbox:
-        bench_sandbox(a.repeats, a.warm, a.window, not a.no_wine and shutil.which("wine") and NULL_EXE.exists())
+        wine = bool(not a.no_wine and shutil.which("wine") and NULL_EXE.exists())
+        if not a.prefix:
+            bench_sandbox(a.repeats, a.warm, a.window, wine)
+        if wine:
+            bench_prefix(a.repeats)
         return 0
 
     print("gather+check+answer of one round, us (median machine noise applies; ratios matter)")
