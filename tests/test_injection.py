@@ -375,7 +375,7 @@ async def test_the_launcher_or_the_game_killed_ends_both_and_restarts(tmp_path, 
     # shared-desktop explorer reads the same), so the environment and the group tell it.
     group = sup.slots[0].proc.pid  # the start's process group (sandboxed: bwrap's, the launcher under it)
     desktop = [p for p in _processes_of_run(sup.table.name, "explorer.exe") if os.getpgid(p) == group]
-    wine_own = {p for p in prefix.processes() if p not in game + launcher + desktop}
+    wine_own = {p for p in prefix.processes() if p not in game + launcher + desktop + [group]}
     assert wine_own, "the prefix's own processes (wineserver, services.exe, explorer.exe) are not running"
     # none of Wine's own processes is in the game's process group: a game's exit ends its group
     groups = {p: os.getpgid(p) for p in wine_own if alive(p)}
