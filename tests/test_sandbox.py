@@ -160,3 +160,31 @@ async def test_a_windows_rogue_cannot_open_its_neighbours_fifos_or_segments(tmp_
     for i in range(3):
         assert stats["games"][i]["causes"] == {}, (i, stats["games"][i])
     assert_nothing_left(sup, run)
+
+
+@pytest.mark.wine
+async def test_a_prefix_per_game_gives_each_windows_game_its_own_wineserver(tmp_path, null_exe):
+    """[runtime] prefix = "per-game": two Wine games, two prefixes, two wineservers; both
+    step, and nothing is left."""
+    import asyncio
+
+    from w3async.recipes import recipe_from_dict
+    from w3async.runtime.supervisor import Supervisor
+
+    data = null_recipe([{"binary": str(null_exe), "runtime": "wine", "count": 2}], runtime={"prefix": "per-game"},
+                       supervisor={"start_timeout_s": 120}, stop={"seconds": 60})
+    sup = Supervisor(recipe_from_dict(data), tmp_path / "run")
+    task = asyncio.ensure_future(sup.run())
+    for _ in range(1200):
+        await asyncio.sleep(0.1)
+        if sup.slots and all(s.posted for s in sup.slots):
+            break
+    prefixes = {str(rt.prefix.path) for rt in sup.runtimes.values() if getattr(rt, "prefix", None)}
+    servers = {p: [x for x in procs.with_env("WINEPREFIX", p) if "wineserver" in open(f"/proc/{x}/cmdline").read()]
+               for p in prefixes}
+    sup.request_stop()
+    stats = await task
+    assert len(prefixes) == 2, prefixes
+    assert all(len(v) == 1 for v in servers.values()), servers
+    assert all(g["causes"] == {} for g in stats["games"].values()), stats["games"]
+    assert_nothing_left(sup, tmp_path / "run")
