@@ -188,3 +188,32 @@ async def test_a_prefix_per_game_gives_each_windows_game_its_own_wineserver(tmp_
     assert all(len(v) == 1 for v in servers.values()), servers
     assert all(g["causes"] == {} for g in stats["games"].values()), stats["games"]
     assert_nothing_left(sup, tmp_path / "run")
+
+
+@pytest.mark.wine
+@pytest.mark.parametrize("prefix", ["shared", "per-game"])
+async def test_a_windows_game_ends_the_games_of_its_prefix_only(tmp_path, null_exe, prefix):
+    """What the sandbox leaves open within a prefix, measured: a Windows game (sandboxed)
+    lists the processes Wine shows it and ends every other null_game.exe by
+    OpenProcess + TerminateProcess. In a shared prefix it ends both honest games; with a
+    prefix per game it sees none of them, and they run on without a restart."""
+    run = tmp_path / "run"
+    data = null_recipe([{"binary": str(null_exe), "runtime": "wine", "count": 2},
+                        {"binary": str(null_exe), "runtime": "wine", "count": 1,
+                         "env": {"W3N_ROGUE": "terminate", "W3N_ROGUE_STEP": "2000"}}],
+                       runtime={"prefix": prefix}, supervisor={"start_timeout_s": 120},
+                       stop={"seconds": 8 if prefix == "shared" else 16})
+    sup, stats = await run_recipe(data, run)
+    found = re.findall(r"null: terminated (\d+) other games", (run / "games" / "slot-2.log").read_text())
+    assert found, "the rogue never tried"
+    assert all(e["sandboxed"] for e in events(run) if e["event"] == "game_start")
+    honest = [stats["games"][i]["causes"] for i in (0, 1)]
+    if prefix == "shared":
+        assert int(found[0]) == 2, found
+        # Each restarted; Wine hands the supervisor exit 0 for a process another ended
+        # (TerminateProcess(9)), so the keeper counts it as a recycle.
+        assert all(sum(c.values()) >= 1 for c in honest), honest
+    else:
+        assert found == ["0"], found
+        assert honest == [{}, {}], honest
+    assert_nothing_left(sup, run)

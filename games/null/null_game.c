@@ -21,7 +21,10 @@
  *                        peek: opens every neighbour's segment and act FIFO by path
  *                        (Z:\dev\shm\<table>-<slot>-<start>, <bells>\<slot>\act-<slot>.fifo,
  *                        <bells>\act-<slot>.fifo), prints "null: peek opened N of M
- *                        neighbour paths", and steps on
+ *                        neighbour paths", and steps on; terminate: lists the processes
+ *                        Wine shows it (CreateToolhelp32Snapshot), ends every other
+ *                        null_game.exe (OpenProcess, TerminateProcess), prints "null:
+ *                        terminated N other games", and steps on
  */
 #include <math.h>
 #include <stdio.h>
@@ -33,7 +36,26 @@
 
 #ifdef _WIN32
 #include <windows.h>
+#include <tlhelp32.h>
 static void null_sleep_forever(void) { for (;;) Sleep(1000); }
+
+static void null_terminate_others(void)
+{
+    int ended = 0;
+    HANDLE snap = CreateToolhelp32Snapshot(TH32CS_SNAPPROCESS, 0);
+    PROCESSENTRY32 e = {.dwSize = sizeof(e)};
+    for (BOOL ok = Process32First(snap, &e); ok; ok = Process32Next(snap, &e)) {
+        if (e.th32ProcessID == GetCurrentProcessId() || _stricmp(e.szExeFile, "null_game.exe"))
+            continue;
+        HANDLE h = OpenProcess(PROCESS_TERMINATE, FALSE, e.th32ProcessID);
+        if (h && TerminateProcess(h, 9))
+            ended++;
+        if (h)
+            CloseHandle(h);
+    }
+    CloseHandle(snap);
+    fprintf(stderr, "null: terminated %d other games\n", ended);
+}
 
 static int null_try_open(const char *path)
 {
@@ -196,6 +218,8 @@ static void null_rogue(w3s_conn *c, const char *mode)
 #ifdef _WIN32
     else if (!strcmp(mode, "peek"))
         null_peek();
+    else if (!strcmp(mode, "terminate"))
+        null_terminate_others();
 #endif
     else
         fprintf(stderr, "null: unknown rogue mode %s, ignored\n", mode);
