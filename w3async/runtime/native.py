@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from w3async.runtime.gamestart import GameStart, nice_prefix, with_environ  # noqa: F401 (nice_prefix: re-exported)
+from w3async.runtime.gamestart import GameStart, with_environ
 from w3async.sync.doorbells import Doorbells, SharedObs, native_pair, shared_obs_pipe
 from w3async.sync.table import GameSegment
 

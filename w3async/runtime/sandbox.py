@@ -16,7 +16,6 @@ refuses a machine without it (preflight), "off" starts games as they are.
 from __future__ import annotations
 
 import functools
-import os
 import shutil
 import subprocess
 from pathlib import Path
