@@ -54,13 +54,20 @@ def check(mode: str) -> list[str]:
 
 
 def writable(group, run_dir: Path) -> list[str]:
-    """The folders a group's games may write: its `writable` list and the folders its env
-    values under "{run_dir}" name (made here when missing), "{run_dir}" filled."""
+    """The folders a group's games may write: its `writable` list, the folders its env
+    values under "{run_dir}" or "{run_dir_windows}" name (made here when missing), and
+    env values that are absolute paths of existing folders (the recipe named them)."""
     run = str(run_dir.resolve())
-    named = [v for v in group.env.values() if v.startswith("{run_dir}")] + list(group.writable)
     out = []
-    for v in named:
-        p = Path(v.replace("{run_dir}", run))
+    named = [(v, False) for v in group.env.values()] + [(v, True) for v in group.writable]
+    for v, listed in named:
+        if v.startswith("{run_dir_windows}"):
+            v = run + v[len("{run_dir_windows}"):].replace("\\", "/")
+        elif v.startswith("{run_dir}"):
+            v = run + v[len("{run_dir}"):]
+        elif not listed and not (v.startswith("/") and Path(v).is_dir()):
+            continue
+        p = Path(v)
         p.mkdir(parents=True, exist_ok=True)
         out.append(str(p))
     return out
