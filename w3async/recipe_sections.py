@@ -148,7 +148,8 @@ class GameGroup:
     writable: list[Str] = Field(default_factory=list)
     """Folders the games may write in their sandbox besides their own doorbells ("{run_dir}"
     becomes the run folder). A folder named by an env value that starts with "{run_dir}"
-    (W3D_RECORD_DIR = "{run_dir}/replays") is writable without being listed here."""
+    or "{run_dir_windows}" (W3D_RECORD_DIR = "{run_dir}/replays"), or that is the
+    absolute path of an existing folder, is writable without being listed here."""
     host: Str = ""
     """Where the group's games run: "" on this machine; a name: on a game host of the
     [cluster], on the Ray node that offers the resource of that name (docs/cluster.md)."""
