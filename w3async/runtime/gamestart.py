@@ -12,7 +12,7 @@ import os
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from w3async.sync.doorbells import Doorbells, SharedObs
 from w3async.sync.table import GameSegment
@@ -32,6 +32,7 @@ class GameStart:
     pid_namespace: bool = True  # False for Wine: wineserver signals client threads by their host tid
 
 
+@runtime_checkable
 class Runtime(Protocol):
     """What the keeper and the supervisor ask of a runtime."""
 
