@@ -97,6 +97,16 @@ def read_addresses(path: Path) -> tuple[dict[str, str], str | None]:
     return data, None
 
 
+def _program(pid: int) -> str:
+    """The file name of a process's argv[0], lower case ("" when gone): a Windows
+    program's is its .exe, Wine rewrites argv."""
+    try:
+        argv0 = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[0].decode(errors="replace")
+    except OSError:
+        return ""
+    return argv0.replace("\\", "/").rsplit("/", 1)[-1].lower()
+
+
 class InjectedRuntime:
     """A Runtime (gamestart.py) for one group's injected games: starts go through the
     launcher in the Wine runtime's prefix; the prefix, the obs FIFO and the clean-up are
@@ -130,7 +140,8 @@ class InjectedRuntime:
         once by the start's marker (the launcher and Wine's own processes excluded), is gone."""
         if slot.game_pid and procs.alive(slot.game_pid):
             return False
-        found = [p for p in procs.mentioning(slot.marker) if p != slot.proc.pid and not wine_own(p)]
+        found = [p for p in procs.mentioning(slot.marker) if p != slot.proc.pid and not wine_own(p)
+                 and _program(p) not in ("w3inject.exe", "bwrap")]  # the launcher, its sandbox
         slot.game_pid = found[0] if found else 0
         return not found
 

@@ -93,8 +93,7 @@ class GameKeeper:
     def _record_pgids(self) -> None:
         pg = [s.proc.pid for s in self.host.slots if s.proc and s.proc.returncode is None]
         self.host.lock.write(pid=os.getpid(), started=self.host.started_wall, shm=self.host.table.name, pgids=pg,
-                        born=self.born,
-                             wine_prefixes=[p for rt in self.host.runtimes.values() for p in rt.prefixes()])
+                             born=self.born, wine_prefixes=[p for rt in self.host.runtimes.values() for p in rt.prefixes()])
 
     def unwire(self, s: Slot) -> None:
         """Stop listening to slot s and stop gathering its rows; its process is gone."""
