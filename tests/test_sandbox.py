@@ -217,3 +217,30 @@ async def test_a_windows_game_ends_the_games_of_its_prefix_only(tmp_path, null_e
         assert found == ["0"], found
         assert honest == [{}, {}], honest
     assert_nothing_left(sup, run)
+
+
+def test_a_sandboxed_start_writes_only_where_its_recipe_says(tmp_path):
+    """Through the sandbox a start gets (sandbox.wrap, a shell for a game): the run folder's
+    files are hidden, / is read-only, a folder under /tmp named by an env value does not
+    bring the run folder back, and the replays folder its env names is written for real."""
+    import types
+
+    from w3async.runtime.gamestart import GameStart
+    from w3async.runtime.sandbox import Sandbox
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "checkpoint.pt").write_text("weights")
+    outside = tmp_path / "scratch"
+    outside.mkdir()
+    group = types.SimpleNamespace(env={"REC": "{run_dir}/replays", "TMP": str(tmp_path)}, writable=[], network=False)
+    script = (f"cat {run}/checkpoint.pt && echo SAW; echo x > {run}/checkpoint.pt; "
+              f"touch /usr/w3async-probe 2>/dev/null && echo ROOT_WRITABLE; "
+              f"echo replay > {run}/replays/r.bin && echo REPLAY_OK; echo s > {outside}/s && echo SCRATCH_OK")
+    start = GameStart(["/bin/sh", "-c", script], dict(os.environ), "/", b"")
+    out = subprocess.run(Sandbox(run, "bwrap").wrap(start, group), capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert "SAW" not in out.stdout and "ROOT_WRITABLE" not in out.stdout, out.stdout
+    assert (run / "checkpoint.pt").read_text() == "weights"
+    assert "REPLAY_OK" in out.stdout and (run / "replays" / "r.bin").read_text() == "replay\n"
+    assert "SCRATCH_OK" in out.stdout  # an existing absolute folder named by an env value

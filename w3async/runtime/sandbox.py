@@ -99,11 +99,12 @@ class Sandbox:
             args += ["--setenv", "W3S_PARENT_PID", "1"] if "W3S_PARENT_PID" in start.env else []
         if not group.network:
             args += ["--unshare-net"]
+        write = start.write + writable(group, Path(self.run_dir))
+        inside = [p for p in write + [start.cwd] if p.startswith(self.run_dir + "/")]
+        # Folders outside the run folder first: one above it (/tmp) must not bring it back.
+        for p in write:
+            args += ["--bind", p, p] if p not in inside else []
         args += ["--tmpfs", "/dev/shm", "--tmpfs", self.run_dir]  # the neighbours' segments and doorbells hidden
-        for p in start.see:
+        for p in start.see + inside:
             args += ["--bind", p, p]
-        for p in start.write + writable(group, Path(self.run_dir)):
-            args += ["--bind", p, p]
-        if start.cwd.startswith(self.run_dir + "/"):
-            args += ["--bind", start.cwd, start.cwd]
         return args + ["--chdir", start.cwd, "--", *start.argv]
