@@ -46,6 +46,7 @@ bench: setup $(VENV)/.cluster
 	@for b in $(BENCHES); do \
 	  if [ -f bench/$$b.py ]; then echo "== bench/$$b.py"; $(PY) bench/$$b.py || exit 1; fi; \
 	done
+	@echo "== bench/step_sync.py --sandbox"; $(PY) bench/step_sync.py --sandbox
 
 clean:
 	rm -rf build $(VENV) w3async/sync/_rows*.so

@@ -256,7 +256,7 @@ def chaos(seconds: float, kill_every: float, count: int, recover_s: float, seed:
                      if s < count and pid not in stopped_pids}  # duel slots, the stopped one left to the hang watch
             if not stopped and now > t_start + 5 + seconds / 3 and games:
                 slot, pid = rng.choice(sorted(games.items()))
-                os.kill(pid, signal.SIGSTOP)
+                os.killpg(pid, signal.SIGSTOP)  # the start's group: in a sandbox, pid is bwrap's, the game its child
                 faults.append(dict(kind="sigstop", slot=slot, pid=pid, t=now))
                 stopped = True
             elif now >= next_kill and games and now < t_end - (recover_s + 2.0):  # a quiet tail: every fault gets its recovery window

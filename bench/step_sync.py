@@ -11,6 +11,7 @@ check-mode answers, so both sides do the same work.
 
     python bench/step_sync.py                 # the table
     python bench/step_sync.py --gather        # C against numpy on the gather/answer work
+    python bench/step_sync.py --sandbox       # sandboxed against unsandboxed games, and start times
 """
 
 from __future__ import annotations
@@ -69,19 +70,90 @@ async def _measure(sup: Supervisor, warm_s: float, window_s: float) -> dict:
 
 
 def run_supervisor(runtime: str, count: int, lanes: int, warm_s: float, window_s: float, gather: str = "c",
-                   round_ms: float = 0.0) -> dict:
+                   round_ms: float = 0.0, sandbox: str = "preferred", measure=_measure, prefix: str = "shared") -> dict:
     import uvloop  # noqa: PLC0415
 
     binary = NULL if runtime == "native" else NULL_EXE
     data = {"name": "bench", "game": "null",
             "games": [{"binary": str(binary), "runtime": runtime, "count": count, "lanes": lanes}],
-            "supervisor": {"progress_s": 0, "gather": gather, "start_timeout_s": 180, "round_period_ms": round_ms},
-            "status": {"enabled": False}}
+            "supervisor": {"progress_s": 0, "gather": gather, "start_timeout_s": 180, "round_period_ms": round_ms,
+                           "sandbox": sandbox},
+            "status": {"enabled": False}, "runtime": {"prefix": prefix}}
     run_dir = Path(tempfile.mkdtemp(prefix="w3a-bench-"))
     try:
-        return uvloop.run(_measure(Supervisor(recipe_from_dict(data), run_dir), warm_s, window_s))
+        return uvloop.run(measure(Supervisor(recipe_from_dict(data), run_dir), warm_s, window_s))
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
+
+
+async def _start_time(sup: Supervisor, warm_s: float, window_s: float) -> dict:
+    """Seconds from a game's spawn to its first post (one game; polled every ms), then
+    after warm_s a restart of it (the Wine prefix is up by then), measured the same way."""
+    task = asyncio.create_task(sup.run())
+    times = []
+    for _ in range(2):
+        while not sup.slots or sup.slots[0].proc is None or sup.table is None:
+            await asyncio.sleep(0.001)
+        s = sup.slots[0]
+        t0, start = s.started_at, s.starts  # keeper.spawn's time.monotonic() just after Popen
+        obs = sup.table.column("obs_seq")
+        while int(obs[s.rows].sum()) == 0 or s.starts != start:
+            await asyncio.sleep(0.001)
+        times.append(time.monotonic() - t0)
+        await asyncio.sleep(warm_s)
+        sup.keeper.kill(s, "bench", {})  # restarted after backoff_s
+        while s.proc is None or s.proc.returncode is not None or s.starts == start:
+            await asyncio.sleep(0.001)
+    sup.request_stop()
+    await task
+    return dict(first_s=times[0], restart_s=times[1])
+
+
+async def _until_posted(sup: Supervisor, warm_s: float, window_s: float) -> dict:
+    """Seconds from the run's start to every game's first post (prefixes started included)."""
+    t0 = time.monotonic()
+    task = asyncio.create_task(sup.run())
+    while not sup.slots or sup.table is None or any(
+            int(sup.table.column("obs_seq")[s.rows].sum()) == 0 for s in sup.slots):
+        await asyncio.sleep(0.005)
+    took = time.monotonic() - t0
+    sup.request_stop()
+    await task
+    return dict(posted_s=took)
+
+
+def bench_prefix(repeats: int, count: int = 2) -> None:
+    """Wine games in one prefix against a prefix each: the run's start to every game's first post."""
+    print(f"\nWine, {count} games: run start to every first post, s (median of {repeats}; prefixes already booted)")
+    for prefix in ("shared", "per-game"):
+        rs = [run_supervisor("wine", count, 1, 0, 0, measure=_until_posted, prefix=prefix) for _ in range(repeats)]
+        print(f"  prefix = {prefix!r:<11} {statistics.median(r['posted_s'] for r in rs):.2f}", flush=True)
+
+
+def bench_sandbox(repeats: int, warm_s: float, window_s: float, wine: bool) -> None:
+    """Sandboxed against unsandboxed null games in one run (interleaved), and start times."""
+    configs = [("native", 8, 4)] + ([("wine", 8, 1)] if wine else [])
+    print(f"sandbox: null games, {repeats} runs each (interleaved), median; window {window_s:.0f} s")
+    hdr = f"{'runtime':<8} {'games':>5} {'lanes':>5} {'off steps/s':>12} {'sandboxed':>10} {'ratio':>6} {'us/step off':>12} {'sandboxed':>10}"
+    print(hdr)
+    print("-" * len(hdr))
+    for runtime, count, lanes in configs:
+        runs = {"off": [], "preferred": []}
+        for _ in range(repeats):
+            for mode in runs:
+                runs[mode].append(run_supervisor(runtime, count, lanes, warm_s, window_s, sandbox=mode))
+        off, on = ({k: statistics.median(r[k] for r in runs[m]) for k in ("steps_s", "cpu_us")} for m in runs)
+        print(f"{runtime:<8} {count:>5} {lanes:>5} {off['steps_s']:>12,.0f} {on['steps_s']:>10,.0f} "
+              f"{off['steps_s'] / on['steps_s']:>5.2f}x {off['cpu_us']:>12.2f} {on['cpu_us']:>10.2f}", flush=True)
+    print()
+    print("start time, spawn to first post, s (median): first start / a restart")
+    for runtime, _, _ in configs:
+        row = []
+        for mode in ("off", "preferred"):
+            rs = [run_supervisor(runtime, 1, 1, 0.5, 0, sandbox=mode, measure=_start_time) for _ in range(repeats)]
+            row.append(f"{mode:>9}: {statistics.median(r['first_s'] for r in rs):.3f} / "
+                       f"{statistics.median(r['restart_s'] for r in rs):.3f}")
+        print(f"{runtime:<8} " + "   ".join(row), flush=True)
 
 
 # ---- gymnasium's AsyncVectorEnv over the same null games ------------------------------
@@ -229,7 +301,16 @@ def main() -> int:
     p.add_argument("--no-wine", action="store_true")
     p.add_argument("--no-gym", action="store_true")
     p.add_argument("--gather", action="store_true", help="only the C vs numpy gather/answer table")
+    p.add_argument("--sandbox", action="store_true", help="only sandboxed against unsandboxed games, start times")
+    p.add_argument("--prefix", action="store_true", help="with --sandbox: only a Wine prefix shared against per game")
     a = p.parse_args()
+    if a.sandbox:
+        wine = bool(not a.no_wine and shutil.which("wine") and NULL_EXE.exists())
+        if not a.prefix:
+            bench_sandbox(a.repeats, a.warm, a.window, wine)
+        if wine:
+            bench_prefix(a.repeats)
+        return 0
 
     print("gather+check+answer of one round, us (median machine noise applies; ratios matter)")
     print(f"{'rows':>6} {'entities':>9} {'numpy us':>10} {'C us':>8} {'C speed-up':>11}")

@@ -9,6 +9,7 @@ import os
 import select
 import subprocess
 import time
+import types
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,7 @@ from w3async.games.duel.spec import DUEL_SPEC
 from w3async.sync.gather import NumpyGatherer
 from w3async.games.duel.replay import read_replay
 from w3async.sync.table import Table, segment_name
+from w3async.runtime.gamestart import launch
 from w3async.runtime.native import NativeRuntime
 
 REPO = Path(__file__).resolve().parent.parent
@@ -97,7 +99,7 @@ def test_agent_mode_under_the_shim(duel, tmp_path, runtime, request):
     env = {"W3S_ROW0": "0", "W3S_NROWS": str(lanes), "W3D_SIDES": "agent,ai:easy", "W3D_EPISODES": "3",
            "W3D_MAP": "rotate", "W3D_SEED": "9", "W3D_RECORD_SHARE": "1", "W3D_REWARD": "shaped",
            "W3D_RECORD_DIR": windows_path(rec_dir) if runtime == "wine" else str(rec_dir)}
-    proc = rt.spawn(binary, env, bells, table.segment(0), 0, log)
+    proc = _spawn(rt, binary, env, bells, table.segment(0), log)
     g = NumpyGatherer(table, 1, DUEL_SPEC.n_types)
     g.attach_game(0, slice(0, lanes), bells.act)
     hashes: dict[tuple[int, int, int], int] = {}
@@ -183,6 +185,12 @@ def test_live_games_do_not_depend_on_the_cuts(duel, tmp_path):
         assert (dirs[0] / n).read_bytes() == (dirs[1] / n).read_bytes(), n
 
 
+def _spawn(rt, binary: Path, env: dict, bells, segment, log):
+    """One start of binary by the runtime (gamestart.Runtime), unsandboxed, not niced."""
+    slot = types.SimpleNamespace(binary=Path(binary), bells=bells)
+    return launch(rt.start(slot, env, segment), 0, log)
+
+
 def _rewards(duel: Path, tmp_path: Path, mode: str) -> list[tuple[int, float]]:
     """One lane of agent against easy, seeded random orders: (flags, reward) of every row
     of its first episode (the same game for every mode: the rewards do not steer it)."""
@@ -192,7 +200,7 @@ def _rewards(duel: Path, tmp_path: Path, mode: str) -> list[tuple[int, float]]:
     env = {"W3S_ROW0": "0", "W3S_NROWS": "1", "W3D_SIDES": "agent,ai:easy", "W3D_EPISODES": "1",
            "W3D_MAP": "open", "W3D_SEED": "4", "W3D_REWARD": mode}
     with open(tmp_path / f"duel-{mode}.log", "wb") as log:
-        proc = rt.spawn(duel, env, bells, table.segment(0), 0, log)
+        proc = _spawn(rt, duel, env, bells, table.segment(0), log)
     g = NumpyGatherer(table, 1, DUEL_SPEC.n_types)
     g.attach_game(0, slice(0, 1), bells.act)
     rows = []

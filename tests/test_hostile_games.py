@@ -111,8 +111,10 @@ async def test_a_game_that_exits_0_at_once_is_failed_not_looped(tmp_path, rogue,
 
 async def test_a_crashed_games_helpers_end_with_it(tmp_path, rogue, null_native):
     """Helpers in the game's process group and in a session of their own both end when
-    the game crashes, not only at shutdown."""
-    sup, stats, run = await _run(tmp_path, _recipe(rogue, null_native, "helper", 4.0))
+    the game crashes, not only at shutdown. Unsandboxed: the clean-up without a pid
+    namespace, by group and marker (sandboxed, the namespace ends them: test_sandbox.py),
+    and the pids the helpers print are real ones."""
+    sup, stats, run = await _run(tmp_path, _recipe(rogue, null_native, "helper", 4.0, sandbox="off"))
     log = (run / "games" / "slot-0.log").read_text()
     helpers = [int(p) for p in re.findall(r"rogue: helper pid (\d+)", log)]
     assert len(helpers) >= 4, log[-500:]  # two restarts at least, two helpers each
@@ -162,8 +164,9 @@ async def test_an_orphan_that_hides_ends_with_its_game(tmp_path, rogue, null_nat
     """A helper that leaves the game's process group, zeroes its environment block and
     still writes into the game's rows: found by its mapping of the segment and ended when
     its game ends, not at shutdown (`strays_killed` stays empty) and not never. The
-    restarted game has a new segment: the orphan's writes never reach it."""
-    sup, stats, run = await _run(tmp_path, _recipe(rogue, null_native, "orphan", 4.0))
+    restarted game has a new segment: the orphan's writes never reach it. Unsandboxed, as
+    the test above."""
+    sup, stats, run = await _run(tmp_path, _recipe(rogue, null_native, "orphan", 4.0, sandbox="off"))
     log = (run / "games" / "slot-0.log").read_text()
     orphans = [int(p) for p in re.findall(r"rogue: orphan pid (\d+)", log)]
     try:

@@ -373,12 +373,13 @@ async def test_the_launcher_or_the_game_killed_ends_both_and_restarts(tmp_path, 
     # names this run's table, its process group is the launcher's) and ends with it. Its
     # command line is only "explorer.exe /desktop" (Wine rewrites argv; the prefix's
     # shared-desktop explorer reads the same), so the environment and the group tell it.
-    desktop = [p for p in _processes_of_run(sup.table.name, "explorer.exe") if os.getpgid(p) == launcher[0]]
-    wine_own = {p for p in prefix.processes() if p not in game + launcher + desktop}
+    group = sup.slots[0].proc.pid  # the start's process group (sandboxed: bwrap's, the launcher under it)
+    desktop = [p for p in _processes_of_run(sup.table.name, "explorer.exe") if os.getpgid(p) == group]
+    wine_own = {p for p in prefix.processes() if p not in game + launcher + desktop + [group]}
     assert wine_own, "the prefix's own processes (wineserver, services.exe, explorer.exe) are not running"
     # none of Wine's own processes is in the game's process group: a game's exit ends its group
     groups = {p: os.getpgid(p) for p in wine_own if alive(p)}
-    assert launcher[0] not in groups.values(), {p: _describe(p) for p, g in groups.items() if g == launcher[0]}
+    assert group not in groups.values(), {p: _describe(p) for p, g in groups.items() if g == group}
     killed = (launcher if victim == "launcher" else game)[0]
     os.kill(killed, signal.SIGKILL)
     for _ in range(100):

@@ -368,3 +368,19 @@ def test_wine_that_cannot_make_a_prefix_is_a_clear_error(tmp_path, null_native):
     r = _cli(["run", str(rec), "--runs-dir", str(tmp_path / "runs"), "--set", "stop.seconds=20"])
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert "wineboot -i exited 3" in r.stderr and "cannot boot here" in r.stderr
+
+
+def test_every_runtime_is_a_runtime(tmp_path):
+    """The keeper talks to native, Wine and injected games through one protocol only."""
+    from w3async.recipe_sections import InjectSection
+    from w3async.runtime.gamestart import Runtime
+    from w3async.runtime.inject import InjectedRuntime
+    from w3async.runtime.native import NativeRuntime
+    from w3async.runtime.wine import WineConfig, WineRuntime
+
+    wine = WineRuntime(WineConfig())
+    for rt in (NativeRuntime(), wine, InjectedRuntime(wine, InjectSection(adapter="x.dll"), tmp_path)):
+        assert isinstance(rt, Runtime), type(rt).__name__
+    assert not isinstance(object(), Runtime)
+    keeper = (REPO / "w3async" / "runtime" / "keeper.py").read_text()
+    assert ".inject" not in keeper and 'name == "native"' not in keeper and "getattr(" not in keeper

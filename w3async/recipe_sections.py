@@ -36,6 +36,7 @@ MAX_ROUND_PERIOD_MS = 60_000.0
 
 _CHOICES = {
     ("games", "runtime"): ("native", "wine"),
+    ("supervisor", "sandbox"): ("preferred", "required", "off"),
     ("games", "role"): ("train", "eval"),
     ("supervisor", "policy"): ("check", "random", "network"),
     ("supervisor", "gather"): ("c", "numpy"),
@@ -141,6 +142,14 @@ class GameGroup:
     inject: InjectSection | None = None
     """[games.inject]: start the binary, an unmodified Windows game, through the launcher
     with the hook and an adapter (runtime = "wine" only)."""
+    network: Bool = False
+    """The games may use the network (in a sandbox: a network namespace of their own
+    otherwise, with no interface but loopback: docs/security.md)."""
+    writable: list[Str] = Field(default_factory=list)
+    """Folders the games may write in their sandbox besides their own doorbells ("{run_dir}"
+    becomes the run folder). A folder named by an env value that starts with "{run_dir}"
+    or "{run_dir_windows}" (W3D_RECORD_DIR = "{run_dir}/replays"), or that is the
+    absolute path of an existing folder, is writable without being listed here."""
     host: Str = ""
     """Where the group's games run: "" on this machine; a name: on a game host of the
     [cluster], on the Ray node that offers the resource of that name (docs/cluster.md)."""
@@ -163,6 +172,11 @@ class RuntimeSection:
     nothing is shown, no X server needed); "xvfb", a virtual X server (Xvfb) the
     supervisor starts for the run on a free display, with Wine's x11 driver: for a game
     that needs real drawing (reading its own pixels back, OpenGL)."""
+    prefix: Annotated[Str, choice(lambda: ("shared", "per-game"))] = "shared"
+    """"shared": one prefix (and wineserver) for the run's Windows games; "per-game": a
+    prefix and wineserver for each game slot, so that no Windows game reaches another
+    through Wine's named objects, pipes, windows or process handles (docs/security.md),
+    at the cost of a prefix's start each (and, the first time, its boot)."""
 
 
 @dataclass(config=CONFIG)
@@ -203,6 +217,10 @@ class SupervisorSection:
     """A game's log (games/slot-N.log, its stdout and stderr) is cut to its last 64 KiB
     when it passes this many MiB (checked twice a second): a game that prints without end
     never fills the disk."""
+    sandbox: Annotated[Str, _one_of("supervisor", "sandbox")] = "preferred"
+    """Each game start in a bubblewrap sandbox (docs/security.md): "preferred" where bwrap
+    works here (a `sandbox_off` warning event where not), "required" (preflight refuses a
+    machine without it), "off"."""
     progress_s: Float = Field(5.0, ge=0, le=YEAR_S)
     """Seconds between console progress lines (0: none)."""
 

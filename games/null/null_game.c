@@ -17,7 +17,14 @@
  *                        target shown with it (head 0 allows 4 choices); a random policy
  *                        earns 0.25 a step, a learned one up to 1
  *   W3N_ROGUE=mode       misbehave at step W3N_ROGUE_STEP (default 20) of the process:
- *                        nan, count, type, mask, seq, bytes, crash, exit, hang
+ *                        nan, count, type, mask, seq, bytes, crash, exit, hang; and (Windows)
+ *                        peek: opens every neighbour's segment and act FIFO by path
+ *                        (Z:\dev\shm\<table>-<slot>-<start>, <bells>\<slot>\act-<slot>.fifo,
+ *                        <bells>\act-<slot>.fifo), prints "null: peek opened N of M
+ *                        neighbour paths", and steps on; terminate: lists the processes
+ *                        Wine shows it (CreateToolhelp32Snapshot), ends every other
+ *                        null_game.exe (OpenProcess, TerminateProcess), prints "null:
+ *                        terminated N other games", and steps on
  */
 #include <math.h>
 #include <stdio.h>
@@ -29,7 +36,75 @@
 
 #ifdef _WIN32
 #include <windows.h>
+#include <tlhelp32.h>
 static void null_sleep_forever(void) { for (;;) Sleep(1000); }
+
+static void null_terminate_others(void)
+{
+    int ended = 0;
+    HANDLE snap = CreateToolhelp32Snapshot(TH32CS_SNAPPROCESS, 0);
+    PROCESSENTRY32 e = {.dwSize = sizeof(e)};
+    for (BOOL ok = Process32First(snap, &e); ok; ok = Process32Next(snap, &e)) {
+        if (e.th32ProcessID == GetCurrentProcessId() || _stricmp(e.szExeFile, "null_game.exe"))
+            continue;
+        HANDLE h = OpenProcess(PROCESS_TERMINATE, FALSE, e.th32ProcessID);
+        if (h && TerminateProcess(h, 9))
+            ended++;
+        if (h)
+            CloseHandle(h);
+    }
+    CloseHandle(snap);
+    fprintf(stderr, "null: terminated %d other games\n", ended);
+}
+
+static int null_try_open(const char *path)
+{
+    HANDLE h = CreateFileA(path, GENERIC_READ | GENERIC_WRITE, FILE_SHARE_READ | FILE_SHARE_WRITE, NULL,
+                           OPEN_EXISTING, 0, NULL);
+    if (h == INVALID_HANDLE_VALUE)
+        return 0;
+    CloseHandle(h);
+    return 1;
+}
+
+/* Cuts the last n occurrences of ch (and what follows) off s. */
+static void null_cut(char *s, char ch, int n)
+{
+    for (int k = 0; k < n; k++) {
+        char *p = strrchr(s, ch);
+        if (p)
+            *p = 0;
+    }
+}
+
+static void null_peek(void)
+{
+    const char *shm = getenv("W3S_SHM_PATH"), *act = getenv("W3S_ACT_FIFO");
+    char table[512], bells[512], path[700];
+    int opened = 0, tried = 0;
+    snprintf(table, sizeof(table), "%s", shm ? shm : "");
+    snprintf(bells, sizeof(bells), "%s", act ? act : "");
+    null_cut(table, '-', 2);
+    null_cut(bells, '\\', 2);
+    for (int slot = 0; slot < 16; slot++) {
+        for (int start = 1; start <= 4; start++) {
+            snprintf(path, sizeof(path), "%s-%d-%d", table, slot, start);
+            if (shm && strcmp(path, shm)) {
+                tried++;
+                opened += null_try_open(path);
+            }
+        }
+        snprintf(path, sizeof(path), "%s\\%d\\act-%d.fifo", bells, slot, slot);
+        if (act && strcmp(path, act)) {
+            tried++;
+            opened += null_try_open(path);
+        }
+        snprintf(path, sizeof(path), "%s\\act-%d.fifo", bells, slot);
+        tried++;
+        opened += null_try_open(path);
+    }
+    fprintf(stderr, "null: peek opened %d of %d neighbour paths\n", opened, tried);
+}
 #else
 #include <unistd.h>
 static void null_sleep_forever(void) { for (;;) pause(); }
@@ -140,6 +215,12 @@ static void null_rogue(w3s_conn *c, const char *mode)
         exit(3);
     else if (!strcmp(mode, "hang"))
         null_sleep_forever();
+#ifdef _WIN32
+    else if (!strcmp(mode, "peek"))
+        null_peek();
+    else if (!strcmp(mode, "terminate"))
+        null_terminate_others();
+#endif
     else
         fprintf(stderr, "null: unknown rogue mode %s, ignored\n", mode);
 }

@@ -24,11 +24,24 @@
  *              it without end, taking every game's rings; the game steps on
  *   deaf       from step W3R_STEP, its obs doorbell goes to /dev/null (its rings are
  *              lost) and it steps on, alone in its recipe or not
+ *   neighbours from step W3R_STEP, opens every segment of its table by name
+ *              (<table>-<slot>-<start>, slots 0-31, starts 1-8) but its own, writes each
+ *              field of each header it opened and its rows, prints how many it opened
+ *              ("rogue: opened N neighbour segments"), and steps on
+ *   escape     at step W3R_STEP, a helper calls setsid and double-forks; the grandchild
+ *              sleeps for good (its pid printed: "rogue: escaped pid N"); the game steps on
+ *   connect    at step W3R_STEP, connects to 127.0.0.1:W3R_PORT and prints
+ *              "rogue: connect ok" or "rogue: connect failed: <why>"; steps on
  *   unlink     unlinks its own segment's name and points its obs doorbell at
  *              /dev/null, steps on (woken by the other games' rings), and crashes at
  *              step W3R_STEP + 50
  */
+#include <arpa/inet.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -123,6 +136,72 @@ static void rogue_orphan(w3s_row *rows, char **env)
     }
 }
 
+/* Every segment of the table by name but this game's own: each header field and the
+ * rows written with garbage. Returns how many it opened. */
+static int rogue_neighbours(void)
+{
+    const char *own = getenv("W3S_SHM");
+    char table[256];
+    snprintf(table, sizeof(table), "%s", own ? own : "");
+    for (int dashes = 0; dashes < 2; dashes++) { /* <table>-<slot>-<start>: cut the last two */
+        char *d = strrchr(table, '-');
+        if (d)
+            *d = 0;
+    }
+    int opened = 0;
+    for (int slot = 0; slot < 32; slot++)
+        for (int start = 1; start <= 8; start++) {
+            char name[300];
+            snprintf(name, sizeof(name), "%s-%d-%d", table, slot, start);
+            if (own && !strcmp(name, own))
+                continue;
+            int fd = shm_open(name, O_RDWR, 0);
+            if (fd < 0)
+                continue;
+            opened++;
+            struct stat st;
+            size_t size = fstat(fd, &st) == 0 ? (size_t)st.st_size : 0;
+            uint8_t *p = size ? mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+            close(fd);
+            if (p == MAP_FAILED)
+                continue;
+            memset(p, 0xAB, size); /* every field of its header and of its rows */
+            munmap(p, size);
+        }
+    return opened;
+}
+
+static void rogue_escape(void)
+{
+    pid_t p = fork();
+    if (p == 0) {
+        setsid();
+        pid_t q = fork();
+        if (q == 0) {
+            fprintf(stderr, "rogue: escaped pid %d\n", (int)getpid());
+            fflush(stderr);
+            for (;;)
+                pause();
+        }
+        _exit(0);
+    }
+}
+
+static void rogue_connect(void)
+{
+    const char *port = getenv("W3R_PORT");
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port ? atoi(port) : 1)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0)
+        fprintf(stderr, "rogue: connect ok\n");
+    else
+        fprintf(stderr, "rogue: connect failed: %s\n", strerror(errno));
+    fflush(stderr);
+    if (fd >= 0)
+        close(fd);
+}
+
 int main(void)
 {
     char err[512];
@@ -197,6 +276,14 @@ int main(void)
                 shm_unlink(name);
             dup2(null, atoi(getenv("W3S_OBS_FD")));
         }
+        if (bad && !strcmp(mode, "neighbours") && step % 50 == (uint64_t)from % 50) {
+            fprintf(stderr, "rogue: opened %d neighbour segments\n", rogue_neighbours());
+            fflush(stderr);
+        }
+        if ((long)step == from && !strcmp(mode, "escape"))
+            rogue_escape();
+        if ((long)step == from && !strcmp(mode, "connect"))
+            rogue_connect();
         if ((long)step == from && !strcmp(mode, "deaf"))
             dup2(open("/dev/null", O_WRONLY), atoi(getenv("W3S_OBS_FD")));
         if ((long)step == from + 50 && !strcmp(mode, "unlink"))

@@ -16,8 +16,10 @@ import tomllib
 from pathlib import Path
 
 from w3async.recipe_sections import REPO_ROOT, InjectSection
+from w3async.runtime import procs
+from w3async.runtime.gamestart import GameStart
 from w3async.runtime.pe import AMD64, I386, PeError, read_pe
-from w3async.runtime.wine import LAUNCHER, windows_path
+from w3async.runtime.wine import LAUNCHER, WineRuntime, windows_path, wine_own
 
 BUILD_WIN64 = LAUNCHER.parent
 HOOK = BUILD_WIN64 / "w3hook.dll"
@@ -93,3 +95,64 @@ def read_addresses(path: Path) -> tuple[dict[str, str], str | None]:
     if bad:
         return {}, f"{bad[0]} = {data[bad[0]]!r}: expected name = \"module+0xoffset\""
     return data, None
+
+
+def _program(pid: int) -> str:
+    """The file name of a process's argv[0], lower case ("" when gone): a Windows
+    program's is its .exe, Wine rewrites argv."""
+    try:
+        argv0 = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[0].decode(errors="replace")
+    except OSError:
+        return ""
+    return argv0.replace("\\", "/").rsplit("/", 1)[-1].lower()
+
+
+class InjectedRuntime:
+    """A Runtime (gamestart.py) for one group's injected games: starts go through the
+    launcher in the Wine runtime's prefix; the prefix, the obs FIFO and the clean-up are
+    that Wine runtime's (it owns them, this one only borrows)."""
+
+    name = "injected"
+
+    def __init__(self, wine: WineRuntime, inject: InjectSection, run_dir: Path):
+        self.wine, self.inject, self.run_dir = wine, inject, run_dir
+
+    @property
+    def obs(self):
+        return self.wine.obs
+
+    def prepare(self) -> None:
+        self.wine.prepare()
+
+    def open_obs(self, run_dir: Path):
+        return self.wine.open_obs(run_dir)
+
+    def doorbells(self, run_dir: Path, slot: int):
+        return self.wine.doorbells(run_dir, slot)
+
+    def start(self, slot, env: dict[str, str], segment) -> GameStart:
+        values = {"seed": env["W3S_SEED"], "lane": str(slot.row0 // slot.group.sides), "slot": str(slot.index),
+                  "run_dir_windows": windows_path(self.run_dir.resolve())}
+        return self.wine.start(slot, env, segment, launch=launch(self.inject, slot.binary, values))
+
+    def game_lost(self, slot) -> bool:
+        """Wine's launcher may miss its game's death (a SIGKILL): the game process, found
+        once by the start's marker (the launcher and Wine's own processes excluded), is gone."""
+        if slot.game_pid and procs.alive(slot.game_pid):
+            return False
+        found = [p for p in procs.mentioning(slot.marker) if p != slot.proc.pid and not wine_own(p)
+                 and _program(p) not in ("w3inject.exe", "bwrap")]  # the launcher, its sandbox
+        slot.game_pid = found[0] if found else 0
+        return not found
+
+    def prefixes(self) -> list[str]:
+        return []  # the Wine runtime's
+
+    def cleanup(self) -> list[int]:
+        return []
+
+    def leftovers(self) -> list[int]:
+        return []
+
+    def close(self) -> None:
+        pass

@@ -18,9 +18,10 @@ import signal
 import time
 
 from w3async.observe.logs import console
-from w3async.runtime import gamelog, inject, procs
+from w3async.runtime import gamelog, procs
+from w3async.runtime.gamestart import launch
 from w3async.runtime.slots import Slot, SlotState, decide_restart
-from w3async.runtime.wine import WineError, windows_path
+from w3async.runtime.wine import WineError, windows_path, wine_own
 from w3async.sync import layout
 
 STARTING, RUNNING, RESTARTING, FAILED, STOPPED = (SlotState.STARTING, SlotState.RUNNING, SlotState.RESTARTING,
@@ -28,17 +29,6 @@ STARTING, RUNNING, RESTARTING, FAILED, STOPPED = (SlotState.STARTING, SlotState.
 
 # A start that failed for lack of a resource is retried; anything else would fail again.
 _TRANSIENT_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM, errno.ENOSPC, errno.EINTR, errno.EBUSY}
-def wine_own(pid: int) -> bool:
-    """A process of Wine itself (wineserver, C:\\windows\\...\\services.exe, explorer.exe, ...):
-    it may carry the environment of the game that happened to start it, and it is the
-    prefix's, ended with the run, never with a game."""
-    try:
-        argv0 = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[0].decode(errors="replace")
-    except OSError:
-        return False
-    return argv0.lower().startswith("c:\\windows\\") or os.path.basename(argv0).startswith("wineserver")
-
-
 # Exit codes with a cause of their own (an injected game's launcher, hook and adapter; a
 # Windows game's unhandled exception, which Wine would pass on as its code's low byte).
 _EXIT_CAUSES = {layout.EXIT_INJECT: "inject", layout.EXIT_ADAPTER: "adapter", layout.EXIT_KILLED: "crash",
@@ -71,15 +61,12 @@ class GameKeeper:
                for k, v in s.group.env.items()}
         env.update(W3S_ROW0=str(s.row0), W3S_NROWS=str(s.nrows), W3S_SLOT=str(s.index),
                    W3S_SEED=str(s.index * 1000003 + s.starts))
+        sandbox = self.host.sandbox
+        wrap = (lambda start: sandbox.wrap(start, s.group)) if sandbox is not None else None
         try:
             with gamelog.open_for_start(s.log_path, s.starts) as log:
-                if s.group.inject:  # an unmodified game: through the launcher, with the hook and adapter
-                    values = {"seed": env["W3S_SEED"], "lane": str(s.row0 // s.group.sides), "slot": str(s.index),
-                              "run_dir_windows": windows_path(self.host.run_dir.resolve())}
-                    launch = inject.launch(s.group.inject, s.binary, values)
-                    s.proc = s.runtime.spawn(s.binary, env, s.bells, segment, s.group.nice, log, launch=launch)
-                else:
-                    s.proc = s.runtime.spawn(s.binary, env, s.bells, segment, s.group.nice, log)
+                start = s.runtime.start(s, env, segment)
+                s.proc = launch(start, s.group.nice, log, wrap)
         except (OSError, WineError) as e:
             s.bells.close()
             s.bells = None
@@ -91,6 +78,8 @@ class GameKeeper:
         s.seq_sum = 0
         s.posted = False
         s.segment = segment.name
+        s.marker = start.marker
+        s.sandboxed = wrap is not None
         s.game_pid = 0
         s.born = procs.started(s.proc.pid)  # what it starts, it starts after this
         self.groups.add(s.proc.pid)
@@ -99,13 +88,12 @@ class GameKeeper:
         self.host.gatherer.attach_game(s.index, s.rows, s.bells.act)
         self._record_pgids()
         self.host.events.info("game_start", slot=s.index, pid=s.proc.pid, runtime=s.runtime.name, binary=str(s.binary),
-                         rows=[s.row0, s.row0 + s.nrows], start=s.starts)
+                         rows=[s.row0, s.row0 + s.nrows], start=s.starts, sandboxed=wrap is not None)
 
     def _record_pgids(self) -> None:
         pg = [s.proc.pid for s in self.host.slots if s.proc and s.proc.returncode is None]
         self.host.lock.write(pid=os.getpid(), started=self.host.started_wall, shm=self.host.table.name, pgids=pg,
-                        wine_prefixes=[str(rt.prefix.path) for rt in self.host.runtimes.values()
-                                       if getattr(rt, "prefix", None)])
+                             born=self.born, wine_prefixes=[p for rt in self.host.runtimes.values() for p in rt.prefixes()])
 
     def unwire(self, s: Slot) -> None:
         """Stop listening to slot s and stop gathering its rows; its process is gone."""
@@ -150,19 +138,14 @@ class GameKeeper:
             return
         procs.killpg(s.proc.pid, signal.SIGKILL)
         if s.segment:
-            procs.end_marked(self._marker(s), procs.maps_pattern("/dev/shm/" + s.segment[1:]), since=s.born,
+            procs.end_marked(s.marker, procs.maps_pattern("/dev/shm/" + s.segment[1:]), since=s.born,
                              spare=wine_own)
-
-    def _marker(self, s: Slot) -> bytes:
-        """What every process of the slot's current start carries in its environment: its
-        segment, by name (native) or as the Z: path a Windows game maps."""
-        if s.runtime.name == "native":
-            return f"W3S_SHM={s.segment}\0".encode()
-        return f"W3S_SHM_PATH={windows_path(self.host.table.segment(s.index).path)}\0".encode()
 
     def _on_exit(self, s: Slot) -> None:
         """The slot's process exited (its pidfd is readable)."""
         code = s.proc.wait()
+        if s.sandboxed and 128 < code < 128 + signal.NSIG:  # bwrap says a game's death by signal N as 128 + N
+            code = 128 - code
         tail = gamelog.tail(s.log_path)
         self._note_posted(s)
         self.unwire(s)
@@ -275,19 +258,10 @@ class GameKeeper:
                     self.kill(s, "hang", {"phase": "start", "idle_s": round(idle, 1)})
                 elif s.posted and answered and idle > sv.hang_timeout_s:
                     self.kill(s, "hang", {"phase": "step", "idle_s": round(idle, 1)})
-                elif s.group.inject and s.posted and answered and idle > 1.0 and not self._game_alive(s):
+                elif s.posted and answered and idle > 1.0 and s.runtime.game_lost(s):
                     # Wine's launcher may miss its game's death (a SIGKILL): end the start now
                     self.kill(s, "crash", {"phase": "step", "idle_s": round(idle, 1),
                                            "reason": "the injected game ended and its launcher did not see it"})
-
-    def _game_alive(self, s: Slot) -> bool:
-        """An injected start's game process is alive (found once by its segment in its
-        environment: the launcher's and Wine's own processes excluded)."""
-        if s.game_pid and procs.alive(s.game_pid):
-            return True
-        found = [p for p in procs.mentioning(self._marker(s)) if p != s.proc.pid and not wine_own(p)]
-        s.game_pid = found[0] if found else 0
-        return bool(found)
 
     def summary(self) -> str:
         states = collections.Counter(s.state for s in self.host.slots)
@@ -318,6 +292,6 @@ class GameKeeper:
         marker = self._run_marker()
         grouped = {p for g in self.groups for p in procs.group_members(g) if marker in procs.environ(p)}
         marked = set(procs.marked(marker, self._run_maps(), since=self.born)) if marker else set()
-        wine = [p for rt in self.host.runtimes.values() for p in getattr(rt, "leftovers", lambda: [])()]
+        wine = [p for rt in self.host.runtimes.values() for p in rt.leftovers()]
         return dict(processes=sorted(grouped | marked), wine=wine)
 

@@ -22,7 +22,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from w3async.runtime import inject_checks
+from w3async.runtime import inject_checks, sandbox
 from w3async.sync import layout
 from w3async.sync.gather import c_extension_problem
 from w3async.recipes import Recipe
@@ -400,4 +400,4 @@ def preflight(recipe: Recipe, run_dir: Path, runs_dir: Path | None = None) -> li
     """Every check above: the problems, all of them, or [] when the run may start."""
     return (check_binaries(recipe) + inject_checks.check(recipe) + check_build(recipe) + check_device(recipe)
             + check_folders(recipe, run_dir, runs_dir)
-            + check_status(recipe) + check_resources(recipe))
+            + check_status(recipe) + check_resources(recipe) + sandbox.check(recipe.supervisor.sandbox))

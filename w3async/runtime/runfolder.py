@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 from w3async.runtime import procs
+from w3async.runtime.wine import wine_own
 from w3async.sync.table import list_segments, unlink_segment
 
 
@@ -93,6 +94,13 @@ def cleanup_previous_run(info: dict) -> dict:
             pass
         finally:
             os.close(fd)
+    # Every process of the dead run carries its table's name in its environment (W3S_SHM,
+    # W3S_SHM_PATH) or maps one of its segments: a helper that left its game's process
+    # group (setsid, a double fork) is found by that, not by the recorded groups.
+    if shm:
+        maps = procs.maps_pattern("/dev/shm/" + shm.lstrip("/") + "-", any_suffix=True)
+        killed += [p for p in procs.end_marked(shm.lstrip("/").encode(), maps, since=int(info.get("born") or 0),
+                                               spare=wine_own) if p not in killed]
     # The table's name prefixes every game segment it made ("<name>-<game>-<start>").
     unlinked = [s for s in list_segments(shm + "-") if unlink_segment(s)] if shm else []
     return dict(dead_pid=info.get("pid"), started=info.get("started"), killed=killed, wine_killed=wine_killed,

@@ -34,7 +34,7 @@ class Slot:
 
     index: int
     group: object  # recipes.GameGroup
-    runtime: object  # runtime.native.NativeRuntime or runtime.wine.WineRuntime
+    runtime: object  # a gamestart.Runtime: native.NativeRuntime, wine.WineRuntime, inject.InjectedRuntime
     binary: Path
     row0: int
     nrows: int
@@ -54,6 +54,8 @@ class Slot:
     posted: bool = False  # has this start posted a row yet
     restart_handle: object = None
     segment: str = ""  # this start's segment: every process the game starts carries its name
+    sandboxed: bool = False  # this start runs in a bwrap sandbox (runtime/sandbox.py)
+    marker: bytes = b""  # what every process of this start carries in its environment (GameStart.marker)
     game_pid: int = 0  # an injected start's game process (its launcher is proc), once seen
     born: int = 0  # when this start's process started (ticks since boot: runtime/procs.py, started)
     short_streak: int = 0  # starts in a row that lived less than min_uptime_s (the backoff's exponent)

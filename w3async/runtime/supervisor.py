@@ -34,10 +34,12 @@ from w3async.observe.logs import JsonLog, console
 from w3async.recipes import Recipe, recipe_to_dict
 from w3async.runtime import procs
 from w3async.runtime.answerer import Answerer, Counters, RunControl, RunFailure
+from w3async.runtime.inject import InjectedRuntime
 from w3async.runtime.keeper import GameKeeper
 from w3async.runtime.native import NativeRuntime
 from w3async.runtime.policies import PolicyAnswerer, policy_answerer
 from w3async.runtime.runfolder import RunError, RunLock, cleanup_previous_run
+from w3async.runtime.sandbox import Sandbox
 from w3async.runtime.shutdown import shut_down
 from w3async.runtime.slots import Slot, SlotState
 from w3async.runtime.watching import RunWatch
@@ -82,6 +84,7 @@ class Supervisor:
         self.counters = Counters()
         self.error: str | None = None
         self.leftovers: dict = {}
+        self.sandbox: Sandbox | None = None  # around every game start (runtime/sandbox.py); None: off
         self._set_up = self._closed = False
         self._signals = signals
         self._keep_signals = keep_signals
@@ -123,7 +126,7 @@ class Supervisor:
         # Name the table in the lock before any segment exists: a supervisor killed while
         # making them leaves nothing the next run cannot find.
         name = segment_name(self.run_dir.name[:24].replace("/", "_"))
-        self.lock.write(pid=os.getpid(), started=time.time(), shm=name, pgids=[])
+        self.lock.write(pid=os.getpid(), started=time.time(), shm=name, pgids=[], born=self.keeper.born)
         # (A run whose games all run on game hosts keeps one row here, of no game.)
         self.table = Table(name, max(n_rows, 1), games=list(zip(row0s, sizes)), run_id=os.getpid())
         if r.cluster is not None:  # rows after the table's: the game hosts' (cluster/link.py)
@@ -133,13 +136,16 @@ class Supervisor:
             self.cluster = self._cluster_link(self, row0=self.table.n_rows, slot0=n_games)
         self.gatherer = make_gatherer(self.table, n_games, self.spec.n_types, r.supervisor.gather)
         for i, (g, row0, nrows) in enumerate(zip(groups, row0s, sizes)):
-            if g.runtime not in self.runtimes:
-                self.runtimes[g.runtime] = NativeRuntime() if g.runtime == "native" else WineRuntime(
+            key = f"wine-{i}" if g.runtime == "wine" and r.runtime.prefix == "per-game" else g.runtime
+            if key not in self.runtimes:
+                self.runtimes[key] = NativeRuntime() if g.runtime == "native" else WineRuntime(
                     WineConfig(wine=r.runtime.wine, cache_dir=r.runtime.cache_dir or None,
                                fsync=r.runtime.fsync, esync=r.runtime.esync, display=r.runtime.display,
-                               bits=program_bits(r.binary_path(x) for x in groups if x.runtime == "wine")))
-            self.slots.append(Slot(i, g, self.runtimes[g.runtime], r.binary_path(g), row0, nrows,
-                                   self.run_dir / "games" / f"slot-{i}.log"))
+                               bits=program_bits(r.binary_path(x) for x in groups if x.runtime == "wine")), key)
+            rt = self.runtimes[key]  # an injected group's starts go through the launcher in its prefix
+            rt = InjectedRuntime(rt, g.inject, self.run_dir) if g.inject else rt
+            self.slots.append(Slot(i, g, rt, r.binary_path(g), row0, nrows, self.run_dir / "games" / f"slot-{i}.log"))
+        self.sandbox = Sandbox.for_run(r.supervisor.sandbox, self.run_dir, self.events if groups else None)
         self.control = RunControl(self)
         if self._make_answerer is not None:  # e.g. learn/evaluate.py's, for `w3async eval`
             self.answerer = self._make_answerer(self.control)
@@ -412,9 +418,7 @@ class Supervisor:
         for s in self.slots:
             if self._stop.is_set():
                 return  # a signal or a fault during the spawns: stop starting games
-            if "wine" in self.runtimes and s.runtime is self.runtimes["wine"]:
-                # The first Wine use may boot a prefix (~20 s): off the loop.
-                await self._loop.run_in_executor(None, s.runtime.ensure_prefix)
+            await self._loop.run_in_executor(None, s.runtime.prepare)  # a Wine prefix's first boot: ~20 s
             self.barrier("spawn", self.keeper.spawn, s)
             if s.runtime.obs is not None and s.runtime.obs.fd not in self.obs_readers:
                 self.obs_readers.add(s.runtime.obs.fd)

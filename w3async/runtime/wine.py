@@ -1,378 +1,48 @@
-"""Windows games under Wine: prefixes, the environment, and ending every Wine process.
+"""Windows games under Wine: the Runtime (gamestart.py) of a run's .exe games.
 
-A prefix is made once per Wine build with `wineboot` under a cache folder and reused by
-later runs (a fresh one costs ~20 s and ~700 MB). A run holds its prefix with an
-exclusive lock; a second run at the same time takes the next prefix of the pool, so
-that `wineserver -k` at the end of one run never ends another run's games.
-
-What a prefix gets once (traps found on the way):
-- mscoree and mshtml off while booting: on a machine without internet wineboot
-  would otherwise wait on Mono and Gecko installers;
-- the crash dialog off and no debugger (AeDebug): a crashing .exe must exit, not wait
-  for a click (the shim also calls SetErrorMode);
-- the HID, USB and Bluetooth bus drivers off by DLL override (measured in a Warcraft III harness under Wine: the HID bus
-  woke every millisecond in every game), winemenubuilder off.
+Its games share one locked prefix (wineprefix.py: made, booted, ended), ring one obs
+FIFO, and each start gets an act FIFO in a folder of its slot's own (bells/<slot>/), so
+that a sandbox binds a game's own doorbells and nothing of its neighbours'.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
-import shutil
-import subprocess
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from w3async.runtime import procs
-from w3async.runtime.native import nice_prefix
-from w3async.runtime.wineinstall import exe_bits, program_bits, wine_install  # noqa: F401 (program_bits: the supervisor's)
+from w3async.runtime.gamestart import GameStart
+from w3async.runtime.wineprefix import (  # noqa: F401 (the names callers import from here)
+    BOOT_TIMEOUT_S, CHECK_TIMEOUT_S, DLL_OVERRIDES, GRAPHICS, LAUNCHER, LAUNCHERS, READY_MARK, WineBuild,
+    WineConfig, WineError, WinePrefix, acquire_prefix, acquire_running_prefix, cache_root, check_prefix,
+    exe_bits, graphics_driver, processes_with_env, program_bits, resolve_build, start_services)
 from w3async.sync.doorbells import Doorbells, fifo_pair, shared_obs_fifo
 from w3async.sync.table import GameSegment
 
-READY_MARK = ".w3async-ready"
-# The injection launcher (shim/inject/launcher.c): its --desktop mode starts the prefix's
-# desktop before any game (WineRuntime.ensure_prefix).
-LAUNCHER = Path(__file__).resolve().parents[2] / "build" / "win64" / "w3inject.exe"
-# The launcher of each bitness (shim/Makefile builds win32 where i686 mingw is installed).
-LAUNCHERS = {64: LAUNCHER, 32: LAUNCHER.parents[1] / "win32" / LAUNCHER.name}
-CHECK_TIMEOUT_S = 60.0
-BOOT_TIMEOUT_S = 180.0
-
-DLL_OVERRIDES = "mscoree,mshtml,winemenubuilder.exe=d;winebus.sys,winehid.sys,wineusb.sys,winebth.sys=d"
-
-# Imported once into every new prefix with `wine regedit /S`. The graphics driver is
-# Wine's null driver (no display: CreateWindow fails in a prefix without one, "nodrv_
-# CreateWindow ... no driver could be loaded"); start_services sets it again each run
-# (GRAPHICS), for prefixes made before this line and for display = "xvfb".
-PREFIX_REG = r"""REGEDIT4
-
-[HKEY_CURRENT_USER\Software\Wine\WineDbg]
-"ShowCrashDialog"=dword:00000000
-
-[HKEY_CURRENT_USER\Software\Wine\Drivers]
-"Graphics"="null"
-
-[HKEY_LOCAL_MACHINE\Software\Microsoft\Windows NT\CurrentVersion\AeDebug]
-"Debugger"=-
-"Auto"="0"
-
-[HKEY_LOCAL_MACHINE\Software\Wow6432Node\Microsoft\Windows NT\CurrentVersion\AeDebug]
-"Debugger"=-
-"Auto"="0"
-"""
-
-
-class WineError(RuntimeError):
-    """Wine is missing, or a prefix could not be made or ended."""
-
-
-@dataclass(frozen=True)
-class WineConfig:
-    wine: str = "wine"
-    """The Wine loader (a name on PATH or a path), or a Proton build folder (one with
-    files/bin/wine64 or bin/wine64 in it): then WINEDLLPATH and LD_LIBRARY_PATH point
-    at its libraries, as Proton's own script sets them."""
-    cache_dir: str | None = None
-    """Where prefixes live; default $W3ASYNC_CACHE or ~/.cache/w3async, then wine/."""
-    fsync: bool = False
-    """WINEFSYNC=1: Proton's futex-based sync (measured in a Warcraft III harness under Wine: -28% CPU a step with
-    GE-Proton). Stock Wine ignores it: on Debian's Wine 8 it does nothing."""
-    esync: bool = False
-    """WINEESYNC=1: eventfd-based sync, also Proton/staging only; nothing on stock Wine."""
-    display: str = "null"
-    """"null": Wine's null graphics driver; "xvfb": an X server for the run (display.py)."""
-    bits: tuple[int, ...] = (64,)
-    """The bitnesses of the programs the prefix will run (32, 64): before the games, the
-    launcher of each (build/win32, build/win64) is started in --check mode, and a prefix
-    that cannot run it is remade once (acquire_running_prefix)."""
-
-
-@dataclass(frozen=True)
-class WineBuild:
-    """A resolved Wine: the loader, its wineserver, extra environment, and an id."""
-
-    loader: str
-    server: str
-    env: dict
-    build_id: str
-    loaders: dict = field(default_factory=dict)
-    """bits -> the loader of that bitness (wineinstall.py). A program started by the
-    loader of the other bitness runs behind an extra `start.exe /exec` process in its
-    process group (Wine 8 with wine32 installed: /usr/bin/wine runs the 32-bit loader),
-    which ends with it, so each program gets the loader of its own bitness."""
-
-
-def resolve_build(cfg: WineConfig) -> WineBuild:
-    """Find the loader and wineserver of cfg.wine; WineError naming what is missing. The
-    build's id (its prefixes' folder) is wine_install(cfg.wine).key: the loaders' versions and
-    the architectures installed."""
-    w = cfg.wine
-    env: dict[str, str] = {}
-    if os.path.isdir(w):
-        root = Path(w)
-        for sub in ("files", "dist", "."):
-            bindir = root / sub / "bin"
-            if (bindir / "wine64").exists() or (bindir / "wine").exists():
-                break
-        else:
-            raise WineError(f"Proton build folder {w} has no files/bin/wine64, dist/bin/wine64 or bin/wine64")
-        base = bindir.parent
-        loader = str(bindir / ("wine64" if (bindir / "wine64").exists() else "wine"))
-        server = str(bindir / "wineserver")
-        env["WINEDLLPATH"] = os.pathsep.join(str(base / d) for d in ("lib64/wine", "lib/wine", "lib/vkd3d") if (base / d).exists())
-        libs = [str(base / d) for d in ("lib64", "lib") if (base / d).exists()]
-        if libs:
-            env["LD_LIBRARY_PATH"] = os.pathsep.join(libs + [os.environ.get("LD_LIBRARY_PATH", "")]).rstrip(os.pathsep)
-    else:
-        loader = shutil.which(w) or (shutil.which("wine64") if w == "wine" else None)
-        if not loader:
-            raise WineError(f"Wine loader {w!r} not found on PATH (apt-get install wine64, or set runtime.wine)")
-        server = shutil.which("wineserver", path=os.path.dirname(loader)) or shutil.which("wineserver")
-        if not server:
-            raise WineError(f"wineserver not found next to {loader} or on PATH")
-    install = wine_install(cfg.wine, loader)
-    return WineBuild(loader=loader, server=server, env=env, build_id=install.key, loaders=dict(install.loaders))
-
-
-def cache_root(cfg: WineConfig) -> Path:
-    base = cfg.cache_dir or os.environ.get("W3ASYNC_CACHE") or os.path.join(Path.home(), ".cache", "w3async")
-    return Path(base) / "wine"
-
-
-class WinePrefix:
-    """A locked, booted prefix. Use through acquire_prefix()."""
-
-    def __init__(self, build: WineBuild, cfg: WineConfig, path: Path, lock_fd: int):
-        self.build = build
-        self.cfg = cfg
-        self.path = path
-        self._lock_fd = lock_fd
-        self.xserver = None  # display.Xvfb with display = "xvfb", started by start_services
-
-    def env(self, extra: dict | None = None) -> dict:
-        """The environment for a process of this prefix (os.environ + Wine's + extra)."""
-        env = dict(os.environ)
-        env.update(self.build.env)
-        env.update(
-            WINEPREFIX=str(self.path),
-            WINEDEBUG="-all",
-            WINEDLLOVERRIDES=DLL_OVERRIDES,
-            WINEFSYNC="1" if self.cfg.fsync else "0",
-            WINEESYNC="1" if self.cfg.esync else "0",
-        )
-        env.pop("DISPLAY", None)  # the null driver: no X server; the run's Xvfb otherwise
-        if self.xserver is not None:
-            env["DISPLAY"] = self.xserver.display
-        if extra:
-            env.update(extra)
-        return env
-
-    def command(self, exe: str, args: list[str] | tuple[str, ...] = ()) -> list[str]:
-        """The command line that starts exe in this prefix, with the loader of exe's
-        bitness where the build has it (WineBuild.loaders), else the configured one."""
-        return [self.build.loaders.get(exe_bits(exe)) or self.build.loader, exe, *args]
-
-    def processes(self) -> list[int]:
-        """Live processes (not zombies) whose environment names this prefix: the
-        wineserver, services.exe, winedevice.exe, explorer.exe, the games."""
-        return processes_with_env("WINEPREFIX", str(self.path))
-
-    def kill(self, timeout_s: float = 10.0) -> list[int]:
-        """End every process of the prefix: `wineserver -k`, then SIGKILL whatever is
-        left after timeout_s. Returns the pids that had to be SIGKILLed."""
-        env = self.env()
-        try:
-            subprocess.run([self.build.server, "-k"], env=env, timeout=timeout_s,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired:
-            pass
-        deadline = time.monotonic() + timeout_s
-        while self.processes() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        left = self.processes()
-        for pid in left:
-            procs.kill(pid)
-        if self.xserver is not None:  # after the games: none of them draws any more
-            self.xserver.stop()
-            self.xserver = None
-        return left
-
-    def release(self) -> None:
-        if self._lock_fd >= 0:
-            os.close(self._lock_fd)  # drops the flock
-            self._lock_fd = -1
-
-    def __enter__(self) -> "WinePrefix":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        try:
-            self.kill()
-        finally:
-            self.release()
-
-
-def acquire_prefix(cfg: WineConfig, max_prefixes: int = 16) -> WinePrefix:
-    """Lock the first free prefix of cfg's Wine build, booting it the first time.
-    A context manager: leaving it ends the prefix's processes and unlocks it."""
-    build = resolve_build(cfg)
-    root = cache_root(cfg) / build.build_id
-    root.mkdir(parents=True, exist_ok=True)
-    for k in range(max_prefixes):
-        path = root / f"prefix-{k}"
-        fd = os.open(str(root / f"prefix-{k}.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            continue
-        prefix = WinePrefix(build, cfg, path, fd)
-        try:
-            if not (path / READY_MARK).exists():
-                _boot(prefix)
-            return prefix
-        except BaseException:
-            prefix.kill()
-            prefix.release()
-            raise
-    raise WineError(f"all {max_prefixes} Wine prefixes under {root} are in use by other runs")
-
-
-def _boot(prefix: WinePrefix) -> None:
-    """wineboot a new prefix, import PREFIX_REG, wait for its wineserver to exit."""
-    if prefix.path.exists():
-        shutil.rmtree(prefix.path)  # a boot that died halfway: start over
-    env = prefix.env()
-    log = prefix.path.parent / f"{prefix.path.name}.boot.log"
-    steps = [
-        [prefix.build.loader, "wineboot", "-i"],
-        [prefix.build.loader, "regedit", "/S", "Z:" + str(prefix.path.parent / "w3async.reg").replace("/", "\\")],
-        [prefix.build.server, "-w"],
-    ]
-    (prefix.path.parent / "w3async.reg").write_text(PREFIX_REG.replace("\n", "\r\n"))
-    with open(log, "wb") as out:
-        for cmd in steps:
-            try:
-                rc = subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=BOOT_TIMEOUT_S).returncode
-            except subprocess.TimeoutExpired:
-                raise WineError(f"Wine prefix {prefix.path}: {' '.join(cmd)} took over {BOOT_TIMEOUT_S:.0f} s (log: {log})")
-            except OSError as e:
-                raise WineError(f"Wine prefix {prefix.path}: cannot run {cmd[0]}: {e}")
-            if rc != 0:
-                tail = log.read_text(errors="replace")[-600:]
-                raise WineError(f"Wine prefix {prefix.path}: {' '.join(cmd)} exited {rc} (log: {log}):\n{tail}")
-    if not (prefix.path / "system.reg").exists():
-        raise WineError(f"Wine prefix {prefix.path}: wineboot left no system.reg (log: {log})")
-    (prefix.path / READY_MARK).write_text(f"{prefix.build.loader}\n")
-
-
-def start_services(prefix: WinePrefix) -> None:
-    """Start the prefix's own processes before any game, each in a session of its own and
-    with no game's environment: a persistent wineserver (services.exe and the rest follow
-    it) and the desktop (explorer.exe). Started by the first game instead, they would
-    carry its environment, and the desktop would sit in its process group: that game's
-    exit would end it."""
-    quiet = dict(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    if prefix.cfg.display == "xvfb" and prefix.xserver is None:
-        from w3async.runtime.display import DisplayError, Xvfb
-        try:
-            prefix.xserver = Xvfb().start()
-        except DisplayError as e:
-            raise WineError(str(e))
+def wine_server_dir(prefix: Path) -> list[str]:
+    """Where the prefix's wineserver keeps its socket (its clients connect to it there):
+    Debian's Wine names a folder of $TMPDIR in the prefix's `wineserver` file; upstream
+    Wine uses /tmp/.wine-<uid>. [] when neither exists yet."""
     try:
-        subprocess.run([prefix.build.server, "-p"], env=prefix.env(), timeout=BOOT_TIMEOUT_S, **quiet)
-        driver = GRAPHICS[prefix.cfg.display]
-        if graphics_driver(prefix) != driver:  # per run: the desktops read it when they start
-            subprocess.run(prefix.command("reg", ["add", r"HKCU\Software\Wine\Drivers", "/v", "Graphics", "/d",
-                                                  driver, "/f"]), env=prefix.env(), timeout=BOOT_TIMEOUT_S, **quiet)
-        if LAUNCHER.exists():
-            subprocess.run(prefix.command(str(LAUNCHER), ["--desktop"]), env=prefix.env(), timeout=BOOT_TIMEOUT_S,
-                           **quiet)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise WineError(f"Wine prefix {prefix.path}: starting its services failed: {e}")
-
-
-GRAPHICS = {"null": "null", "xvfb": "x11"}  # [runtime] display -> Wine's graphics driver
-
-
-def graphics_driver(prefix: WinePrefix) -> str | None:
-    """The prefix's graphics driver as its user.reg says (None: not set, Wine's default
-    "mac,x11", which fails without a display). The file is up to date here: the last
-    run's wineserver wrote it when it ended."""
-    try:
-        text = (prefix.path / "user.reg").read_text(errors="replace")
+        where = os.path.join(os.environ.get("TMPDIR") or "/tmp", (prefix / "wineserver").read_text().strip())
     except OSError:
-        return None
-    at = text.find("[Software\\\\Wine\\\\Drivers]")
-    if at < 0:
-        return None
-    section = text[at:].split("\n\n", 1)[0]
-    for line in section.splitlines():
-        if line.startswith('"Graphics"="'):
-            return line[len('"Graphics"="'):].rstrip('"')
-    return None
-
-
-def acquire_running_prefix(cfg: WineConfig) -> WinePrefix:
-    """acquire_prefix, then start_services, then check_prefix: for anything that starts
-    games one after another (a run, the parity tool, the tests). With no persistent
-    wineserver, the server begins its shutdown 3 s after the last game ends (no new
-    Windows process from then on) and kills whatever runs 2 s later (exit code 1); the
-    next game then boots the prefix again (wineboot, services.exe, winedevice.exe,
-    plugplay.exe, svchost.exe). A prefix that cannot start the launcher of a bitness in
-    cfg.bits is remade once; a second failure raises WineError with the launcher's output."""
-    prefix = acquire_prefix(cfg)
-    try:
-        start_services(prefix)
-        broken = check_prefix(prefix, cfg.bits)
-        if broken:
-            prefix.kill()
-            _boot(prefix)
-            start_services(prefix)
-            still = check_prefix(prefix, cfg.bits)
-            if still:
-                raise WineError(f"Wine prefix {prefix.path} cannot run the {still} even after it was made again "
-                                f"(first: {broken})")
-    except BaseException:
-        prefix.kill()
-        prefix.release()
-        raise
-    return prefix
-
-
-def check_prefix(prefix: WinePrefix, bits: tuple[int, ...]) -> str | None:
-    """None when the prefix starts the launcher of each bitness in bits (`w3inject.exe
-    --check`: a console program that prints one line and exits); else what failed. A
-    bitness whose launcher is not built is not checked (preflight refuses an injected
-    game without it). The prefix's wineserver runs already (start_services), so a check
-    costs one process start."""
-    for b in sorted(set(bits)):
-        exe = LAUNCHERS.get(b)
-        if exe is None or not exe.exists():
-            continue
-        cmd = prefix.command(str(exe), ["--check"])
-        try:
-            out = subprocess.run(cmd, env=prefix.env(), capture_output=True, text=True, errors="replace",
-                                 timeout=CHECK_TIMEOUT_S, stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired:
-            return f"{b}-bit launcher: {exe} --check took over {CHECK_TIMEOUT_S:.0f} s"
-        except OSError as e:
-            return f"{b}-bit launcher: cannot run {cmd[0]}: {e}"
-        if out.returncode != 0 or "w3inject --check: ok" not in out.stdout:
-            tail = " ".join((out.stdout + out.stderr).split())[-300:]
-            return f"{b}-bit launcher: {exe} --check exited {out.returncode}: {tail or 'no output'}"
-    return None
-
-
-def processes_with_env(key: str, value: str) -> list[int]:
-    """Pids of live processes (zombies excluded) with key=value in their environment."""
-    return procs.with_env(key, value)
+        where = f"/tmp/.wine-{os.getuid()}"
+    return [where] if os.path.isdir(where) else []
 
 
 def windows_path(path: str | os.PathLike) -> str:
     """A Linux path as Wine sees it through the Z: drive."""
     return "Z:" + os.path.abspath(path).replace("/", "\\")
+
+
+def wine_own(pid: int) -> bool:
+    """A process of Wine itself (wineserver, C:\\windows\\...\\services.exe, explorer.exe, ...):
+    it may carry the environment of the game that happened to start it, and it is the
+    prefix's, ended with the run, never with a game."""
+    try:
+        argv0 = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[0].decode(errors="replace")
+    except OSError:
+        return False
+    return argv0.lower().startswith("c:\\windows\\") or argv0.rsplit("/", 1)[-1].startswith("wineserver")
 
 
 class WineRuntime:
@@ -381,8 +51,8 @@ class WineRuntime:
 
     name = "wine"
 
-    def __init__(self, cfg: WineConfig):
-        self.cfg = cfg
+    def __init__(self, cfg: WineConfig, tag: str = "wine"):
+        self.cfg, self.tag = cfg, tag  # tag: its obs FIFO's folder, bells/<tag>/ (a prefix per game: one each)
         self.prefix: WinePrefix | None = None
         self.obs = None
         self.xserver_pid = 0
@@ -390,7 +60,7 @@ class WineRuntime:
     def open_obs(self, run_dir: Path):
         """The obs FIFO all this runtime's games ring (made once)."""
         if self.obs is None:
-            self.obs = shared_obs_fifo(run_dir / "bells")
+            self.obs = shared_obs_fifo(run_dir / "bells" / self.tag)
         return self.obs
 
     def ensure_prefix(self) -> WinePrefix:
@@ -400,30 +70,35 @@ class WineRuntime:
                 self.xserver_pid = self.prefix.xserver.proc.pid
         return self.prefix
 
+    def prepare(self) -> None:
+        self.ensure_prefix()
+
     def doorbells(self, run_dir: Path, slot: int) -> Doorbells:
         obs = self.open_obs(run_dir)
-        bells = fifo_pair(run_dir / "bells", slot, obs)
+        bells = fifo_pair(run_dir / "bells" / str(slot), slot, obs)  # a folder a slot: a sandbox binds its own
         # The game opens its FIFOs through Wine's Z: drive.
         bells.child_env.update(W3S_OBS_FIFO=windows_path(obs.path), W3S_ACT_FIFO=windows_path(bells.paths[0]))
         return bells
 
-    def spawn(self, binary: Path, env: dict, bells: Doorbells, segment: GameSegment, nice: int,
-              log, launch: tuple | None = None) -> subprocess.Popen:
-        """Start binary in the prefix; with launch (runtime/inject.py: the launcher, its
-        arguments, the hook's settings, the folder), start it through the launcher."""
+    def start(self, slot, env: dict[str, str], segment: GameSegment, launch: tuple | None = None) -> GameStart:
+        """slot's .exe in the prefix, its segment as a Z: path; with launch (inject.py: the
+        launcher, its arguments, the hook's settings, the folder), through the launcher."""
         prefix = self.ensure_prefix()
-        extra = dict(env)
-        extra.update(bells.child_env)
-        extra["W3S_SHM_PATH"] = windows_path(segment.path)
-        exe, args, cwd = str(binary), [], str(binary.parent)
+        shm_path = windows_path(segment.path)
+        extra = {**env, **slot.bells.child_env, "W3S_SHM_PATH": shm_path}
+        exe, args, cwd = str(slot.binary), [], str(slot.binary.parent)
         if launch:
             exe, args, hook_env, cwd = str(launch[0]), launch[1], launch[2], launch[3]
             extra.update(hook_env)
-        return subprocess.Popen(
-            nice_prefix(nice) + prefix.command(exe, args),
-            env=prefix.env(extra), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-            start_new_session=True, cwd=cwd,
-        )
+        return GameStart(prefix.command(exe, args), prefix.env(extra), cwd, f"W3S_SHM_PATH={shm_path}\0".encode(),
+                         see=[segment.path, self.obs.path, *slot.bells.paths],
+                         write=[str(prefix.path), *wine_server_dir(prefix.path)], pid_namespace=False)
+
+    def game_lost(self, slot) -> bool:
+        return False
+
+    def prefixes(self) -> list[str]:
+        return [str(self.prefix.path)] if self.prefix else []
 
     def cleanup(self) -> list[int]:
         """End every process of the prefix (on shutdown); the pids that needed SIGKILL."""
