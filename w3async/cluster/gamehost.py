@@ -29,7 +29,7 @@ import numpy as np
 
 from w3async.cluster import wire
 from w3async.recipes import recipe_from_dict
-from w3async.runtime.answerer import RunControl
+from w3async.runtime.answerer import RunControl, Ticket
 from w3async.runtime.runfolder import RunError
 from w3async.runtime.slots import SlotState
 from w3async.runtime.supervisor import Supervisor
@@ -44,7 +44,6 @@ class RemoteAnswerer:
     def __init__(self, control: RunControl, host: "GameHost"):
         self.control = control
         self.host = host
-        self.gen = np.zeros(control.n_rows, np.uint32)
         self.sent_at = np.zeros(control.n_rows, np.float64)
 
     def start(self, loop) -> None:
@@ -52,13 +51,12 @@ class RemoteAnswerer:
 
     def submit(self, b: Batch) -> None:
         rows = b.rows[: b.n].astype(np.int64)
-        self.control.hold(rows)  # until the centre answers or releases them
+        ticket = self.control.take(rows)  # held until the centre answers or releases them
         self.sent_at[rows] = time.monotonic()
-        self.host.send(wire.pack(b, self.gen[rows]))
+        self.host.send(wire.pack(b, ticket.gens))
 
     def rows_reset(self, rows: slice) -> None:
-        self.gen[rows] += 1
-        self.host.send(dict(kind="reset", start=rows.start, stop=rows.stop, gen=self.gen[rows].copy()))
+        self.host.send(dict(kind="reset", start=rows.start, stop=rows.stop, gen=self.control.generation(rows)))
 
     def apply(self, ops: list) -> None:
         """The centre's answers and releases, in its order; an op for a row of an older
@@ -68,16 +66,13 @@ class RemoteAnswerer:
             if op["kind"] == "restart":  # the centre lost this host for a while
                 self.host.restart_games()
                 continue
-            rows = np.asarray(op["rows"], np.int64)
-            keep = self.gen[rows] == op["gen"]
-            rows = rows[keep]
-            if not len(rows):
-                continue
-            c.release(rows)
+            ticket = Ticket(np.asarray(op["rows"], np.int64), np.asarray(op["gen"], np.int64))
             if op["kind"] == "answer":
-                self.host.round_trips.append(float(np.mean(time.monotonic() - self.sent_at[rows])))
-                c.answer(rows, op["obs_seq"][keep], op["actions"][keep], op["versions"][keep])
-            else:
+                sent = self.sent_at[ticket.rows]
+                keep = c.answer(ticket, op["obs_seq"], op["actions"], op["versions"])
+                if keep.any():
+                    self.host.round_trips.append(float(np.mean(time.monotonic() - sent[keep])))
+            elif c.release(ticket).any():
                 c.schedule_round()  # released unanswered: gather them again
 
     def flush_round_stats(self) -> dict | None:

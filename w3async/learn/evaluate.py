@@ -202,7 +202,6 @@ class EvalAnswerer:
         self.result_of = [None] * control.n_rows  # per row: the game's reading of an outcome, its group's env
         for s in control.games:
             self.result_of[s.row0:s.row0 + s.nrows] = [lambda rw, env=s.group.env: game.result_of(rw, env)] * s.nrows
-        self._epoch = np.zeros(control.n_rows, np.int64)
         self._loop = None
 
     def start(self, loop) -> None:
@@ -228,27 +227,21 @@ class EvalAnswerer:
             self.failure = f"inference submit failed: {describe(e)}"
             self.control.fail(self.failure)
             return
-        self.control.hold(rows)
-        epochs = self._epoch[rows].copy()
+        ticket = self.control.take(rows)
         loop = self._loop
-        fut.add_done_callback(lambda f: loop.call_soon_threadsafe(self._answered, f, rows, epochs))
+        fut.add_done_callback(lambda f: loop.call_soon_threadsafe(self._answered, f, ticket))
 
-    def _answered(self, fut, rows: np.ndarray, epochs: np.ndarray) -> None:
+    def _answered(self, fut, ticket) -> None:
         try:
             res = fut.result()
         except Exception as e:  # noqa: BLE001
             self.failure = f"inference round failed: {e!r}"
             self.control.fail(self.failure)
             return
-        keep = self._epoch[rows] == epochs  # a game restarted meanwhile: its rows' answer is stale
-        if not keep.all():
-            res = res._replace(rows=res.rows[keep], obs_seq=res.obs_seq[keep], actions=res.actions[keep],
-                               versions=res.versions[keep])
-        self.control.release(res.rows)
-        self.control.answer(res.rows, res.obs_seq, res.actions, res.versions)
+        # a game restarted meanwhile: RunControl drops its rows' stale answer
+        self.control.answer(ticket, res.obs_seq, res.actions, res.versions)
 
     def rows_reset(self, rows: slice) -> None:
-        self._epoch[rows] += 1
         if self.engine.running:
             self.engine.reset_rows(np.arange(rows.start, rows.stop))
 

@@ -61,7 +61,7 @@ class PolicyAnswerer:
     def submit(self, b: Batch) -> None:
         n = b.n
         actions, versions = self.policy(b)
-        self.control.answer(b.rows[:n], b.obs_seq[:n], actions, versions)
+        self.control.answer(self.control.take(b.rows[:n]), b.obs_seq[:n], actions, versions)  # answered at once
 
     def rows_reset(self, rows: slice) -> None:
         pass  # nothing pending: every batch was answered as it came
