@@ -204,18 +204,17 @@ async def test_a_game_host_drops_the_centres_stale_answer(tmp_path):
         old = out.sent[-1]
         _restart(sup)
         reset = out.sent[-1]
-        assert reset["kind"] == "reset" and (reset["gen"] > old["gen"]).all()
+        assert isinstance(reset, wire.Reset) and (reset.gen > old.gen).all()
         a.submit(_post(sup, ROWS, 1))
         new = out.sent[-1]
 
-        def op(kind, msg, action):
-            local = np.asarray(msg["rows"], np.int64)
-            return dict(kind=kind, rows=local, gen=msg["gen"], obs_seq=msg["obs_seq"],
-                        actions=np.full((2, layout.N_HEADS), action, np.int32), versions=np.zeros(2, np.uint32))
+        def answer(msg, action):
+            return wire.Answer(msg.scalars["rows"], msg.gen, msg.scalars["obs_seq"],
+                               np.full((2, layout.N_HEADS), action, np.int32), np.zeros(2, np.uint32))
 
-        a.apply([op("answer", old, 7), op("release", old, 0)])  # made for the game before: dropped
+        a.apply([answer(old, 7), wire.Release(old.scalars["rows"], old.gen)])  # made for the game before: dropped
         assert _held(sup) and _act_seq(sup) == [0, 0] and sup.counters.agent_steps == 0
-        a.apply([op("answer", new, 8)])
+        a.apply([answer(new, 8)])
         assert not _held(sup) and _act_seq(sup) == [1, 1] and (sup.table.column("action")[ROWS] == 8).all()
     finally:
         await sup.close()
@@ -241,13 +240,13 @@ async def test_the_centre_drops_a_stale_answer_and_names_the_hosts_generation(tm
 
         old = host_round(1, 1)
         assert (old.rows == [h.row0, h.row0 + 1]).all()
-        sup.cluster._take(h, [(2, dict(kind="reset", start=0, stop=2, gen=np.full(2, 2)))], state)  # mid-round
+        sup.cluster._take(h, [(2, wire.Reset(0, 2, np.full(2, 2)))], state)  # mid-round
         assert d.resets == [slice(h.row0, h.row0 + 2)]
         new = host_round(3, 2)
         acts = np.zeros((2, layout.N_HEADS), np.int32)
         assert not c.answer(old, np.ones(2, np.uint64), acts, np.zeros(2, np.uint32)).any()
         assert h.ops == []  # nothing goes to the host for the game before
         assert c.answer(new, np.ones(2, np.uint64), acts, np.zeros(2, np.uint32)).all()
-        assert [(o["kind"], o["rows"].tolist(), o["gen"].tolist()) for o in h.ops] == [("answer", [0, 1], [2, 2])]
+        assert [(type(o), o.rows.tolist(), o.gen.tolist()) for o in h.ops] == [(wire.Answer, [0, 1], [2, 2])]
     finally:
         await sup.close()

@@ -56,24 +56,28 @@ class RemoteAnswerer:
         self.host.send(wire.pack(b, ticket.gens))
 
     def rows_reset(self, rows: slice) -> None:
-        self.host.send(dict(kind="reset", start=rows.start, stop=rows.stop, gen=self.control.generation(rows)))
+        self.host.send(wire.Reset(rows.start, rows.stop, self.control.generation(rows)))
 
     def apply(self, ops: list) -> None:
         """The centre's answers and releases, in its order; an op for a row of an older
         generation (its game restarted since) is dropped."""
         c = self.control
         for op in ops:
-            if op["kind"] == "restart":  # the centre lost this host for a while
-                self.host.restart_games()
-                continue
-            ticket = Ticket(np.asarray(op["rows"], np.int64), np.asarray(op["gen"], np.int64))
-            if op["kind"] == "answer":
-                sent = self.sent_at[ticket.rows]
-                keep = c.answer(ticket, op["obs_seq"], op["actions"], op["versions"])
-                if keep.any():
-                    self.host.round_trips.append(float(np.mean(time.monotonic() - sent[keep])))
-            elif c.release(ticket).any():
-                c.schedule_round()  # released unanswered: gather them again
+            match op:
+                case wire.Restart():  # the centre lost this host for a while
+                    self.host.restart_games()
+                case wire.Answer():
+                    ticket = Ticket(np.asarray(op.rows, np.int64), np.asarray(op.gen, np.int64))
+                    sent = self.sent_at[ticket.rows]
+                    keep = c.answer(ticket, op.obs_seq, op.actions, op.versions)
+                    if keep.any():
+                        self.host.round_trips.append(float(np.mean(time.monotonic() - sent[keep])))
+                case wire.Release():
+                    if c.release(Ticket(np.asarray(op.rows, np.int64), np.asarray(op.gen, np.int64))).any():
+                        c.schedule_round()  # released unanswered: gather them again
+                case _:
+                    raise TypeError(f"an op from the centre of type {type(op).__name__}: wire.py's Answer, "
+                                    "Release or Restart expected")
 
     def flush_round_stats(self) -> dict | None:
         return None
@@ -141,12 +145,12 @@ class GameHost:
                 self.centre_lost = True  # the centre, if it comes back, makes this host again
                 self.sup.fail(f"game host {self.name}: not polled by the centre for {quiet:.0f} s: games stopped")
 
-    def send(self, msg: dict) -> None:
+    def send(self, msg: wire.Round | wire.Reset) -> None:
         self._sent += 1
         self.outbox.append((self._sent, msg))
         self._ready.set()
 
-    async def poll(self, acked: int, timeout: float) -> tuple[list[tuple[int, dict]], dict]:
+    async def poll(self, acked: int, timeout: float) -> tuple[list[tuple[int, wire.Round | wire.Reset]], dict]:
         """What the host has for the centre (rounds and resets, numbered, in order) past
         `acked`, the last number the centre took, waiting up to `timeout` seconds for the
         first; and the host's state. A reply the centre never read is sent again: a round

@@ -223,7 +223,7 @@ class ClusterLink:
             # The same host, unreachable for a while: the centre cut its episodes and
             # dropped the answers on their way, so its held rows would wait for ever.
             # Its games start again, as after a death; their resets come back numbered.
-            h.ops.append(dict(kind="restart"))
+            h.ops.append(wire.Restart())
             self._schedule_flush()
             self.sup.events.info("host_back", host=h.name, node=state["node"], pid=state["pid"])
         h.up = True
@@ -232,14 +232,18 @@ class ClusterLink:
             if n <= h.acked:
                 continue  # taken from an earlier reply
             h.acked = n
-            if msg["kind"] == "reset":
-                control.rows_reset(slice(h.row0 + msg["start"], h.row0 + msg["stop"]))
-                continue
-            b = wire.unpack(msg, h.batch, h.row0)
-            h.rows_in += b.n
-            h.bytes_in += wire.nbytes(msg)
-            control.arrived(b.rows[:b.n].astype(np.int64), msg["gen"])  # its answer names the host's generations
-            answerer.submit(b)
+            match msg:
+                case wire.Reset():
+                    control.rows_reset(slice(h.row0 + msg.start, h.row0 + msg.stop))
+                case wire.Round():
+                    b = wire.unpack(msg, h.batch, h.row0)
+                    h.rows_in += b.n
+                    h.bytes_in += wire.nbytes(msg)
+                    control.arrived(b.rows[:b.n].astype(np.int64), msg.gen)  # its answer names the host's generations
+                    answerer.submit(b)
+                case _:
+                    raise TypeError(f"a message from game host {h.name} of type {type(msg).__name__}: "
+                                    "wire.py's Round or Reset expected")
         now, (t0, steps0, rate) = time.monotonic(), h.rate
         if now - t0 >= 1.0:
             rate = (state["agent_steps"] - steps0) / (now - t0) if t0 else 0.0
@@ -272,13 +276,13 @@ class ClusterLink:
 
     # ---- answers ------------------------------------------------------------------
 
-    def _ops(self, kind: str, rows: np.ndarray, gen: np.ndarray, **arrays) -> None:
+    def _ops(self, op: type[wire.Answer] | type[wire.Release], rows: np.ndarray, gen: np.ndarray, **arrays) -> None:
         for h in self.hosts_:
             sel = (rows >= h.row0) & (rows < h.row0 + h.nrows)
             if not sel.any() or h.incarnation is None:
                 continue
             local = (rows[sel] - h.row0).astype(np.int32)
-            h.ops.append(dict(kind=kind, rows=local, gen=gen[sel].astype(np.uint32), **{k: a[sel] for k, a in arrays.items()}))
+            h.ops.append(op(rows=local, gen=gen[sel].astype(np.uint32), **{k: a[sel] for k, a in arrays.items()}))
         self._schedule_flush()
 
     def _schedule_flush(self) -> None:
@@ -288,10 +292,10 @@ class ClusterLink:
 
     def answer(self, rows, gen, obs_seq, actions, versions) -> None:
         """Answers for a host's rows, each naming the host's generation of its round."""
-        self._ops("answer", rows, gen, obs_seq=obs_seq, actions=actions, versions=versions)
+        self._ops(wire.Answer, rows, gen, obs_seq=obs_seq, actions=actions, versions=versions)
 
     def release(self, rows, gen) -> None:
-        self._ops("release", rows, gen)
+        self._ops(wire.Release, rows, gen)
 
     def _flush(self) -> None:
         self._flush_scheduled = False
