@@ -211,9 +211,7 @@ class GameHost:
                     waiting=sup.control.waiting_rows() if sup is not None and sup.control and not self.ended else 0,
                     round_trip_ms=round(1000 * float(np.median(rt)), 3) if rt else None,
                     failure=self.failure, centre_lost=self.centre_lost, ended=self.ended, time=time.time(), slots=[
-                        dict(pid=s.pid, state=str(s.state), restarts=s.restarts, causes=dict(s.causes),
-                             steps=int(s.seq_sum), last_step_age_s=round(now - s.progress_at, 3) if s.progress_at else None)
-                        for s in slots])
+                        dict(s.view(now).as_dict(), state=str(s.state)) for s in slots])
 
 
 def _node_id() -> str:

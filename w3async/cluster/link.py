@@ -32,6 +32,7 @@ import numpy as np
 
 from w3async.cluster import wire
 from w3async.observe.logs import console
+from w3async.observe.run_view import GameView, game_view
 from w3async.recipes import RecipeError, recipe_from_dict, recipe_to_dict
 from w3async.runtime.answerer import GameRows
 from w3async.runtime.runfolder import RunError
@@ -323,18 +324,16 @@ class ClusterLink:
                             failure=s.get("failure")))
         return out
 
-    def games_view(self) -> list[dict]:
+    def games_view(self) -> list[GameView]:
         """The hosts' games for /games (run_view.GAME_KEYS): as each host last said,
         "lost" while its host is down."""
         out = []
         for h in self.hosts_:
             slots = h.state.get("slots") or []
             for i, g in enumerate(h.games):
-                s = slots[i] if h.up and i < len(slots) else {}
-                out.append(dict(slot=g.index, pid=s.get("pid"), runtime=g.group.runtime, role=g.group.role,
-                                lanes=g.group.lanes, sides=g.group.sides, state=s.get("state", "lost"),
-                                restarts=s.get("restarts", 0), causes=s.get("causes", {}), steps=s.get("steps"),
-                                last_step_age_s=s.get("last_step_age_s"), host=h.name))
+                s = slots[i] if h.up and i < len(slots) else {}  # the host's Slot.view(), as a dict
+                state = {k: s[k] for k in ("pid", "state", "restarts", "causes", "steps", "last_step_age_s") if k in s}
+                out.append(game_view(g.index, g.group, host=h.name, **state))
         return out
 
     def summary(self) -> str:

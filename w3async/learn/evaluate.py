@@ -43,6 +43,7 @@ from w3async import games
 from w3async.files import atomic_write_text, describe
 from w3async.learn.best import level_record
 from w3async.learn.tallies import episode_result
+from w3async.run_folder import RunFolder
 from w3async.sync import layout
 from w3async.sync.gather import Batch
 
@@ -65,21 +66,21 @@ class EvalError(ValueError):
 
 def resolve(arg: str | Path) -> Path:
     """A checkpoint file, or a run folder's checkpoints/best.pt, else its latest."""
-    from w3async.learn.checkpoint import BEST_PT, CKPT_DIR, POINTER  # noqa: PLC0415 (torch: not for the CLI's --help)
+    from w3async.learn.checkpoint import BEST_PT, POINTER  # noqa: PLC0415 (torch: not for the CLI's --help)
 
     p = Path(arg)
     if p.is_file():
         return p
     if not p.exists():
         raise EvalError(p, "no such file or folder")
-    for ck in (p / CKPT_DIR, p):  # a run folder, or its checkpoints/ folder
+    for ck in (RunFolder(p).checkpoints, p):  # a run folder, or its checkpoints/ folder
         if (ck / BEST_PT).is_file():
             return ck / BEST_PT
         if (ck / POINTER).is_file():
             name = (ck / POINTER).read_text().strip()
             if name and "/" not in name:
                 return ck / name
-    raise EvalError(p, f"a folder with no checkpoint ({CKPT_DIR}/{BEST_PT} or {CKPT_DIR}/{POINTER})")
+    raise EvalError(p, f"a folder with no checkpoint (checkpoints/{BEST_PT} or checkpoints/{POINTER})")
 
 
 def _no_nones(d):

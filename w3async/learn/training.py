@@ -43,9 +43,10 @@ import numpy as np
 import torch
 
 from w3async import games
+from w3async.run_folder import RunFolder
 from w3async.sync import layout
 from w3async.learn.best import BestKeeper
-from w3async.learn.checkpoint import CKPT_DIR, CheckpointError, describe, save_best, save_checkpoint
+from w3async.learn.checkpoint import CheckpointError, describe, save_best, save_checkpoint
 from w3async.sync.gather import Batch
 from w3async.learn.inference import InferenceEngine
 from w3async.learn.league import League, OpponentNets
@@ -139,9 +140,9 @@ class Training:
         self._saved: tuple | None = None  # (version, agent_steps, episodes) of the last checkpoint
         ckpt = self._load_checkpoint()  # CheckpointLoadError: nothing written yet
         cut = cut_logs(self.run_dir, ckpt, self.learner.version)
-        self.episodes_log = self.tally.log = JsonLog(self.run_dir / "episodes.jsonl")
-        self.learner_log = JsonLog(self.run_dir / "learner.jsonl")
-        self.inference_log = self.round_tally.log = JsonLog(self.run_dir / "inference.jsonl")
+        self.episodes_log = self.tally.log = JsonLog(RunFolder(self.run_dir).episodes_log)
+        self.learner_log = JsonLog(RunFolder(self.run_dir).learner_log)
+        self.inference_log = self.round_tally.log = JsonLog(RunFolder(self.run_dir).inference_log)
         if ckpt is not None or any(cut.values()):
             self._log_resume(ckpt, cut)
 
@@ -265,7 +266,7 @@ class Training:
         (or with no loop)."""
         self.flush_round_stats()
         best = self.best.candidate(self.tally.window, version, self.counts.agent_steps)
-        self.tally.evaluation_line(version, str(self.run_dir / CKPT_DIR / f"ckpt-{version:08d}.pt"),
+        self.tally.evaluation_line(version, str(RunFolder(self.run_dir).checkpoints / f"ckpt-{version:08d}.pt"),
                                    score=self.best.score_now(self.tally.window))
         c = self.counters()
         c["logs"] = {}

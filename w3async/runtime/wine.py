@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from w3async.run_folder import RunFolder
 from w3async.runtime import procs
 from w3async.runtime.native import nice_prefix
 from w3async.runtime.wineinstall import exe_bits, program_bits, wine_install  # noqa: F401 (program_bits: the supervisor's)
@@ -390,7 +391,7 @@ class WineRuntime:
     def open_obs(self, run_dir: Path):
         """The obs FIFO all this runtime's games ring (made once)."""
         if self.obs is None:
-            self.obs = shared_obs_fifo(run_dir / "bells")
+            self.obs = shared_obs_fifo(RunFolder(run_dir).bells)
         return self.obs
 
     def ensure_prefix(self) -> WinePrefix:
@@ -402,7 +403,7 @@ class WineRuntime:
 
     def doorbells(self, run_dir: Path, slot: int) -> Doorbells:
         obs = self.open_obs(run_dir)
-        bells = fifo_pair(run_dir / "bells", slot, obs)
+        bells = fifo_pair(RunFolder(run_dir).bells, slot, obs)
         # The game opens its FIFOs through Wine's Z: drive.
         bells.child_env.update(W3S_OBS_FIFO=windows_path(obs.path), W3S_ACT_FIFO=windows_path(bells.paths[0]))
         return bells
