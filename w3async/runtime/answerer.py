@@ -128,7 +128,18 @@ class RunControl:
         if not len(rows):
             return keep
         self._free(rows)
-        obs_seq, actions, versions = obs_seq[keep], actions[keep], versions[keep]
+        self._publish(rows, obs_seq[keep], actions[keep], versions[keep])
+        return keep
+
+    def answer_now(self, rows: np.ndarray, obs_seq: np.ndarray, actions: np.ndarray, versions: np.ndarray) -> None:
+        """Answer rows of the batch being submitted, in the same call (a fixed policy):
+        no ticket, as no game can reset between the gather and this answer on the loop's
+        thread. Saves take()'s hold and release on the hot path."""
+        self._publish(np.asarray(rows), obs_seq, actions, versions)
+
+    def _publish(self, rows: np.ndarray, obs_seq: np.ndarray, actions: np.ndarray, versions: np.ndarray) -> None:
+        """Write the answers (unless the run is stopping), count them, and stop the run
+        when its step limit is reached."""
         if not self._sup.stopping:
             if self._remote is None:
                 self._sup.gatherer.answer(rows, obs_seq, actions, versions)
@@ -142,7 +153,6 @@ class RunControl:
         self.counters.agent_steps += len(rows)
         self.counters.rounds += 1
         self._sup.check_stop_steps()
-        return keep
 
     def release(self, ticket: "Ticket") -> np.ndarray:
         """Let the ticket's current rows be gathered again, unanswered (back-pressure

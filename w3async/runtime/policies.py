@@ -62,7 +62,7 @@ class PolicyAnswerer:
     def submit(self, b: Batch) -> None:
         n = b.n
         actions, versions = self.policy(b)
-        self.control.answer(self.control.take(b.rows[:n]), b.obs_seq[:n], actions, versions)  # answered at once
+        self.control.answer_now(b.rows[:n], b.obs_seq[:n], actions, versions)
 
     def rows_reset(self, rows: slice) -> None:
         pass  # nothing pending: every batch was answered as it came
