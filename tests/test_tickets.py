@@ -76,6 +76,14 @@ async def _set_up(tmp_path, answerer=None, cluster=None, **sections) -> Supervis
 _BELLS: dict[int, Doorbell] = {}
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _close_bells():
+    yield
+    for bell in _BELLS.values():
+        os.close(bell.fd)
+    _BELLS.clear()
+
+
 def _bell(game: int) -> Doorbell:
     if game not in _BELLS:
         _BELLS[game] = Doorbell(os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC), 8)
