@@ -11,8 +11,8 @@
  * reads. Every field is read from the table once, into memory the supervisor owns
  * (locals, the batch), and only that copy is checked and used; whether a row waits is
  * decided by our own act_seq (`acked`), never by the table's.
- * w3async/gather.py has the numpy path with the same contract; a test proves both
- * give identical batches, bad-row reports and answers.
+ * w3async/sync/gather.py has the numpy path with the same contract (NumpyGatherer);
+ * tests/test_gather.py proves both give identical batches, bad-row reports and answers.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -57,9 +57,11 @@ typedef struct {
     int32_t ring_epoch;
 } Gatherer;
 
+#define G_N_BUFFERS 21 /* the Py_buffer fields, table to buckets: g_specs names each */
+
 static Py_buffer *g_buffers(Gatherer *g, int *count)
 {
-    *count = 21;
+    *count = G_N_BUFFERS;
     return &g->table;
 }
 
@@ -95,43 +97,75 @@ static int g_get(PyObject *obj, Py_buffer *view, const char *name, Py_ssize_t mi
     return 0;
 }
 
+/* The Gatherer's buffers, in the order of its Py_buffer fields (g_buffers), each with
+ * the keyword that passes it (CGatherer in w3async/sync/gather.py passes every one by
+ * name) and the bytes it must hold: per_row x n_rows + fixed. */
+typedef struct {
+    const char *name;
+    Py_ssize_t per_row, fixed;
+} g_buf_spec;
+
+static const g_buf_spec g_specs[] = {
+    {"table", sizeof(w3s_row), 0},
+    {"row_game", 4, 0},
+    {"acked", 8, 0},
+    {"act_fd", 0, 0},
+    {"act_len", 0, 0},
+    {"rows", 4, 0},
+    {"obs_seq", 8, 0},
+    {"lane", 4, 0},
+    {"side", 4, 0},
+    {"episode", 8, 0},
+    {"step", 4, 0},
+    {"flags", 4, 0},
+    {"reward", 4, 0},
+    {"n_ent", 4, 0},
+    {"state_hash", 8, 0},
+    {"discarded", 4, 0},
+    {"glob", W3S_G_GLOB * 4, 0},
+    {"ent", W3S_E_MAX * W3S_F_ENT * 4, 0},
+    {"ent_type", W3S_E_MAX * 2, 0},
+    {"mask", W3S_N_HEADS * W3S_HEAD_MAX, 0},
+    {"buckets", 0, 4},
+};
+typedef char g_check_specs[(sizeof(g_specs) / sizeof(g_specs[0]) == G_N_BUFFERS) ? 1 : -1];
+typedef char g_check_buffers[(offsetof(Gatherer, buckets) - offsetof(Gatherer, table)) ==
+                             (G_N_BUFFERS - 1) * sizeof(Py_buffer) ? 1 : -1];
+
+/* Gatherer(n_rows=, n_types=, table=, row_game=, ..., buckets=): keywords only, every
+ * one of g_specs and the two sizes, nothing else. Returns 0, or -1 with the exception
+ * set (naming the keyword) and nothing held. */
 static int Gatherer_init(Gatherer *g, PyObject *args, PyObject *kw)
 {
-    static char *names[] = {"table", "n_rows", "row_game", "acked", "act_fd", "act_len", "n_types", "buckets",
-                            "rows", "obs_seq", "lane", "side", "episode", "step", "flags", "reward",
-                            "n_ent", "state_hash", "discarded", "glob", "ent", "ent_type", "mask", NULL};
-    PyObject *o[21];
-    int n_rows, n_types;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OiOOOOiOOOOOOOOOOOOOOOO", names, &o[0], &n_rows, &o[1], &o[20],
-                                     &o[2], &o[3], &n_types, &o[4], &o[5], &o[6], &o[7], &o[8], &o[9], &o[10],
-                                     &o[11], &o[12], &o[13], &o[14], &o[15], &o[16], &o[17], &o[18], &o[19]))
+    if (PyTuple_GET_SIZE(args) != 0 || !kw || PyDict_Size(kw) != G_N_BUFFERS + 2) {
+        PyErr_Format(PyExc_TypeError, "Gatherer: takes keywords only: n_rows, n_types and the %d buffers "
+                     "(w3async/sync/gather.py's CGatherer passes them)", G_N_BUFFERS);
         return -1;
+    }
     if (g->held) {
         PyErr_SetString(PyExc_RuntimeError, "Gatherer: already initialised");
         return -1;
     }
-    if (n_rows <= 0 || n_types <= 0 || n_types > 32767) {
-        PyErr_Format(PyExc_ValueError, "Gatherer: n_rows=%d must be > 0, n_types=%d in 1..32767", n_rows, n_types);
+    PyObject *on = PyDict_GetItemString(kw, "n_rows"), *ot = PyDict_GetItemString(kw, "n_types");
+    long n_rows = on ? PyLong_AsLong(on) : -1, n_types = ot ? PyLong_AsLong(ot) : -1;
+    if (PyErr_Occurred())
+        return -1;
+    if (n_rows <= 0 || n_rows > INT32_MAX || n_types <= 0 || n_types > 32767) {
+        PyErr_Format(PyExc_ValueError, "Gatherer: n_rows=%ld must be > 0, n_types=%ld in 1..32767", n_rows, n_types);
         return -1;
     }
-    Py_ssize_t R = n_rows;
-    /* in the order of the Py_buffer fields of Gatherer */
-    const char *what[21] = {"table", "row_game", "acked", "act_fd", "act_len", "rows", "obs_seq", "lane", "side",
-                            "episode", "step", "flags", "reward", "n_ent", "state_hash", "discarded", "glob",
-                            "ent", "ent_type", "mask", "buckets"};
-    PyObject *objs[21] = {o[0], o[1], o[20], o[2], o[3], o[5], o[6], o[7], o[8], o[9], o[10], o[11], o[12],
-                          o[13], o[14], o[15], o[16], o[17], o[18], o[19], o[4]};
-    Py_ssize_t need[21] = {R * (Py_ssize_t)sizeof(w3s_row), R * 4, R * 8, 0, 0, R * 4, R * 8, R * 4, R * 4,
-                           R * 8, R * 4, R * 4, R * 4, R * 4, R * 8, R * 4, R * W3S_G_GLOB * 4,
-                           R * W3S_E_MAX * W3S_F_ENT * 4, R * W3S_E_MAX * 2, R * W3S_N_HEADS * W3S_HEAD_MAX, 4};
-    Py_buffer *slots[21] = {&g->table, &g->row_game, &g->acked, &g->act_fd, &g->act_len, &g->b_rows,
-                            &g->b_obs_seq, &g->b_lane, &g->b_side, &g->b_episode, &g->b_step, &g->b_flags,
-                            &g->b_reward, &g->b_n_ent, &g->b_state_hash, &g->b_discarded, &g->b_glob,
-                            &g->b_ent, &g->b_ent_type, &g->b_mask, &g->buckets};
+    Py_buffer *slots = &g->table;
     int got = 0;
-    for (; got < 21; got++)
-        if (g_get(objs[got], slots[got], what[got], need[got]) < 0)
+    for (; got < G_N_BUFFERS; got++) {
+        const g_buf_spec *sp = &g_specs[got];
+        PyObject *obj = PyDict_GetItemString(kw, sp->name);
+        if (!obj) {
+            PyErr_Format(PyExc_TypeError, "Gatherer: missing keyword %s", sp->name);
             goto err;
+        }
+        if (g_get(obj, &slots[got], sp->name, sp->per_row * (Py_ssize_t)n_rows + sp->fixed) < 0)
+            goto err;
+    }
     g->n_games = (int)(g->act_fd.len / 4);
     if (g->act_len.len / 4 != g->n_games) {
         PyErr_SetString(PyExc_ValueError, "Gatherer: act_fd and act_len differ in length");
@@ -157,7 +191,7 @@ static int Gatherer_init(Gatherer *g, PyObject *args, PyObject *kw)
     return 0;
 err:
     for (int i = 0; i < got; i++)
-        PyBuffer_Release(slots[i]);
+        PyBuffer_Release(&slots[i]);
     return -1;
 }
 

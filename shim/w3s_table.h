@@ -7,7 +7,7 @@
  * contiguous view of the table (so rows are a multiple of the page size), and no game
  * can reach the header or the rows another game reads (the untrusted-game boundary,
  * docs/protocol.md). Python mirrors this layout as a numpy structured dtype
- * (w3async/layout.py); tests/shim/test_layout.py compiles a program that prints every
+ * (w3async/sync/layout.py); tests/shim/test_layout.py compiles a program that prints every
  * offset and size below and proves both agree.
  *
  * Ownership (see docs/protocol.md): the game writes every field of a row except
@@ -106,7 +106,7 @@ typedef char w3s_check_header_size[(sizeof(w3s_header) == W3S_HEADER_SIZE) ? 1 :
 typedef char w3s_check_row_align[(sizeof(w3s_row) % W3S_PAGE == 0) ? 1 : -1];
 typedef char w3s_check_answer_line[(offsetof(w3s_row, action) == 64) ? 1 : -1];
 
-/* FNV-1a over 32-bit words, the same on both sides (w3async/layout.py). */
+/* FNV-1a over 32-bit words, the same on both sides (w3async/sync/layout.py). */
 static inline uint64_t w3s_fnv_word(uint64_t h, uint32_t w)
 {
     for (int i = 0; i < 4; i++) {

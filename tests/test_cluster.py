@@ -60,7 +60,7 @@ def test_a_round_crosses_the_wire_unchanged():
         gen = rng.integers(0, 5, n).astype(np.uint32)
         msg = wire.pack(b, gen)
         got = wire.unpack(msg, Batch(200), row_offset=100)
-        assert got.n == n and got.bucket == bucket and (msg["gen"] == gen).all()
+        assert got.n == n and got.bucket == bucket and (msg.gen == gen).all()
         assert (got.rows[:n] == b.rows[:n] + 100).all()
         for name in ("obs_seq", "lane", "side", "episode", "step", "flags", "reward", "n_ent", "state_hash",
                      "discarded", "glob", "mask"):

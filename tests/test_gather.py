@@ -266,3 +266,24 @@ def test_batch_select_compacts_in_place(table):
     for k in before:
         if k != "bucket":
             np.testing.assert_array_equal(after[k], before[k][keep], err_msg=k)
+
+
+def test_the_c_gatherer_takes_its_buffers_by_name(table):
+    """csrc/rows.c's Gatherer takes every buffer by its keyword (no positional order to
+    keep in step): one missing, one too small or a positional call is refused by name."""
+    from w3async.sync import _rows
+
+    g = _make(table, CGatherer)
+    b = g.batch
+    kw = dict(n_rows=table.n_rows, n_types=N_TYPES, table=table.rows_buffer, row_game=g.row_game, acked=g.acked,
+              act_fd=g.act_fd, act_len=g.act_len, buckets=g.buckets, rows=b.rows, obs_seq=b.obs_seq, lane=b.lane,
+              side=b.side, episode=b.episode, step=b.step, flags=b.flags, reward=b.reward, n_ent=b.n_ent,
+              state_hash=b.state_hash, discarded=b.discarded, glob=b.glob, ent=b.ent_flat, ent_type=b.type_flat,
+              mask=b.mask)
+    _rows.Gatherer(**kw)  # the whole set is taken
+    with pytest.raises(TypeError, match="keywords only"):
+        _rows.Gatherer(*kw.values())
+    with pytest.raises(TypeError, match="missing keyword state_hash"):
+        _rows.Gatherer(**{k: v for k, v in kw.items() if k != "state_hash"}, stat_hash=b.state_hash)
+    with pytest.raises(ValueError, match="reward holds 4 bytes"):
+        _rows.Gatherer(**dict(kw, reward=np.zeros(1, np.float32)))

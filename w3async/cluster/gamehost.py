@@ -29,7 +29,7 @@ import numpy as np
 
 from w3async.cluster import wire
 from w3async.recipes import recipe_from_dict
-from w3async.runtime.answerer import RunControl
+from w3async.runtime.answerer import RunControl, Ticket
 from w3async.runtime.runfolder import RunError
 from w3async.runtime.slots import SlotState
 from w3async.runtime.supervisor import Supervisor
@@ -44,7 +44,6 @@ class RemoteAnswerer:
     def __init__(self, control: RunControl, host: "GameHost"):
         self.control = control
         self.host = host
-        self.gen = np.zeros(control.n_rows, np.uint32)
         self.sent_at = np.zeros(control.n_rows, np.float64)
 
     def start(self, loop) -> None:
@@ -52,33 +51,33 @@ class RemoteAnswerer:
 
     def submit(self, b: Batch) -> None:
         rows = b.rows[: b.n].astype(np.int64)
-        self.control.hold(rows)  # until the centre answers or releases them
+        ticket = self.control.take(rows)  # held until the centre answers or releases them
         self.sent_at[rows] = time.monotonic()
-        self.host.send(wire.pack(b, self.gen[rows]))
+        self.host.send(wire.pack(b, ticket.gens))
 
     def rows_reset(self, rows: slice) -> None:
-        self.gen[rows] += 1
-        self.host.send(dict(kind="reset", start=rows.start, stop=rows.stop, gen=self.gen[rows].copy()))
+        self.host.send(wire.Reset(rows.start, rows.stop, self.control.generation(rows)))
 
     def apply(self, ops: list) -> None:
         """The centre's answers and releases, in its order; an op for a row of an older
         generation (its game restarted since) is dropped."""
         c = self.control
         for op in ops:
-            if op["kind"] == "restart":  # the centre lost this host for a while
-                self.host.restart_games()
-                continue
-            rows = np.asarray(op["rows"], np.int64)
-            keep = self.gen[rows] == op["gen"]
-            rows = rows[keep]
-            if not len(rows):
-                continue
-            c.release(rows)
-            if op["kind"] == "answer":
-                self.host.round_trips.append(float(np.mean(time.monotonic() - self.sent_at[rows])))
-                c.answer(rows, op["obs_seq"][keep], op["actions"][keep], op["versions"][keep])
-            else:
-                c.schedule_round()  # released unanswered: gather them again
+            match op:
+                case wire.Restart():  # the centre lost this host for a while
+                    self.host.restart_games()
+                case wire.Answer():
+                    ticket = Ticket(np.asarray(op.rows, np.int64), np.asarray(op.gen, np.int64))
+                    sent = self.sent_at[ticket.rows]
+                    keep = c.answer(ticket, op.obs_seq, op.actions, op.versions)
+                    if keep.any():
+                        self.host.round_trips.append(float(np.mean(time.monotonic() - sent[keep])))
+                case wire.Release():
+                    if c.release(Ticket(np.asarray(op.rows, np.int64), np.asarray(op.gen, np.int64))).any():
+                        c.schedule_round()  # released unanswered: gather them again
+                case _:
+                    raise TypeError(f"an op from the centre of type {type(op).__name__}: wire.py's Answer, "
+                                    "Release or Restart expected")
 
     def flush_round_stats(self) -> dict | None:
         return None
@@ -146,12 +145,12 @@ class GameHost:
                 self.centre_lost = True  # the centre, if it comes back, makes this host again
                 self.sup.fail(f"game host {self.name}: not polled by the centre for {quiet:.0f} s: games stopped")
 
-    def send(self, msg: dict) -> None:
+    def send(self, msg: wire.Round | wire.Reset) -> None:
         self._sent += 1
         self.outbox.append((self._sent, msg))
         self._ready.set()
 
-    async def poll(self, acked: int, timeout: float) -> tuple[list[tuple[int, dict]], dict]:
+    async def poll(self, acked: int, timeout: float) -> tuple[list[tuple[int, wire.Round | wire.Reset]], dict]:
         """What the host has for the centre (rounds and resets, numbered, in order) past
         `acked`, the last number the centre took, waiting up to `timeout` seconds for the
         first; and the host's state. A reply the centre never read is sent again: a round
@@ -212,9 +211,7 @@ class GameHost:
                     waiting=sup.control.waiting_rows() if sup is not None and sup.control and not self.ended else 0,
                     round_trip_ms=round(1000 * float(np.median(rt)), 3) if rt else None,
                     failure=self.failure, centre_lost=self.centre_lost, ended=self.ended, time=time.time(), slots=[
-                        dict(pid=s.pid, state=str(s.state), restarts=s.restarts, causes=dict(s.causes),
-                             steps=int(s.seq_sum), last_step_age_s=round(now - s.progress_at, 3) if s.progress_at else None)
-                        for s in slots])
+                        dict(s.view(now).as_dict(), state=str(s.state)) for s in slots])
 
 
 def _node_id() -> str:

@@ -32,6 +32,7 @@ import numpy as np
 
 from w3async.cluster import wire
 from w3async.observe.logs import console
+from w3async.observe.run_view import GameView, game_view
 from w3async.recipes import RecipeError, recipe_from_dict, recipe_to_dict
 from w3async.runtime.answerer import GameRows
 from w3async.runtime.runfolder import RunError
@@ -53,7 +54,6 @@ class HostLink:
     actor: object = None
     incarnation: str | None = None  # the host's; a new one is a restarted host
     up: bool = False  # polled since it was last cut
-    gen: np.ndarray = None  # each row's generation on the host, as last heard
     batch: Batch = None  # the centre's buffer for its rounds
     ops: list = field(default_factory=list)  # answers and releases not yet sent
     seq: int = 0  # the next call of ops
@@ -82,7 +82,7 @@ class ClusterLink:
                     games.append(GameRows(slot, row, g.lanes * g.sides, g))
                     row, slot = row + g.lanes * g.sides, slot + 1
             n = row - start
-            self.hosts_.append(HostLink(name, start, n, games, gen=np.zeros(n, np.uint32), batch=Batch(n)))
+            self.hosts_.append(HostLink(name, start, n, games, batch=Batch(n)))
         self.n_rows = row - row0
         self.games = [g for h in self.hosts_ for g in h.games]
         self._sim = None  # a simulated cluster this process started (ray.cluster_utils.Cluster)
@@ -219,29 +219,32 @@ class ClusterLink:
                 if h.up:
                     self._cut(h, "restarted")
             h.incarnation, h.seq, h.ops, h.acked, h.lost_since = state["incarnation"], 0, [], 0, 0.0
-            h.gen[:] = 0
             self.sup.events.info("host_up", host=h.name, node=state["node"], pid=state["pid"], deaths=h.deaths)
         elif not h.up:
             # The same host, unreachable for a while: the centre cut its episodes and
             # dropped the answers on their way, so its held rows would wait for ever.
             # Its games start again, as after a death; their resets come back numbered.
-            h.ops.append(dict(kind="restart"))
+            h.ops.append(wire.Restart())
             self._schedule_flush()
             self.sup.events.info("host_back", host=h.name, node=state["node"], pid=state["pid"])
         h.up = True
-        answerer = self.sup.answerer
+        answerer, control = self.sup.answerer, self.sup.control
         for n, msg in items:
             if n <= h.acked:
                 continue  # taken from an earlier reply
             h.acked = n
-            if msg["kind"] == "reset":
-                h.gen[msg["start"]:msg["stop"]] = msg["gen"]
-                answerer.rows_reset(slice(h.row0 + msg["start"], h.row0 + msg["stop"]))
-                continue
-            b = wire.unpack(msg, h.batch, h.row0)
-            h.rows_in += b.n
-            h.bytes_in += wire.nbytes(msg)
-            answerer.submit(b)
+            match msg:
+                case wire.Reset():
+                    control.rows_reset(slice(h.row0 + msg.start, h.row0 + msg.stop))
+                case wire.Round():
+                    b = wire.unpack(msg, h.batch, h.row0)
+                    h.rows_in += b.n
+                    h.bytes_in += wire.nbytes(msg)
+                    control.arrived(b.rows[:b.n].astype(np.int64), msg.gen)  # its answer names the host's generations
+                    answerer.submit(b)
+                case _:
+                    raise TypeError(f"a message from game host {h.name} of type {type(msg).__name__}: "
+                                    "wire.py's Round or Reset expected")
         now, (t0, steps0, rate) = time.monotonic(), h.rate
         if now - t0 >= 1.0:
             rate = (state["agent_steps"] - steps0) / (now - t0) if t0 else 0.0
@@ -268,19 +271,19 @@ class ClusterLink:
         here, cut, and what was on its way to it is dropped."""
         h.ops, h.up = [], False
         for g in h.games:
-            self.sup.answerer.rows_reset(slice(g.row0, g.row0 + g.nrows))
+            self.sup.control.rows_reset(slice(g.row0, g.row0 + g.nrows))
         self.sup.events.warning("host_lost", host=h.name, cause=cause)
         console(f"w3async: game host {h.name} lost ({cause}): its games' open episodes are cut; Ray restarts it")
 
     # ---- answers ------------------------------------------------------------------
 
-    def _ops(self, kind: str, rows: np.ndarray, **arrays) -> None:
+    def _ops(self, op: type[wire.Answer] | type[wire.Release], rows: np.ndarray, gen: np.ndarray, **arrays) -> None:
         for h in self.hosts_:
             sel = (rows >= h.row0) & (rows < h.row0 + h.nrows)
             if not sel.any() or h.incarnation is None:
                 continue
             local = (rows[sel] - h.row0).astype(np.int32)
-            h.ops.append(dict(kind=kind, rows=local, gen=h.gen[local].copy(), **{k: a[sel] for k, a in arrays.items()}))
+            h.ops.append(op(rows=local, gen=gen[sel].astype(np.uint32), **{k: a[sel] for k, a in arrays.items()}))
         self._schedule_flush()
 
     def _schedule_flush(self) -> None:
@@ -288,11 +291,12 @@ class ClusterLink:
             self._flush_scheduled = True
             self.sup.loop.call_soon(self._flush)
 
-    def answer(self, rows, obs_seq, actions, versions) -> None:
-        self._ops("answer", rows, obs_seq=obs_seq, actions=actions, versions=versions)
+    def answer(self, rows, gen, obs_seq, actions, versions) -> None:
+        """Answers for a host's rows, each naming the host's generation of its round."""
+        self._ops(wire.Answer, rows, gen, obs_seq=obs_seq, actions=actions, versions=versions)
 
-    def release(self, rows) -> None:
-        self._ops("release", rows)
+    def release(self, rows, gen) -> None:
+        self._ops(wire.Release, rows, gen)
 
     def _flush(self) -> None:
         self._flush_scheduled = False
@@ -320,18 +324,16 @@ class ClusterLink:
                             failure=s.get("failure")))
         return out
 
-    def games_view(self) -> list[dict]:
+    def games_view(self) -> list[GameView]:
         """The hosts' games for /games (run_view.GAME_KEYS): as each host last said,
         "lost" while its host is down."""
         out = []
         for h in self.hosts_:
             slots = h.state.get("slots") or []
             for i, g in enumerate(h.games):
-                s = slots[i] if h.up and i < len(slots) else {}
-                out.append(dict(slot=g.index, pid=s.get("pid"), runtime=g.group.runtime, role=g.group.role,
-                                lanes=g.group.lanes, sides=g.group.sides, state=s.get("state", "lost"),
-                                restarts=s.get("restarts", 0), causes=s.get("causes", {}), steps=s.get("steps"),
-                                last_step_age_s=s.get("last_step_age_s"), host=h.name))
+                s = slots[i] if h.up and i < len(slots) else {}  # the host's Slot.view(), as a dict
+                state = {k: s[k] for k in ("pid", "state", "restarts", "causes", "steps", "last_step_age_s") if k in s}
+                out.append(game_view(g.index, g.group, host=h.name, **state))
         return out
 
     def summary(self) -> str:

@@ -32,6 +32,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from w3async import files
+from w3async.run_folder import RunFolder
 
 BEST_JSON = "best.json"  # beside checkpoint.BEST_PT, for the status reader
 RULE = "mean over the evaluation levels of the win rate over each level's last `window` games, once every level has a full window"
@@ -90,9 +91,9 @@ class BestKeeper:
 
     @property
     def path(self) -> Path:
-        from w3async.learn.checkpoint import BEST_PT, CKPT_DIR  # noqa: PLC0415 (checkpoint imports torch)
+        from w3async.learn.checkpoint import BEST_PT  # noqa: PLC0415 (checkpoint imports torch)
 
-        return self.run_dir / CKPT_DIR / BEST_PT
+        return RunFolder(self.run_dir).checkpoints / BEST_PT
 
     def load(self) -> dict | None:
         """The best so far from best.pt (a resume), or None when there is none. Raises

@@ -57,13 +57,13 @@ import torch
 from w3async import files
 from w3async.files import describe  # noqa: F401 (part of this module's API: league, training)
 from w3async.observe.logs import console
+from w3async.run_folder import RunFolder
 from w3async.runtime.answerer import RunFailure
 
 FORMAT = 1
 MAGIC = b"W3CKPT\x00\x01"  # not a zip's "PK\x03\x04": torch.load of a digested file fails, never misreads
 DIGEST_LEN = 32  # SHA-256
 HEADER_LEN = len(MAGIC) + DIGEST_LEN
-CKPT_DIR = "checkpoints"
 POINTER = "latest"
 BEST_PT = "best.pt"  # the best policy so far by evaluation (best.py keeps the rule)
 
@@ -119,7 +119,7 @@ def save_checkpoint(
 ) -> Path:
     """Write checkpoint ckpt-<updates>.pt (updates = learner["version"]), then point
     `latest` at it, then delete all but the newest `keep` checkpoints."""
-    ckdir = Path(run_dir) / CKPT_DIR
+    ckdir = RunFolder(run_dir).checkpoints
     try:
         ckdir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -141,7 +141,7 @@ def save_best(run_dir: Path, *, learner: dict, counters: dict, league: dict, rec
     checkpoint with a `best` record, atomically like every checkpoint. `latest` is not
     touched: a resume goes on from the last checkpoint."""
 
-    ckdir = Path(run_dir) / CKPT_DIR
+    ckdir = RunFolder(run_dir).checkpoints
     try:
         ckdir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -247,7 +247,7 @@ def checkpoint_paths(run_dir: Path) -> list[Path]:
     (without a pointer: the newest ckpt-*.pt), then every other ckpt-*.pt, newest first
     (only a resume with checkpoint.fallback = true goes past the first). [] for a run
     with none. CheckpointLoadError for a pointer or folder that cannot be read."""
-    ckdir = Path(run_dir) / CKPT_DIR
+    ckdir = RunFolder(run_dir).checkpoints
     try:
         if not ckdir.exists():
             return []

@@ -43,6 +43,7 @@ from w3async import games
 from w3async.files import atomic_write_text, describe
 from w3async.learn.best import level_record
 from w3async.learn.tallies import episode_result
+from w3async.run_folder import RunFolder
 from w3async.sync import layout
 from w3async.sync.gather import Batch
 
@@ -65,21 +66,21 @@ class EvalError(ValueError):
 
 def resolve(arg: str | Path) -> Path:
     """A checkpoint file, or a run folder's checkpoints/best.pt, else its latest."""
-    from w3async.learn.checkpoint import BEST_PT, CKPT_DIR, POINTER  # noqa: PLC0415 (torch: not for the CLI's --help)
+    from w3async.learn.checkpoint import BEST_PT, POINTER  # noqa: PLC0415 (torch: not for the CLI's --help)
 
     p = Path(arg)
     if p.is_file():
         return p
     if not p.exists():
         raise EvalError(p, "no such file or folder")
-    for ck in (p / CKPT_DIR, p):  # a run folder, or its checkpoints/ folder
+    for ck in (RunFolder(p).checkpoints, p):  # a run folder, or its checkpoints/ folder
         if (ck / BEST_PT).is_file():
             return ck / BEST_PT
         if (ck / POINTER).is_file():
             name = (ck / POINTER).read_text().strip()
             if name and "/" not in name:
                 return ck / name
-    raise EvalError(p, f"a folder with no checkpoint ({CKPT_DIR}/{BEST_PT} or {CKPT_DIR}/{POINTER})")
+    raise EvalError(p, f"a folder with no checkpoint (checkpoints/{BEST_PT} or checkpoints/{POINTER})")
 
 
 def _no_nones(d):
@@ -202,7 +203,6 @@ class EvalAnswerer:
         self.result_of = [None] * control.n_rows  # per row: the game's reading of an outcome, its group's env
         for s in control.games:
             self.result_of[s.row0:s.row0 + s.nrows] = [lambda rw, env=s.group.env: game.result_of(rw, env)] * s.nrows
-        self._epoch = np.zeros(control.n_rows, np.int64)
         self._loop = None
 
     def start(self, loop) -> None:
@@ -228,27 +228,21 @@ class EvalAnswerer:
             self.failure = f"inference submit failed: {describe(e)}"
             self.control.fail(self.failure)
             return
-        self.control.hold(rows)
-        epochs = self._epoch[rows].copy()
+        ticket = self.control.take(rows)
         loop = self._loop
-        fut.add_done_callback(lambda f: loop.call_soon_threadsafe(self._answered, f, rows, epochs))
+        fut.add_done_callback(lambda f: loop.call_soon_threadsafe(self._answered, f, ticket))
 
-    def _answered(self, fut, rows: np.ndarray, epochs: np.ndarray) -> None:
+    def _answered(self, fut, ticket) -> None:
         try:
             res = fut.result()
         except Exception as e:  # noqa: BLE001
             self.failure = f"inference round failed: {e!r}"
             self.control.fail(self.failure)
             return
-        keep = self._epoch[rows] == epochs  # a game restarted meanwhile: its rows' answer is stale
-        if not keep.all():
-            res = res._replace(rows=res.rows[keep], obs_seq=res.obs_seq[keep], actions=res.actions[keep],
-                               versions=res.versions[keep])
-        self.control.release(res.rows)
-        self.control.answer(res.rows, res.obs_seq, res.actions, res.versions)
+        # a game restarted meanwhile: RunControl drops its rows' stale answer
+        self.control.answer(ticket, res.obs_seq, res.actions, res.versions)
 
     def rows_reset(self, rows: slice) -> None:
-        self._epoch[rows] += 1
         if self.engine.running:
             self.engine.reset_rows(np.arange(rows.start, rows.stop))
 

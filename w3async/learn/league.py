@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from w3async.learn.checkpoint import CheckpointLoadError, atomic_save, describe, read_file
+from w3async.run_folder import RunFolder
 
-LEAGUE_DIR = "league"
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ class Snapshot:
 
 class League:
     def __init__(self, run_dir: Path, cfg: LeagueConfig = LeagueConfig()):
-        self.dir = Path(run_dir) / LEAGUE_DIR
+        self.dir = RunFolder(run_dir).league
         self.dir.mkdir(parents=True, exist_ok=True)
         self.cfg = cfg
         self.snapshots: list[Snapshot] = []

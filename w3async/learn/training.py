@@ -15,8 +15,8 @@ the current policy answers in "train" groups reach the learner.
 
 Back-pressure: when the learner's queue is full, the train rows are held (unanswered)
 until the learner takes a batch. A game restart cuts its rows' partial sequences and a
-late answer never lands on the new game's rows, trajectories or holds (each row's reset
-count, its epoch, is compared when a round comes back).
+late answer never lands on the new game's rows, trajectories or holds (RunControl keeps each
+row's generation; a round's ticket is stale once its game reset).
 
 A round's order (submit()): opponents picked, then engine.submit, and only once the
 engine took the round are its rows held and recorded (episodes, returns, trajectories);
@@ -43,9 +43,10 @@ import numpy as np
 import torch
 
 from w3async import games
+from w3async.run_folder import RunFolder
 from w3async.sync import layout
 from w3async.learn.best import BestKeeper
-from w3async.learn.checkpoint import CKPT_DIR, CheckpointError, describe, save_best, save_checkpoint
+from w3async.learn.checkpoint import CheckpointError, describe, save_best, save_checkpoint
 from w3async.sync.gather import Batch
 from w3async.learn.inference import InferenceEngine
 from w3async.learn.league import League, OpponentNets
@@ -57,7 +58,7 @@ from w3async.recipes import recipe_to_dict
 from w3async.learn.resume import LOGS, cut_logs, log_resume, restore
 from w3async.learn.tallies import EpisodeTally, RoundTally
 from w3async.learn.trajectories import Trajectories
-from w3async.runtime.answerer import RunControl, RunFailure
+from w3async.runtime.answerer import RunControl, RunFailure, Ticket
 
 TRAIN, EVAL = 0, 1
 
@@ -127,12 +128,9 @@ class Training:
         self.round_tally = RoundTally()
         self.last_checkpoint: str | None = None
         self.nonfinite_outputs = 0  # rounds whose network output was not finite (must stay 0)
-        self._held: list[np.ndarray] = []
-        # Rounds in flight, per table row: `_live` (a round for it is computing; it must
-        # not be submitted again before the answer) and `_epoch` (its resets so far: an
-        # answer for an earlier epoch is stale and touches neither holds nor trajectories).
-        self._live = np.zeros(n_rows, bool)
-        self._epoch = np.zeros(n_rows, np.int64)
+        # Train rows held by back-pressure (RunControl tickets: a game reset meanwhile
+        # makes the release skip its rows, so a new round's hold stays).
+        self._held: list[Ticket] = []
         self.rows_submitted = 0  # rows the engine took
         self.rows_answered = 0  # of those, answered while their row still waited for it
         self.rows_stale = 0  # of those, whose game restarted before the answer (dropped)
@@ -142,9 +140,9 @@ class Training:
         self._saved: tuple | None = None  # (version, agent_steps, episodes) of the last checkpoint
         ckpt = self._load_checkpoint()  # CheckpointLoadError: nothing written yet
         cut = cut_logs(self.run_dir, ckpt, self.learner.version)
-        self.episodes_log = self.tally.log = JsonLog(self.run_dir / "episodes.jsonl")
-        self.learner_log = JsonLog(self.run_dir / "learner.jsonl")
-        self.inference_log = self.round_tally.log = JsonLog(self.run_dir / "inference.jsonl")
+        self.episodes_log = self.tally.log = JsonLog(RunFolder(self.run_dir).episodes_log)
+        self.learner_log = JsonLog(RunFolder(self.run_dir).learner_log)
+        self.inference_log = self.round_tally.log = JsonLog(RunFolder(self.run_dir).inference_log)
         if ckpt is not None or any(cut.values()):
             self._log_resume(ckpt, cut)
 
@@ -218,7 +216,8 @@ class Training:
     @property
     def rows_in_flight(self) -> int:
         """Rows the engine took whose answer has not come back."""
-        return int(self._live.sum())
+        held = sum(int(self.control.current(t).sum()) for t in self._held)
+        return int(self.control.in_flight(slice(None)).sum()) - held
 
     def counters(self) -> dict:
         return dict(agent_steps=self.counts.agent_steps, episodes=self.episodes, updates=self.learner.version,
@@ -267,7 +266,7 @@ class Training:
         (or with no loop)."""
         self.flush_round_stats()
         best = self.best.candidate(self.tally.window, version, self.counts.agent_steps)
-        self.tally.evaluation_line(version, str(self.run_dir / CKPT_DIR / f"ckpt-{version:08d}.pt"),
+        self.tally.evaluation_line(version, str(RunFolder(self.run_dir).checkpoints / f"ckpt-{version:08d}.pt"),
                                    score=self.best.score_now(self.tally.window))
         c = self.counters()
         c["logs"] = {}
@@ -294,8 +293,7 @@ class Training:
             # learner takes a batch (unblock); evaluation rows go on.
             waiting = self.row_role[rows] == TRAIN
             if waiting.any():
-                self.control.hold(rows[waiting])
-                self._held.append(rows[waiting])
+                self._held.append(self.control.take(rows[waiting]))
                 b.select(~waiting)
                 n = b.n
                 rows = b.rows[:n].astype(np.int64)
@@ -303,7 +301,7 @@ class Training:
             return
         if self.failure is not None:  # the run is ending with its cause: no more rounds
             return
-        again = rows[self._live[rows]]
+        again = rows[self.control.in_flight(rows)]
         if again.size:
             raise self._round_failed(f"rows {again[:8].tolist()} submitted again before their answer")
         ended = self._ended_episodes(b, rows)  # labelled by the opponent they were played against
@@ -312,12 +310,10 @@ class Training:
             fut = self.engine.submit(b, self.row_net[rows])
         except Exception as e:  # noqa: BLE001 (any cause: the caller hears it, nothing is half-recorded)
             raise self._round_failed(f"inference submit failed: {describe(e)}") from e
-        self._live[rows] = True
-        epochs = self._epoch[rows].copy()
         self.rows_submitted += n
-        self.control.hold(rows)
+        ticket = self.control.take(rows)
         loop = self._loop
-        fut.add_done_callback(lambda f: loop.call_soon_threadsafe(self._answered, f, rows, epochs))
+        fut.add_done_callback(lambda f: loop.call_soon_threadsafe(self._answered, f, ticket))
         self.tally.add_rewards(b, rows)
         slots = [int(self.row_game[row]) for row, _, _ in ended]
         results = self.tally.outcomes(b, [(row, k, g) for (row, k, _), g in zip(ended, slots)], self.slot_result)
@@ -333,7 +329,7 @@ class Training:
         self.control.fail(reason)
         return RoundError(reason)
 
-    def _answered(self, fut, rows: np.ndarray, epochs: np.ndarray) -> None:
+    def _answered(self, fut, ticket: Ticket) -> None:
         try:
             res = fut.result()
         except Exception as e:  # noqa: BLE001 (a failed round stops the run with its cause)
@@ -346,28 +342,26 @@ class Training:
             self.nonfinite_outputs += 1  # the checks keep NaN out of the inputs; count, never answer it
             self.control.events.error("nonfinite_output", rows=res.rows[:8].tolist())
         # Rows whose game restarted while the round computed: their answer is stale. It
-        # must not release the rows (a round of the new game may hold them) nor complete
-        # a trajectory step of the new game.
-        current = self._epoch[rows] == epochs
+        # must not complete a trajectory step of the new game (RunControl.answer drops it
+        # and leaves the new game's hold alone).
+        if not np.array_equal(res.rows, ticket.rows):
+            self.answer_errors += len(ticket.rows)  # the engine answered other rows than it took
+            return
+        current = self.control.answer(ticket, res.obs_seq, res.actions, res.versions)
         if not current.all():
             self.rows_stale += int((~current).sum())
             res = _subset(res, current)
-            rows = rows[current]
-            if not len(rows):
-                return
-        self.answer_errors += int(np.count_nonzero(~self._live[rows]))
-        self._live[rows] = False
-        self.rows_answered += len(rows)
-        self.control.release(res.rows)
+        if not len(res.rows):
+            return
+        self.rows_answered += len(res.rows)
         self.traj.record_answer(res)
         self.round_tally.rounds.append((res.stats, self.learning.phase != "idle"))
-        self.control.answer(res.rows, res.obs_seq, res.actions, res.versions)
 
     def unblock(self) -> None:
         """The learner took a batch: the held train rows may go on."""
         if self._held and not self.traj.full:
-            for rows in self._held:
-                self.control.release(rows)
+            for ticket in self._held:
+                self.control.release(ticket)
             self._held.clear()
             self.control.schedule_round()
 
@@ -406,10 +400,6 @@ class Training:
         """A game (re)started on these rows: cut their sequences, free their opponents."""
         idx = np.arange(rows.start, rows.stop)
         self.traj.cut(idx)
-        self._epoch[idx] += 1  # a round in flight for these rows comes back stale
-        self._live[idx] = False
-        if self._held:  # rows re-attached unheld: a later unblock must not release a new round's hold
-            self._held = [h[~np.isin(h, idx)] for h in self._held]
         for row in idx:
             if self.row_net[row] > 0:
                 self.opponents.release(int(self.row_net[row]))

@@ -19,6 +19,7 @@ import numpy as np
 
 from w3async.observe.bins import floats
 from w3async.observe.series import RunSeries
+from w3async.run_folder import RunFolder
 
 
 def parse_ts(ts: str) -> float:
@@ -26,7 +27,7 @@ def parse_ts(ts: str) -> float:
     return datetime.fromisoformat(ts).timestamp()
 
 
-LOG_FILES = ("events.jsonl", "inference.jsonl", "learner.jsonl", "episodes.jsonl")
+LOG_FILES = RunFolder.LOGS
 
 
 class Tail:

@@ -16,6 +16,7 @@ import json
 import math
 import os
 import time
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -24,6 +25,7 @@ from w3async import games
 from w3async.procstat import alive
 from w3async.observe.run_files import RunFiles
 from w3async.observe.series import RunSeries
+from w3async.run_folder import RunFolder
 
 SCHEMA = 1  # of /status, /games and /series (docs/status.md)
 
@@ -45,8 +47,36 @@ class StatusSource(Protocol):
         """One dict per game slot with GAME_KEYS (docs/status.md, "/games")."""
 
 
-GAME_KEYS = ("slot", "pid", "runtime", "role", "lanes", "sides", "state", "restarts", "causes", "steps", "last_step_age_s",
-             "host")
+@dataclass(frozen=True)
+class GameView:
+    """One game slot as /games shows it (docs/status.md): a slot of this process
+    (Slot.view), a game host's (its report, cluster/link.py) or one read back from the
+    run's files when no supervisor runs."""
+
+    slot: int
+    runtime: str | None
+    role: str | None
+    lanes: int | None
+    sides: int | None
+    pid: int | None = None
+    state: str = "lost"
+    restarts: int = 0
+    causes: dict = field(default_factory=dict)
+    steps: int | None = None  # its rows' sequence numbers summed (None: not known)
+    last_step_age_s: float | None = None
+    host: str = ""  # the game host it runs on ("": this machine)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def game_view(slot: int, group, **state) -> GameView:
+    """A slot's GameView: its group's fields (a recipes.GameGroup), then its state."""
+    return GameView(slot=slot, runtime=group.runtime, role=getattr(group, "role", None), lanes=group.lanes,
+                    sides=group.sides, **state)
+
+
+GAME_KEYS = tuple(f.name for f in fields(GameView))
 
 
 class SupervisorSource:
@@ -61,11 +91,8 @@ class SupervisorSource:
 
     def games(self) -> list[dict]:
         now = time.monotonic()
-        return [dict(slot=s.index, pid=s.pid, runtime=s.group.runtime, role=getattr(s.group, "role", None),
-                     lanes=s.group.lanes, sides=s.group.sides,
-                     state=s.state, restarts=s.restarts, causes=dict(s.causes), steps=int(s.seq_sum),
-                     last_step_age_s=round(now - s.progress_at, 3) if s.progress_at else None, host="")
-                for s in self.sup.slots] + (self.sup.cluster.games_view() if self.sup.cluster is not None else [])
+        views = [s.view(now) for s in self.sup.slots] + (self.sup.cluster.games_view() if self.sup.cluster else [])
+        return [v.as_dict() for v in views]
 
 
 def take_snapshot(source: StatusSource, now: float | None = None) -> dict:
@@ -163,7 +190,7 @@ class RunView:
 
     def _scan_folder(self) -> dict:
         out = dict(checkpoint=None, best=None, snapshots=0, latest_snapshot=None)
-        ck = self.run_dir / "checkpoints"
+        ck = RunFolder(self.run_dir).checkpoints
         out["best"] = _best(ck)
         try:
             name = (ck / "latest").read_text().strip()
@@ -173,7 +200,7 @@ class RunView:
         except (OSError, ValueError):
             pass
         try:
-            snaps = sorted(p for p in os.listdir(self.run_dir / "league") if p.startswith("snap-") and p.endswith(".pt"))
+            snaps = sorted(p for p in os.listdir(RunFolder(self.run_dir).league) if p.startswith("snap-") and p.endswith(".pt"))
         except OSError:
             snaps = []
         out["snapshots"] = len(snaps)
@@ -192,7 +219,7 @@ class RunView:
         if self._replay_dirs is not None:
             return self._replay_dirs
         try:
-            found, known = [games.get(json.loads((self.run_dir / "recipe.json").read_text()).get("game"))], True
+            found, known = [games.get(json.loads(RunFolder(self.run_dir).recipe.read_text()).get("game"))], True
         except (OSError, ValueError, AttributeError, games.UnknownGame):
             found, known = games.all_games(), False
         out: dict[str, tuple[str, ...]] = {}
@@ -239,7 +266,7 @@ class RunView:
         if self.live_source:
             return self.files.shutdown is None
         try:
-            pid = int(json.loads((self.run_dir / "run.lock").read_text() or "{}").get("pid", 0))
+            pid = int(json.loads(RunFolder(self.run_dir).lock.read_text() or "{}").get("pid", 0))
         except (OSError, ValueError, TypeError):
             return False
         return pid > 0 and alive(pid)  # a zombie is not a live supervisor
@@ -252,17 +279,16 @@ class RunView:
         for slot in sorted(self.files.games):
             g = self.files.games[slot]
             grp = groups[slot] if slot < len(groups) else {}
-            out.append(dict(slot=slot, pid=g.pid, runtime=g.runtime or grp.get("runtime"), role=grp.get("role"),
-                            lanes=grp.get("lanes"),
-                            sides=grp.get("sides"), state=g.state, restarts=g.restarts, causes=dict(g.causes),
-                            steps=None, last_step_age_s=None, host=""))
+            out.append(GameView(slot=slot, pid=g.pid, runtime=g.runtime or grp.get("runtime"), role=grp.get("role"),
+                                lanes=grp.get("lanes"), sides=grp.get("sides"), state=g.state, restarts=g.restarts,
+                                causes=dict(g.causes)).as_dict())
         return out
 
     def _groups(self) -> list[dict]:
         """recipe.json's game groups, one entry per slot (file mode only)."""
         if self._recipe_games is None:
             try:
-                r = json.loads((self.run_dir / "recipe.json").read_text())
+                r = json.loads(RunFolder(self.run_dir).recipe.read_text())
                 self._recipe_games = [dict(runtime=g.get("runtime", "native"), role=g.get("role"),
                                            lanes=g.get("lanes", 1), sides=g.get("sides", 2)) for g in r.get("games", [])
                                       for _ in range(int(g.get("count", 1)))]

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from w3async.observe.progress import progress_line
 from w3async.observe.run_view import RunView
-from w3async.observe.status_server import URL_FILE
+from w3async.run_folder import RunFolder
 
 
 def summary(st: dict, games: list[dict]) -> list[str]:
@@ -65,7 +65,7 @@ def summary(st: dict, games: list[dict]) -> list[str]:
 
 def main(run_dir: str | Path) -> int:
     run_dir = Path(run_dir)
-    if not (run_dir / "events.jsonl").is_file():  # a folder in its place was a traceback
+    if not RunFolder(run_dir).events.is_file():  # a folder in its place was a traceback
         print(f"w3async status: {run_dir} is not a run folder (no events.jsonl file): give runs/<run>", file=sys.stderr)
         return 2
     view = RunView(run_dir)
@@ -87,7 +87,7 @@ def main(run_dir: str | Path) -> int:
 def _from_server(run_dir: Path) -> tuple[dict, list[dict]] | None:
     """The live server's /status and /games, or None (no status.url, no answer)."""
     try:
-        url = (run_dir / URL_FILE).read_text().strip()
+        url = RunFolder(run_dir).status_url.read_text().strip()
         with urllib.request.urlopen(url + "status", timeout=2) as r:
             st = json.load(r)
         with urllib.request.urlopen(url + "games", timeout=2) as r:

@@ -38,8 +38,8 @@ from w3async.observe.http_limits import Limits, RateGate, inside, target_authori
 from w3async.observe.replay_view import ReplayError, replay_view
 from w3async.observe.run_view import SCHEMA
 from w3async.observe.status_metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE, metrics_text
+from w3async.run_folder import RunFolder
 
-URL_FILE = "status.url"  # in the run folder while a live server serves it
 STATIC = Path(__file__).resolve().parent / "static"
 STATIC_FILES = {"dashboard.js": "text/javascript", "viewer.js": "text/javascript", "dashboard.css": "text/css"}
 # The page may load only what this server serves: no outside host, ever.
@@ -274,7 +274,7 @@ class HttpThread:
             now = time.monotonic()
             self._ip.prune(now)
             if self.write_url_file and self.url_file is None and v.run_dir.is_dir():
-                path = v.run_dir / URL_FILE
+                path = RunFolder(v.run_dir).status_url
                 atomic_write_text(path, self.url + "\n")
                 self.url_file = path
         except Exception as e:  # noqa: BLE001 (the server outlives a bad build; the last one serves)

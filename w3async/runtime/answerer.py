@@ -50,6 +50,14 @@ class GameRows:
     group: object  # recipes.GameGroup (not imported: recipes reaches learn's configs, learn this module)
 
 
+@dataclass(frozen=True)
+class Ticket:
+    """Rows held for one round, and their generations when taken (RunControl.take)."""
+
+    rows: np.ndarray
+    gens: np.ndarray
+
+
 class RunControl:
     """What an answerer may do to the run. Made by the supervisor; every method is
     called on the loop's thread."""
@@ -68,6 +76,9 @@ class RunControl:
         self.n_rows: int = self._n_local + (sup.cluster.n_rows if sup.cluster is not None else 0)
         if sup.cluster is not None:
             self.games += sup.cluster.games
+        self._gen = np.zeros(self.n_rows, np.int64)  # each row's resets so far
+        self._in_flight = np.zeros(self.n_rows, bool)  # held by a ticket not yet answered or released
+        self._host_gen = np.zeros(self.n_rows, np.int64)  # a game host's row: its generation there
 
     @property
     def events(self) -> JsonLog:
@@ -78,10 +89,57 @@ class RunControl:
         """The run is shutting down: answers are no longer written."""
         return self._sup.stopping
 
-    def answer(self, rows: np.ndarray, obs_seq: np.ndarray, actions: np.ndarray, versions: np.ndarray) -> None:
-        """Publish answers for rows gathered at obs_seq (stale ones are dropped by the
-        gatherer), count them, and stop the run when its step limit is reached."""
-        n = len(rows)
+    # ---- tickets: the stale-answer rule, in one place ------------------------------
+    # A game that restarts while a round computes for its rows must not get that round's
+    # answer, nor have the new game's hold released by it: rows_reset() bumps the rows'
+    # generation, and answer()/release() act only on the rows of a ticket whose
+    # generation is still current and which are still in flight.
+
+    def take(self, rows: np.ndarray) -> "Ticket":
+        """Hold rows for a round (or for back-pressure) and return their ticket: the
+        rows and their generations. Each row stays held until answer() or release()
+        of this ticket, or until its game resets. A game host's rows are held there
+        from the moment they were sent."""
+        rows = np.asarray(rows, np.int64)
+        self._in_flight[rows] = True
+        self._sup.gatherer.hold(rows[rows < self._n_local] if self._remote is not None else rows)
+        return Ticket(rows, self._gen[rows].copy())
+
+    def in_flight(self, rows: np.ndarray) -> np.ndarray:
+        """Which of rows are held by a ticket not yet answered or released."""
+        return self._in_flight[rows]
+
+    def generation(self, rows) -> np.ndarray:
+        """The rows' generations now (a game host sends them with its rounds and resets)."""
+        return self._gen[rows].copy()
+
+    def current(self, ticket: "Ticket") -> np.ndarray:
+        """Which of the ticket's rows it still holds: their game did not reset since
+        take() and nothing answered or released them."""
+        return (self._gen[ticket.rows] == ticket.gens) & self._in_flight[ticket.rows]
+
+    def answer(self, ticket: "Ticket", obs_seq: np.ndarray, actions: np.ndarray, versions: np.ndarray) -> np.ndarray:
+        """Publish answers (aligned with ticket.rows) for the ticket's current rows,
+        release them, count them, and stop the run when its step limit is reached.
+        Stale rows are dropped (the gatherer drops answers for rows re-posted since
+        obs_seq too). Returns the mask of the rows answered."""
+        keep = self.current(ticket)
+        rows = ticket.rows[keep]
+        if not len(rows):
+            return keep
+        self._free(rows)
+        self._publish(rows, obs_seq[keep], actions[keep], versions[keep])
+        return keep
+
+    def answer_now(self, rows: np.ndarray, obs_seq: np.ndarray, actions: np.ndarray, versions: np.ndarray) -> None:
+        """Answer rows of the batch being submitted, in the same call (a fixed policy):
+        no ticket, as no game can reset between the gather and this answer on the loop's
+        thread. Saves take()'s hold and release on the hot path."""
+        self._publish(np.asarray(rows), obs_seq, actions, versions)
+
+    def _publish(self, rows: np.ndarray, obs_seq: np.ndarray, actions: np.ndarray, versions: np.ndarray) -> None:
+        """Write the answers (unless the run is stopping), count them, and stop the run
+        when its step limit is reached."""
         if not self._sup.stopping:
             if self._remote is None:
                 self._sup.gatherer.answer(rows, obs_seq, actions, versions)
@@ -90,25 +148,40 @@ class RunControl:
                 if here.any():
                     self._sup.gatherer.answer(rows[here], obs_seq[here], actions[here], versions[here])
                 if not here.all():
-                    self._remote.answer(rows[~here], obs_seq[~here], actions[~here], versions[~here])
-        self.counters.agent_steps += n
+                    far = rows[~here]
+                    self._remote.answer(far, self._host_gen[far], obs_seq[~here], actions[~here], versions[~here])
+        self.counters.agent_steps += len(rows)
         self.counters.rounds += 1
         self._sup.check_stop_steps()
 
-    def hold(self, rows: np.ndarray) -> None:
-        """Leave rows out of the gathers until release() (a round computes for them, or
-        the learner's queue is full). A game host's rows are held there from the moment
-        they were sent."""
-        self._sup.gatherer.hold(rows[rows < self._n_local] if self._remote is not None else rows)
+    def release(self, ticket: "Ticket") -> np.ndarray:
+        """Let the ticket's current rows be gathered again, unanswered (back-pressure
+        ended, or a game host's round is to be sent again). Returns the mask released."""
+        keep = self.current(ticket)
+        rows = ticket.rows[keep]
+        if len(rows):
+            self._free(rows)
+            if self._remote is not None and not (here := rows < self._n_local).all():
+                self._remote.release(rows[~here], self._host_gen[rows[~here]])
+        return keep
 
-    def release(self, rows: np.ndarray) -> None:
-        if self._remote is None:
-            self._sup.gatherer.release(rows)
-            return
-        here = rows < self._n_local
-        self._sup.gatherer.release(rows[here])
-        if not here.all():
-            self._remote.release(rows[~here])
+    def _free(self, rows: np.ndarray) -> None:
+        self._in_flight[rows] = False
+        self._sup.gatherer.release(rows[rows < self._n_local] if self._remote is not None else rows)
+
+    def rows_reset(self, rows: slice) -> None:
+        """A game's rows were reset (it exited, restarts, or its host was lost): every
+        ticket taken for them before is stale from now on. Then the answerer drops
+        what it keeps for them."""
+        self._gen[rows] += 1
+        self._in_flight[rows] = False
+        if self._sup.answerer is not None:
+            self._sup.answerer.rows_reset(rows)
+
+    def arrived(self, rows: np.ndarray, host_gen: np.ndarray) -> None:
+        """A game host's round for rows arrived, at the host's generations host_gen:
+        their answer or release goes back naming them (the host drops it otherwise)."""
+        self._host_gen[rows] = host_gen
 
     def schedule_round(self) -> None:
         self._sup.schedule_round()

@@ -107,8 +107,8 @@ class GameKeeper:
             s.bells.close()
             s.bells = None
         self.host.table.reset_rows(s.row0, s.row0 + s.nrows)
-        if self.host.answerer is not None:
-            self.host.answerer.rows_reset(s.rows)
+        if self.host.control is not None:
+            self.host.control.rows_reset(s.rows)  # a round in flight for them is stale
 
     def _note_posted(self, s: Slot) -> None:
         """Did this start post any row? Read before its rows are reset: a game that

@@ -11,6 +11,7 @@ from typing import Callable
 import numpy as np
 
 from w3async.observe.logs import JsonLog
+from w3async.run_folder import RunFolder
 from w3async.runtime.answerer import RunControl
 from w3async.sync import layout
 from w3async.sync.gather import Batch
@@ -56,12 +57,12 @@ class PolicyAnswerer:
         self._last = (0, 0)
 
     def start(self, loop) -> None:
-        self.log = JsonLog(self.control.run_dir / "inference.jsonl")
+        self.log = JsonLog(RunFolder(self.control.run_dir).inference_log)
 
     def submit(self, b: Batch) -> None:
         n = b.n
         actions, versions = self.policy(b)
-        self.control.answer(b.rows[:n], b.obs_seq[:n], actions, versions)
+        self.control.answer_now(b.rows[:n], b.obs_seq[:n], actions, versions)
 
     def rows_reset(self, rows: slice) -> None:
         pass  # nothing pending: every batch was answered as it came

@@ -22,6 +22,7 @@ import stat
 import tempfile
 from pathlib import Path
 
+from w3async.run_folder import RunFolder
 from w3async.runtime import inject_checks, sandbox
 from w3async.sync import layout
 from w3async.sync.gather import c_extension_problem
@@ -41,9 +42,8 @@ PROCS_PER_WINE_RUNTIME = 8
 MIN_FREE_BYTES = 64 << 20
 """Free space the run folder's file system must have at start (logs, checkpoints)."""
 PROBE_BYTES = 4096
-RUN_FILES = ("run.lock", "events.jsonl", "recipe.json", "status.url", "inference.jsonl", "learner.jsonl",
-             "episodes.jsonl")
-RUN_FOLDERS = ("games", "bells", "checkpoints", "league", "replays")
+RUN_FILES = RunFolder.FILES
+RUN_FOLDERS = RunFolder.FOLDERS
 """What a run writes in its folder (supervisor.py, training.py): in a folder that is
 resumed, none of them may be in the way (a folder where a file goes, or the reverse)."""
 SHM_DIR = "/dev/shm"
@@ -232,7 +232,7 @@ def check_resume(recipe: Recipe, run_dir: Path) -> list[str]:
     the same game may continue it (fgself's run under fgself-injected); the checkpoint
     then has to fit its network (learn/resume.py)."""
     try:
-        made_by = json.loads((run_dir / "recipe.json").read_text())
+        made_by = json.loads(RunFolder(run_dir).recipe.read_text())
     except (OSError, ValueError):
         return []  # a new folder, or one that never got as far as its recipe
     if not isinstance(made_by, dict):
@@ -242,7 +242,8 @@ def check_resume(recipe: Recipe, run_dir: Path) -> list[str]:
         return [f"run folder '{run_dir}' holds a run of game {made_by.get('game', 'null')!r}, made by {was}; "
                 f"recipe {recipe.name!r} runs game {recipe.game!r}: resume it with a recipe of that game, "
                 f"or give this run another --run"]
-    trained = (run_dir / "checkpoints").is_dir() and any((run_dir / "checkpoints").glob("ckpt-*.pt"))
+    ck = RunFolder(run_dir).checkpoints
+    trained = ck.is_dir() and any(ck.glob("ckpt-*.pt"))
     if trained and recipe.supervisor.policy != "network":
         return [f"run folder '{run_dir}' holds a training run's checkpoints, made by {was}; recipe "
                 f"{recipe.name!r} answers with policy {recipe.supervisor.policy!r}, not a network that trains: "

@@ -12,6 +12,7 @@ import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from w3async.observe.run_view import GameView, game_view
 from w3async.sync.doorbells import Doorbells
 
 
@@ -69,6 +70,12 @@ class Slot:
     @property
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
+
+    def view(self, now: float) -> GameView:
+        """The slot as /games shows it; now: time.monotonic()."""
+        return game_view(self.index, self.group, pid=self.pid, state=self.state, restarts=self.restarts,
+                         causes=dict(self.causes), steps=int(self.seq_sum),
+                         last_step_age_s=round(now - self.progress_at, 3) if self.progress_at else None)
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from typing import Callable
 from w3async import files, games
 from w3async.observe.logs import JsonLog, console
 from w3async.recipes import Recipe, recipe_to_dict
+from w3async.run_folder import RunFolder
 from w3async.runtime import procs
 from w3async.runtime.answerer import Answerer, Counters, RunControl, RunFailure
 from w3async.runtime.inject import InjectedRuntime
@@ -113,7 +114,7 @@ class Supervisor:
     def _setup(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.lock = RunLock(self.run_dir)
-        self.events = JsonLog(self.run_dir / "events.jsonl")
+        self.events = JsonLog(RunFolder(self.run_dir).events)
         if self.lock.previous.get("pid"):
             # We hold the lock, so the supervisor that wrote it is dead (killed, or the
             # machine went down): end what it left before anything else.
@@ -144,7 +145,7 @@ class Supervisor:
                                bits=program_bits(r.binary_path(x) for x in groups if x.runtime == "wine")), key)
             rt = self.runtimes[key]  # an injected group's starts go through the launcher in its prefix
             rt = InjectedRuntime(rt, g.inject, self.run_dir) if g.inject else rt
-            self.slots.append(Slot(i, g, rt, r.binary_path(g), row0, nrows, self.run_dir / "games" / f"slot-{i}.log"))
+            self.slots.append(Slot(i, g, rt, r.binary_path(g), row0, nrows, RunFolder(self.run_dir).game_log(i)))
         self.sandbox = Sandbox.for_run(r.supervisor.sandbox, self.run_dir, self.events if groups else None)
         self.control = RunControl(self)
         if self._make_answerer is not None:  # e.g. learn/evaluate.py's, for `w3async eval`
@@ -159,7 +160,7 @@ class Supervisor:
             self.answerer = policy_answerer(self.control, r.supervisor.policy)
         # Only now, the checkpoint loaded: a resume refused above (weights of another network,
         # a missing snapshot) left the run's recipe.json replaced by the recipe it refused.
-        files.atomic_write_text(self.run_dir / "recipe.json", json.dumps(recipe_to_dict(r), indent=1))
+        files.atomic_write_text(RunFolder(self.run_dir).recipe, json.dumps(recipe_to_dict(r), indent=1))
         self.events.info("run_start", run=self.run_dir.name, recipe=r.name, pid=os.getpid(), shm=self.table.name,
                          rows=n_rows, games=n_games, gather=r.supervisor.gather, policy=r.supervisor.policy)
 

@@ -15,6 +15,7 @@ from w3async.runtime.wineprefix import (  # noqa: F401 (the names callers import
     BOOT_TIMEOUT_S, CHECK_TIMEOUT_S, DLL_OVERRIDES, GRAPHICS, LAUNCHER, LAUNCHERS, READY_MARK, WineBuild,
     WineConfig, WineError, WinePrefix, acquire_prefix, acquire_running_prefix, cache_root, check_prefix,
     exe_bits, graphics_driver, processes_with_env, program_bits, resolve_build, start_services)
+from w3async.run_folder import RunFolder
 from w3async.sync.doorbells import Doorbells, fifo_pair, shared_obs_fifo
 from w3async.sync.table import GameSegment
 
@@ -60,7 +61,7 @@ class WineRuntime:
     def open_obs(self, run_dir: Path):
         """The obs FIFO all this runtime's games ring (made once)."""
         if self.obs is None:
-            self.obs = shared_obs_fifo(run_dir / "bells" / self.tag)
+            self.obs = shared_obs_fifo(RunFolder(run_dir).bells / self.tag)
         return self.obs
 
     def ensure_prefix(self) -> WinePrefix:
@@ -75,7 +76,7 @@ class WineRuntime:
 
     def doorbells(self, run_dir: Path, slot: int) -> Doorbells:
         obs = self.open_obs(run_dir)
-        bells = fifo_pair(run_dir / "bells" / str(slot), slot, obs)  # a folder a slot: a sandbox binds its own
+        bells = fifo_pair(RunFolder(run_dir).bells / str(slot), slot, obs)  # a folder a slot: a sandbox binds its own
         # The game opens its FIFOs through Wine's Z: drive.
         bells.child_env.update(W3S_OBS_FIFO=windows_path(obs.path), W3S_ACT_FIFO=windows_path(bells.paths[0]))
         return bells

@@ -303,12 +303,13 @@ class CGatherer(_GathererBase):
         if _rows.ROW_SIZE != layout.ROW_SIZE or _rows.layout_hash() != layout.LAYOUT_HASH:
             raise ImportError("w3async.sync._rows was built against another shim/w3s_table.h: rebuild it (make setup)")
         b = self.batch
-        self._g = _rows.Gatherer(
-            self.table.rows_buffer, self.table.n_rows, self.row_game, self.acked, self.act_fd, self.act_len,
-            self.n_types, self.buckets,
-            b.rows, b.obs_seq, b.lane, b.side, b.episode, b.step, b.flags, b.reward, b.n_ent, b.state_hash,
-            b.discarded, b.glob, b.ent_flat, b.type_flat, b.mask,
-        )  # fmt: skip
+        self._g = _rows.Gatherer(  # keywords only (csrc/rows.c's g_specs names each buffer)
+            n_rows=self.table.n_rows, n_types=self.n_types, table=self.table.rows_buffer, row_game=self.row_game,
+            acked=self.acked, act_fd=self.act_fd, act_len=self.act_len, buckets=self.buckets,
+            rows=b.rows, obs_seq=b.obs_seq, lane=b.lane, side=b.side, episode=b.episode, step=b.step,
+            flags=b.flags, reward=b.reward, n_ent=b.n_ent, state_hash=b.state_hash, discarded=b.discarded,
+            glob=b.glob, ent=b.ent_flat, ent_type=b.type_flat, mask=b.mask,
+        )
 
     def gather(self) -> Batch:
         b = self.batch
