@@ -353,3 +353,88 @@ def test_hosts_stop_their_games_without_the_centre_and_are_made_again(tmp_path, 
     assert [e for e in events(run_dir) if e["event"] == "shutdown"][-1]["error"] is None
     for n in ("node1", "node2"):
         assert check_failures(run_dir / "hosts" / n) == []
+
+
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+# Each fault of a host that leaves it unable to run its own shutdown, then the signal:
+# (the fault, the signal, cluster.host_restarts, cluster.lost_after_s).
+HOST_FAULTS = {
+    "raylet_killed": ("raylet", signal.SIGTERM, 3, 30),  # node1's node gone: its host unreachable
+    "host_killed": ("host", signal.SIGINT, 3, 30),  # Ray restarting the host while the run stops
+    "budget_spent": ("host", signal.SIGTERM, 0, 600),  # its last allowed death: dead for good
+    "budget_ends_the_run": ("host", None, 0, 3),  # the documented end: the run stops with the cause
+}
+
+
+@pytest.mark.parametrize("fault", list(HOST_FAULTS))
+def test_a_run_ends_cleanly_after_a_host_fault(tmp_path, null_native, fault):
+    """A host that cannot stop its own games at the run's end (its node's raylet killed,
+    its process SIGKILLed, its restart budget spent): a signal still ends the run with
+    exit 0 and its shutdown record, no traceback (the dead host's stop is a recorded
+    fault, `host_stop` with `fault`), and the centre sweeps what the host made: no
+    segment and no process of any table of the run is left, and no process of Ray's.
+    A spent budget with no signal ends the run as documented: exit 1 with the cause,
+    nothing left either."""
+    need("ray (the cluster extra)", _ray_installed(), "pip install -e '.[cluster]' (make test does)")
+    what, sig, restarts, lost_after = HOST_FAULTS[fault]
+    recipe = _cluster_recipe(tmp_path / "cl.toml", null_native, seconds=600,
+                             extra=f"host_restarts = {restarts}\nlost_after_s = {lost_after}")
+    run_dir = tmp_path / "runs" / "cl"
+    proc = subprocess.Popen([sys.executable, "-m", "w3async", "run", str(recipe), "--run", "cl",
+                             "--runs-dir", str(tmp_path / "runs")], start_new_session=True,
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        both = lambda: (lambda h: h if len(h) == 2 and all(x["games_up"] == 2 and x["agent_steps"] > 1000
+                                                            for x in h.values()) else None)(_hosts(run_dir))
+        _wait("both hosts' games answering", both, 180, proc)
+        node1 = next(e for e in events(run_dir) if e["event"] == "host_up" and e["host"] == "node1")
+        games = [e["pid"] for e in events(run_dir / "hosts" / "node1") if e["event"] == "game_start"]
+        assert len(games) == 2 and all(alive(p) for p in games)
+        victim = node1["pid"]
+        if what == "raylet":
+            victim = _parent(node1["pid"])  # the host's worker is a child of its node's raylet
+            assert "raylet" in _cmdline(victim), _cmdline(victim)
+        os.kill(victim, signal.SIGKILL)
+        _wait("node1 counted lost", lambda: [e for e in events(run_dir)
+                                             if e["event"] == "host_lost" and e["host"] == "node1"], 60, proc)
+        markers = [e["shm"] for d in (run_dir, run_dir / "hosts" / "node1", run_dir / "hosts" / "node2")
+                   for e in events(d) if e["event"] == "run_start"]
+        if sig is not None:
+            proc.send_signal(sig)
+        out, _ = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            out = _end(proc)
+    want = 1 if sig is None else 0
+    assert proc.returncode == want, out[-3000:]
+    assert "Traceback" not in out, out[-3000:]
+    shutdown = [e for e in events(run_dir) if e["event"] == "shutdown"]
+    assert shutdown and shutdown[-1]["shutdown_errors"] == [], shutdown
+    if sig is None:
+        assert "game host node1 died again after 0 restart(s)" in shutdown[-1]["error"], shutdown[-1]
+        assert "game host node1 died again" in out, out[-3000:]
+    else:
+        assert shutdown[-1]["error"] is None, shutdown[-1]
+    stops = {e["host"]: e for e in events(run_dir) if e["event"] == "host_stop"}
+    assert set(stops) == {"node1", "node2"} and stops["node2"]["leftovers"]["processes"] == []
+    deadline = time.monotonic() + 30
+    while _in_session(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _in_session(proc.pid), [(p, _cmdline(p)) for p in _in_session(proc.pid)]
+    assert not [p for p in games if alive(p)], "a game of the dead host outlived the run"
+    assert len(markers) >= 3
+    for m in markers:  # the centre's table and each host's, every incarnation
+        assert not mentioning(m.lstrip("/").encode()), f"a process still carries {m}"
+        assert not [s for s in list_segments() if s.startswith(m)], f"a segment of {m} is still linked"

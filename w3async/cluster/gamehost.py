@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from w3async.cluster import wire
+from w3async.cluster.sweep import machine_id
 from w3async.recipes import recipe_from_dict
 from w3async.runtime.answerer import RunControl
 from w3async.runtime.runfolder import RunError
@@ -110,6 +111,7 @@ class GameHost:
         self.centre_lost = False  # the watchdog stopped the games (not a fault of the host's own)
         self.ended = False
         self.last_poll = time.monotonic()
+        self.machine = machine_id()
         self._ready: asyncio.Event | None = None
         self._run: asyncio.Task | None = None
         self._next_seq = 0
@@ -198,6 +200,15 @@ class GameHost:
         """The actor's process (tests end it to see the host come back)."""
         return os.getpid()
 
+    def _made(self) -> dict:
+        """What this host made on its machine, for the centre's sweep (sweep.py) should
+        the host die before its own shutdown: its table, its games' groups, its prefixes."""
+        sup = self.sup
+        if sup is None or sup.table is None:
+            return {}
+        return dict(shm=sup.table.name, pgids=[s.proc.pid for s in sup.slots if s.proc is not None],
+                    wine_prefixes=[str(rt.prefix.path) for rt in sup.runtimes.values() if getattr(rt, "prefix", None)])
+
     def state(self) -> dict:
         """For the centre's /status: where the host runs and how its games do."""
         sup = self.sup
@@ -207,6 +218,7 @@ class GameHost:
         c = sup.counters if sup is not None else None
         now = time.monotonic()
         return dict(name=self.name, incarnation=self.incarnation, pid=os.getpid(), node=_node_id(),
+                    machine=self.machine, made=self._made(),
                     games=len(slots), games_up=up, restarts=sum(s.restarts for s in slots),
                     agent_steps=c.agent_steps if c else 0, bad_rows=c.bad_rows if c else 0,
                     waiting=sup.control.waiting_rows() if sup is not None and sup.control and not self.ended else 0,
