@@ -429,6 +429,13 @@ def test_a_run_ends_cleanly_after_a_host_fault(tmp_path, null_native, fault):
         assert shutdown[-1]["error"] is None, shutdown[-1]
     stops = {e["host"]: e for e in events(run_dir) if e["event"] == "host_stop"}
     assert set(stops) == {"node1", "node2"} and stops["node2"]["leftovers"]["processes"] == []
+    swept = [e for e in events(run_dir) if e["event"] == "host_sweep" and e["host"] == "node1"]
+    if what != "host" or restarts == 0:  # dead at the stop (a restarted host may be back by then)
+        assert stops["node1"]["fault"], stops["node1"]
+    if stops["node1"].get("fault"):  # its segments were the centre's to unlink
+        assert swept and swept[0]["unlinked"] and swept[0]["left"] == [], swept
+    else:
+        assert stops["node1"]["leftovers"]["processes"] == []
     deadline = time.monotonic() + 30
     while _in_session(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.5)
