@@ -310,6 +310,20 @@ def test_a_host_no_node_offers_is_refused_by_name(tmp_path, null_native):
         assert not [s for s in list_segments() if s.startswith(m)], f"a segment of {m} is still linked"
 
 
+def _start(tmp_path: Path, recipe: Path) -> tuple[subprocess.Popen, Path]:
+    """`w3async run` of the recipe in a session of its own (Ray's processes stay in it)."""
+    proc = subprocess.Popen([sys.executable, "-m", "w3async", "run", str(recipe), "--run", "cl",
+                             "--runs-dir", str(tmp_path / "runs")], start_new_session=True,
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return proc, tmp_path / "runs" / "cl"
+
+
+def _wait_both_answering(run_dir: Path, proc: subprocess.Popen) -> None:
+    both = lambda: (lambda h: h if len(h) == 2 and all(x["games_up"] == 2 and x["agent_steps"] > 1000
+                                                        for x in h.values()) else None)(_hosts(run_dir))
+    _wait("both hosts' games answering", both, 180, proc)
+
+
 def test_hosts_stop_their_games_without_the_centre_and_are_made_again(tmp_path, null_native):
     """The centre stopped (SIGSTOP) for longer than cluster.lost_after_s: every host stops
     its games on its own; when the centre runs again it has Ray make each host again
@@ -317,14 +331,9 @@ def test_hosts_stop_their_games_without_the_centre_and_are_made_again(tmp_path, 
     need("ray (the cluster extra)", _ray_installed(), "pip install -e '.[cluster]' (make test does)")
     recipe = _cluster_recipe(tmp_path / "cl.toml", null_native, seconds=600)
     recipe.write_text(recipe.read_text().replace("local_nodes = 2", "local_nodes = 2\nlost_after_s = 3"))
-    run_dir = tmp_path / "runs" / "cl"
-    proc = subprocess.Popen([sys.executable, "-m", "w3async", "run", str(recipe), "--run", "cl",
-                             "--runs-dir", str(tmp_path / "runs")], start_new_session=True,
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc, run_dir = _start(tmp_path, recipe)
     try:
-        both = lambda: (lambda h: h if len(h) == 2 and all(x["games_up"] == 2 and x["agent_steps"] > 1000
-                                                            for x in h.values()) else None)(_hosts(run_dir))
-        _wait("both hosts' games answering", both, 180, proc)
+        _wait_both_answering(run_dir, proc)
         games = [e["pid"] for n in ("node1", "node2") for e in events(run_dir / "hosts" / n) if e["event"] == "game_start"]
         assert len(games) == 4 and all(alive(p) for p in games)
         os.kill(proc.pid, signal.SIGSTOP)
@@ -391,14 +400,9 @@ def test_a_run_ends_cleanly_after_a_host_fault(tmp_path, null_native, fault):
     what, sig, restarts, lost_after = HOST_FAULTS[fault]
     recipe = _cluster_recipe(tmp_path / "cl.toml", null_native, seconds=600,
                              extra=f"host_restarts = {restarts}\nlost_after_s = {lost_after}")
-    run_dir = tmp_path / "runs" / "cl"
-    proc = subprocess.Popen([sys.executable, "-m", "w3async", "run", str(recipe), "--run", "cl",
-                             "--runs-dir", str(tmp_path / "runs")], start_new_session=True,
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc, run_dir = _start(tmp_path, recipe)
     try:
-        both = lambda: (lambda h: h if len(h) == 2 and all(x["games_up"] == 2 and x["agent_steps"] > 1000
-                                                            for x in h.values()) else None)(_hosts(run_dir))
-        _wait("both hosts' games answering", both, 180, proc)
+        _wait_both_answering(run_dir, proc)
         node1 = next(e for e in events(run_dir) if e["event"] == "host_up" and e["host"] == "node1")
         games = [e["pid"] for e in events(run_dir / "hosts" / "node1") if e["event"] == "game_start"]
         assert len(games) == 2 and all(alive(p) for p in games)
