@@ -449,3 +449,44 @@ def test_a_run_ends_cleanly_after_a_host_fault(tmp_path, null_native, fault):
     for m in markers:  # the centre's table and each host's, every incarnation
         assert not mentioning(m.lstrip("/").encode()), f"a process still carries {m}"
         assert not [s for s in list_segments() if s.startswith(m)], f"a segment of {m} is still linked"
+
+
+def test_a_host_on_another_node_is_swept_there_and_a_gone_node_is_said(tmp_path):
+    """The sweep of a host that could not stop itself, as a Ray task pinned to its node
+    (the path for a host on another machine): a helper of its table that left its game's
+    session is SIGKILLed there and the table's segment unlinked; once the node is gone,
+    the task fails instead of running on another node (link.py then says `host_unswept`)."""
+    need("ray (the cluster extra)", _ray_installed(), "pip install -e '.[cluster]' (make test does)")
+    import posix_ipc
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from w3async.cluster.sweep import sweep_on_node
+    from w3async.sync.table import segment_name
+
+    table = segment_name("sweep")
+    seg = posix_ipc.SharedMemory(f"{table}-0-1", posix_ipc.O_CREX, size=4096)
+    seg.close_fd()
+    helper = subprocess.Popen(["sleep", "600"], env=dict(os.environ, W3S_SHM=f"{table}-0-1"), start_new_session=True)
+    cluster = Cluster(initialize_head=True, head_node_args=dict(num_cpus=1, include_dashboard=False,
+                                                                object_store_memory=100 << 20))
+    try:
+        node1 = cluster.add_node(num_cpus=1, resources={"node1": 1}, object_store_memory=100 << 20)
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, log_to_driver=False)
+        traces = dict(shms=[table], pgids=[helper.pid], wine_prefixes=[])
+        done = ray.get(sweep_on_node(ray, node1.node_id, traces), timeout=120)
+        assert helper.pid in done["killed"] and done["left"] == [], done
+        assert done["unlinked"] == [f"{table}-0-1"] and not list_segments(table)
+        assert helper.wait(timeout=10) == -signal.SIGKILL
+        cluster.remove_node(node1)
+        with pytest.raises(ray.exceptions.RayError):
+            ray.get(sweep_on_node(ray, node1.node_id, traces), timeout=60)
+    finally:
+        if helper.poll() is None:
+            helper.kill()
+            helper.wait()
+        for s in list_segments(table):
+            posix_ipc.unlink_shared_memory(s)
+        ray.shutdown()
+        cluster.shutdown()

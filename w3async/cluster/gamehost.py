@@ -107,6 +107,7 @@ class GameHost:
         self.outbox: list[tuple[int, dict]] = []  # (number, message) until the centre acknowledges it
         self._sent = 0
         self.round_trips: list[float] = []
+        self.round_trip_ms: float | None = None  # the last poll's median: kept through a poll with no answer
         self.failure: str | None = None
         self.centre_lost = False  # the watchdog stopped the games (not a fault of the host's own)
         self.ended = False
@@ -215,6 +216,8 @@ class GameHost:
         slots = sup.slots if sup is not None else []
         up = sum(s.state in (SlotState.RUNNING, SlotState.STARTING) for s in slots)
         rt, self.round_trips = self.round_trips, []
+        if rt:  # a poll between two answers says the last figure, not none (/status flickered to none)
+            self.round_trip_ms = round(1000 * float(np.median(rt)), 3)
         c = sup.counters if sup is not None else None
         now = time.monotonic()
         return dict(name=self.name, incarnation=self.incarnation, pid=os.getpid(), node=_node_id(),
@@ -222,7 +225,7 @@ class GameHost:
                     games=len(slots), games_up=up, restarts=sum(s.restarts for s in slots),
                     agent_steps=c.agent_steps if c else 0, bad_rows=c.bad_rows if c else 0,
                     waiting=sup.control.waiting_rows() if sup is not None and sup.control and not self.ended else 0,
-                    round_trip_ms=round(1000 * float(np.median(rt)), 3) if rt else None,
+                    round_trip_ms=self.round_trip_ms,
                     failure=self.failure, centre_lost=self.centre_lost, ended=self.ended, time=time.time(), slots=[
                         dict(pid=s.pid, state=str(s.state), restarts=s.restarts, causes=dict(s.causes),
                              steps=int(s.seq_sum), last_step_age_s=round(now - s.progress_at, 3) if s.progress_at else None)

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from w3async.cluster import wire
-from w3async.cluster.sweep import HostTraces, machine_id, sweep
+from w3async.cluster.sweep import HostTraces, machine_id, sweep, sweep_on_node
 from w3async.observe.logs import console
 from w3async.recipes import RecipeError, recipe_from_dict, recipe_to_dict
 from w3async.runtime.answerer import GameRows
@@ -208,11 +208,7 @@ class ClusterLink:
             if here:
                 done = await loop.run_in_executor(None, sweep, t.as_dict())
             else:
-                from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: PLC0415
-
-                task = self._ray.remote(sweep).options(num_cpus=0, max_retries=0, scheduling_strategy=
-                                                       NodeAffinitySchedulingStrategy(t.node, soft=False))
-                done = await asyncio.wait_for(_awaitable(task.remote(t.as_dict())), SWEEP_S)
+                done = await asyncio.wait_for(_awaitable(sweep_on_node(self._ray, t.node, t.as_dict())), SWEEP_S)
         except Exception as e:  # noqa: BLE001 (its node is gone: nothing there can be reached)
             self.sup.events.warning("host_unswept", host=h.name, node=t.node, cause=_first_line(e), **t.as_dict())
             console(f"w3async: game host {h.name}: its node cannot be reached to end what it made "

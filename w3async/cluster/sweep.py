@@ -78,3 +78,13 @@ def _marks(shm: str) -> tuple:
     W3S_SHM_PATH), or a mapping of one of its segments."""
     name = shm.lstrip("/")
     return name.encode(), procs.maps_pattern("/dev/shm/" + name + "-", any_suffix=True)
+
+
+def sweep_on_node(ray, node: str, traces: dict):
+    """sweep(traces) as a Ray task on the node `node` (a node id) and nowhere else: the
+    ObjectRef of its result. It fails (the node is gone) rather than run elsewhere."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: PLC0415 (only with [cluster])
+
+    task = ray.remote(sweep).options(num_cpus=0, max_retries=0,
+                                     scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
+    return task.remote(traces)
