@@ -378,12 +378,14 @@ def _cmdline(pid: int) -> str:
 
 
 # Each fault of a host that leaves it unable to run its own shutdown, then the signal:
-# (the fault, the signal, cluster.host_restarts, cluster.lost_after_s).
+# (the fault, the signals, cluster.host_restarts, cluster.lost_after_s).
 HOST_FAULTS = {
-    "raylet_killed": ("raylet", signal.SIGTERM, 3, 30),  # node1's node gone: its host unreachable
-    "host_killed": ("host", signal.SIGINT, 3, 30),  # Ray restarting the host while the run stops
-    "budget_spent": ("host", signal.SIGTERM, 0, 600),  # its last allowed death: dead for good
-    "budget_ends_the_run": ("host", None, 0, 3),  # the documented end: the run stops with the cause
+    "raylet_killed": ("raylet", [signal.SIGTERM], 3, 30),  # node1's node gone: its host unreachable
+    "host_killed": ("host", [signal.SIGINT], 3, 30),  # Ray restarting the host while the run stops
+    "budget_spent": ("host", [signal.SIGTERM], 0, 600),  # its last allowed death: dead for good
+    "budget_ends_the_run": ("host", [], 0, 3),  # the documented end: the run stops with the cause
+    # alive but not answering (SIGSTOP); two signals 30 ms apart hurry the shutdown past its stop
+    "host_frozen": ("frozen", [signal.SIGTERM, signal.SIGINT], 3, 600),
 }
 
 
@@ -397,7 +399,7 @@ def test_a_run_ends_cleanly_after_a_host_fault(tmp_path, null_native, fault):
     A spent budget with no signal ends the run as documented: exit 1 with the cause,
     nothing left either."""
     need("ray (the cluster extra)", _ray_installed(), "pip install -e '.[cluster]' (make test does)")
-    what, sig, restarts, lost_after = HOST_FAULTS[fault]
+    what, sigs, restarts, lost_after = HOST_FAULTS[fault]
     recipe = _cluster_recipe(tmp_path / "cl.toml", null_native, seconds=600,
                              extra=f"host_restarts = {restarts}\nlost_after_s = {lost_after}")
     proc, run_dir = _start(tmp_path, recipe)
@@ -410,23 +412,24 @@ def test_a_run_ends_cleanly_after_a_host_fault(tmp_path, null_native, fault):
         if what == "raylet":
             victim = _parent(node1["pid"])  # the host's worker is a child of its node's raylet
             assert "raylet" in _cmdline(victim), _cmdline(victim)
-        os.kill(victim, signal.SIGKILL)
+        os.kill(victim, signal.SIGSTOP if what == "frozen" else signal.SIGKILL)
         _wait("node1 counted lost", lambda: [e for e in events(run_dir)
                                              if e["event"] == "host_lost" and e["host"] == "node1"], 60, proc)
         markers = [e["shm"] for d in (run_dir, run_dir / "hosts" / "node1", run_dir / "hosts" / "node2")
                    for e in events(d) if e["event"] == "run_start"]
-        if sig is not None:
+        for i, sig in enumerate(sigs):
+            time.sleep(0.03 if i else 0)
             proc.send_signal(sig)
         out, _ = proc.communicate(timeout=180)
     finally:
         if proc.poll() is None:
             out = _end(proc)
-    want = 1 if sig is None else 0
+    want = 0 if sigs else 1
     assert proc.returncode == want, out[-3000:]
     assert "Traceback" not in out, out[-3000:]
     shutdown = [e for e in events(run_dir) if e["event"] == "shutdown"]
     assert shutdown and shutdown[-1]["shutdown_errors"] == [], shutdown
-    if sig is None:
+    if not sigs:
         assert "game host node1 died again after 0 restart(s)" in shutdown[-1]["error"], shutdown[-1]
         assert "game host node1 died again" in out, out[-3000:]
     else:

@@ -163,13 +163,11 @@ class ClusterLink:
             return
         ray, errors = self._ray, []
         live = [h for h in self.hosts_ if h.actor is not None]
-        timeout = self.sup.recipe.supervisor.stop_timeout_s + 15.0
-        results = await asyncio.gather(*(asyncio.wait_for(_awaitable(h.actor.stop.remote()), timeout) for h in live),
-                                       return_exceptions=True)
+        results = await self._ask_stop(live)
         stopped = set()
         for h, r in zip(live, results):
             if isinstance(r, BaseException):  # dead or unreachable: the sweep below ends what it made
-                cause = "no answer to stop" if isinstance(r, asyncio.TimeoutError) else _first_line(r)
+                cause = _first_line(r) if str(r) else "no answer to stop"
                 self.sup.events.warning("host_stop", host=h.name, fault=cause, failure=None, leftovers=None)
                 console(f"w3async: game host {h.name} could not stop its games ({cause}): the centre sweeps them")
                 continue
@@ -193,6 +191,23 @@ class ClusterLink:
                 self.sup.events.warning("cluster_stop", what=what, fault=_first_line(e))
         if errors:
             raise RunError("; ".join(errors))
+
+    async def _ask_stop(self, live: list[HostLink]) -> list:
+        """Each host's stop(): its reply or its error, in order. A host that has not
+        answered in stop_timeout_s + 15 s, or by a second signal (the shutdown hurried),
+        counts as not answering; the sweep ends what it made."""
+        timeout = self.sup.recipe.supervisor.stop_timeout_s + 15.0
+        asks = [asyncio.ensure_future(asyncio.wait_for(_awaitable(h.actor.stop.remote()), timeout)) for h in live]
+        while asks and not all(a.done() for a in asks) and not self.sup.hurrying:
+            await asyncio.wait(asks, timeout=0.1, return_when=asyncio.ALL_COMPLETED)
+        out = []
+        for a in asks:
+            if not a.done():
+                a.cancel()
+                out.append(TimeoutError("no answer to stop before a second signal hurried the shutdown"))
+            else:
+                out.append(a.exception() or a.result())
+        return out
 
     async def _sweep(self, h: HostLink, stopped: bool) -> None:
         """End what host h made, wherever it made it: here directly (its lock file read
