@@ -155,16 +155,17 @@ class ClusterLink:
 
     async def stop(self) -> None:
         """Each host ends its games (its supervisor's shutdown) and says what is left; a
-        host that cannot (dead, its node gone) is a recorded fault, not a failed stop.
-        Then the actors end, the centre sweeps what each host made (sweep.py), and Ray
-        and a simulated cluster end."""
+        host that cannot (dead, its node gone, no answer) is a recorded fault, not a
+        failed stop. Then the actors end, the centre sweeps what each host made
+        (sweep.py), and Ray and a simulated cluster end. Raises RunError naming what a
+        host left that the sweep did not end either."""
         self._stopping = True
         if self._ray is None:
             return
         ray, errors = self._ray, []
         live = [h for h in self.hosts_ if h.actor is not None]
         results = await self._ask_stop(live)
-        stopped = set()
+        stopped, left_by = set(), {}
         for h, r in zip(live, results):
             if isinstance(r, BaseException):  # dead or unreachable: the sweep below ends what it made
                 cause = _first_line(r) if str(r) else "no answer to stop"
@@ -175,14 +176,16 @@ class ClusterLink:
             left = (r.get("leftovers") or {}).get("processes")
             self.sup.events.info("host_stop", host=h.name, failure=r.get("failure"), leftovers=r.get("leftovers"))
             if left:
-                errors.append(f"game host {h.name}: processes left: {left}")
+                left_by[h.name] = left
         for h in live:
             try:
                 ray.kill(h.actor, no_restart=True)
             except Exception:  # noqa: BLE001 (already gone)
                 pass
         for h in self.hosts_:
-            await self._sweep(h, h.name in stopped)
+            done = await self._sweep(h, h.name in stopped)
+            if h.name in left_by and (done is None or done["left"]):  # the host's own check, then the sweep's
+                errors.append(f"game host {h.name}: processes left: {done['left'] if done else left_by[h.name]}")
         for what, end in (("Ray", ray.shutdown), ("the simulated cluster", self._sim and self._sim.shutdown)):
             try:
                 if end:
@@ -209,7 +212,7 @@ class ClusterLink:
                 out.append(a.exception() or a.result())
         return out
 
-    async def _sweep(self, h: HostLink, stopped: bool) -> None:
+    async def _sweep(self, h: HostLink, stopped: bool) -> dict | None:
         """End what host h made, wherever it made it: here directly (its lock file read
         too: what it made after its last poll), on its node by a pinned Ray task when it
         did not stop itself; `host_unswept` names what a node that is gone may hold."""
@@ -218,7 +221,7 @@ class ClusterLink:
         if here:
             t.learn(dict(made=_read_lock(self.sup.run_dir / "hosts" / h.name)))
         if not t.shms or (stopped and not here):
-            return
+            return None
         try:
             if here:
                 done = await loop.run_in_executor(None, sweep, t.as_dict())
@@ -226,11 +229,12 @@ class ClusterLink:
                 done = await asyncio.wait_for(_awaitable(sweep_on_node(self._ray, t.node, t.as_dict())), SWEEP_S)
         except Exception as e:  # noqa: BLE001 (its node is gone: nothing there can be reached)
             self.sup.events.warning("host_unswept", host=h.name, node=t.node, cause=_first_line(e), **t.as_dict())
-            console(f"w3async: game host {h.name}: its node cannot be reached to end what it made "
+            console(f"w3async: game host {h.name}: what it made could not be swept "
                     f"({_first_line(e)}): segments {sorted(t.shms)}, process groups {sorted(t.pgids)}")
-            return
+            return None
         if done["killed"] or done["unlinked"] or done["wine_killed"] or done["left"] or not stopped:
             self.sup.events.info("host_sweep", host=h.name, node=t.node, here=here, **done)
+        return done
 
     # ---- the polls ----------------------------------------------------------------
 
