@@ -310,6 +310,20 @@ def test_a_host_no_node_offers_is_refused_by_name(tmp_path, null_native):
         assert not [s for s in list_segments() if s.startswith(m)], f"a segment of {m} is still linked"
 
 
+def _start(tmp_path: Path, recipe: Path) -> tuple[subprocess.Popen, Path]:
+    """`w3async run` of the recipe in a session of its own (Ray's processes stay in it)."""
+    proc = subprocess.Popen([sys.executable, "-m", "w3async", "run", str(recipe), "--run", "cl",
+                             "--runs-dir", str(tmp_path / "runs")], start_new_session=True,
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return proc, tmp_path / "runs" / "cl"
+
+
+def _wait_both_answering(run_dir: Path, proc: subprocess.Popen) -> None:
+    both = lambda: (lambda h: h if len(h) == 2 and all(x["games_up"] == 2 and x["agent_steps"] > 1000
+                                                        for x in h.values()) else None)(_hosts(run_dir))
+    _wait("both hosts' games answering", both, 180, proc)
+
+
 def test_hosts_stop_their_games_without_the_centre_and_are_made_again(tmp_path, null_native):
     """The centre stopped (SIGSTOP) for longer than cluster.lost_after_s: every host stops
     its games on its own; when the centre runs again it has Ray make each host again
@@ -317,14 +331,9 @@ def test_hosts_stop_their_games_without_the_centre_and_are_made_again(tmp_path, 
     need("ray (the cluster extra)", _ray_installed(), "pip install -e '.[cluster]' (make test does)")
     recipe = _cluster_recipe(tmp_path / "cl.toml", null_native, seconds=600)
     recipe.write_text(recipe.read_text().replace("local_nodes = 2", "local_nodes = 2\nlost_after_s = 3"))
-    run_dir = tmp_path / "runs" / "cl"
-    proc = subprocess.Popen([sys.executable, "-m", "w3async", "run", str(recipe), "--run", "cl",
-                             "--runs-dir", str(tmp_path / "runs")], start_new_session=True,
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc, run_dir = _start(tmp_path, recipe)
     try:
-        both = lambda: (lambda h: h if len(h) == 2 and all(x["games_up"] == 2 and x["agent_steps"] > 1000
-                                                            for x in h.values()) else None)(_hosts(run_dir))
-        _wait("both hosts' games answering", both, 180, proc)
+        _wait_both_answering(run_dir, proc)
         games = [e["pid"] for n in ("node1", "node2") for e in events(run_dir / "hosts" / n) if e["event"] == "game_start"]
         assert len(games) == 4 and all(alive(p) for p in games)
         os.kill(proc.pid, signal.SIGSTOP)
@@ -353,3 +362,134 @@ def test_hosts_stop_their_games_without_the_centre_and_are_made_again(tmp_path, 
     assert [e for e in events(run_dir) if e["event"] == "shutdown"][-1]["error"] is None
     for n in ("node1", "node2"):
         assert check_failures(run_dir / "hosts" / n) == []
+
+
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+# Each fault of a host that leaves it unable to run its own shutdown, then the signal:
+# (the fault, the signals, cluster.host_restarts, cluster.lost_after_s).
+HOST_FAULTS = {
+    "raylet_killed": ("raylet", [signal.SIGTERM], 3, 30),  # node1's node gone: its host unreachable
+    "host_killed": ("host", [signal.SIGINT], 3, 30),  # Ray restarting the host while the run stops
+    "budget_spent": ("host", [signal.SIGTERM], 0, 600),  # its last allowed death: dead for good
+    "budget_ends_the_run": ("host", [], 0, 3),  # the documented end: the run stops with the cause
+    # alive but not answering (SIGSTOP); two signals 30 ms apart hurry the shutdown past its stop
+    "host_frozen": ("frozen", [signal.SIGTERM, signal.SIGINT], 3, 600),
+}
+
+
+@pytest.mark.parametrize("fault", list(HOST_FAULTS))
+def test_a_run_ends_cleanly_after_a_host_fault(tmp_path, null_native, fault):
+    """A host that cannot stop its own games at the run's end (its node's raylet killed,
+    its process SIGKILLed, its restart budget spent): a signal still ends the run with
+    exit 0 and its shutdown record, no traceback (the dead host's stop is a recorded
+    fault, `host_stop` with `fault`), and the centre sweeps what the host made: no
+    segment and no process of any table of the run is left, and no process of Ray's.
+    A spent budget with no signal ends the run as documented: exit 1 with the cause,
+    nothing left either."""
+    need("ray (the cluster extra)", _ray_installed(), "pip install -e '.[cluster]' (make test does)")
+    what, sigs, restarts, lost_after = HOST_FAULTS[fault]
+    recipe = _cluster_recipe(tmp_path / "cl.toml", null_native, seconds=600,
+                             extra=f"host_restarts = {restarts}\nlost_after_s = {lost_after}")
+    proc, run_dir = _start(tmp_path, recipe)
+    try:
+        _wait_both_answering(run_dir, proc)
+        node1 = next(e for e in events(run_dir) if e["event"] == "host_up" and e["host"] == "node1")
+        games = [e["pid"] for e in events(run_dir / "hosts" / "node1") if e["event"] == "game_start"]
+        assert len(games) == 2 and all(alive(p) for p in games)
+        victim = node1["pid"]
+        if what == "raylet":
+            victim = _parent(node1["pid"])  # the host's worker is a child of its node's raylet
+            assert "raylet" in _cmdline(victim), _cmdline(victim)
+        os.kill(victim, signal.SIGSTOP if what == "frozen" else signal.SIGKILL)
+        _wait("node1 counted lost", lambda: [e for e in events(run_dir)
+                                             if e["event"] == "host_lost" and e["host"] == "node1"], 60, proc)
+        markers = [e["shm"] for d in (run_dir, run_dir / "hosts" / "node1", run_dir / "hosts" / "node2")
+                   for e in events(d) if e["event"] == "run_start"]
+        for i, sig in enumerate(sigs):
+            time.sleep(0.03 if i else 0)
+            proc.send_signal(sig)
+        out, _ = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            out = _end(proc)
+    want = 0 if sigs else 1
+    assert proc.returncode == want, out[-3000:]
+    assert "Traceback" not in out, out[-3000:]
+    shutdown = [e for e in events(run_dir) if e["event"] == "shutdown"]
+    assert shutdown and shutdown[-1]["shutdown_errors"] == [], shutdown
+    if not sigs:
+        assert "game host node1 died again after 0 restart(s)" in shutdown[-1]["error"], shutdown[-1]
+        assert "game host node1 died again" in out, out[-3000:]
+    else:
+        assert shutdown[-1]["error"] is None, shutdown[-1]
+    stops = {e["host"]: e for e in events(run_dir) if e["event"] == "host_stop"}
+    assert set(stops) == {"node1", "node2"} and stops["node2"]["leftovers"]["processes"] == []
+    swept = [e for e in events(run_dir) if e["event"] == "host_sweep" and e["host"] == "node1"]
+    if what != "host" or restarts == 0:  # dead at the stop (a restarted host may be back by then)
+        assert stops["node1"]["fault"], stops["node1"]
+    if stops["node1"].get("fault"):  # its segments were the centre's to unlink
+        assert swept and swept[0]["unlinked"] and swept[0]["left"] == [], swept
+    else:
+        assert stops["node1"]["leftovers"]["processes"] == []
+    deadline = time.monotonic() + 30
+    while _in_session(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _in_session(proc.pid), [(p, _cmdline(p)) for p in _in_session(proc.pid)]
+    assert not [p for p in games if alive(p)], "a game of the dead host outlived the run"
+    assert len(markers) >= 3
+    for m in markers:  # the centre's table and each host's, every incarnation
+        assert not mentioning(m.lstrip("/").encode()), f"a process still carries {m}"
+        assert not [s for s in list_segments() if s.startswith(m)], f"a segment of {m} is still linked"
+
+
+def test_a_host_on_another_node_is_swept_there_and_a_gone_node_is_said(tmp_path):
+    """The sweep of a host that could not stop itself, as a Ray task pinned to its node
+    (the path for a host on another machine): a helper of its table that left its game's
+    session is SIGKILLed there and the table's segment unlinked; once the node is gone,
+    the task fails instead of running on another node (link.py then says `host_unswept`)."""
+    need("ray (the cluster extra)", _ray_installed(), "pip install -e '.[cluster]' (make test does)")
+    import posix_ipc
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from w3async.cluster.sweep import sweep_on_node
+    from w3async.sync.table import segment_name
+
+    table = segment_name("sweep")
+    seg = posix_ipc.SharedMemory(f"{table}-0-1", posix_ipc.O_CREX, size=4096)
+    seg.close_fd()
+    helper = subprocess.Popen(["sleep", "600"], env=dict(os.environ, W3S_SHM=f"{table}-0-1"), start_new_session=True)
+    cluster = Cluster(initialize_head=True, head_node_args=dict(num_cpus=1, include_dashboard=False,
+                                                                object_store_memory=100 << 20))
+    try:
+        node1 = cluster.add_node(num_cpus=1, resources={"node1": 1}, object_store_memory=100 << 20)
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, log_to_driver=False)
+        traces = dict(shms=[table], pgids=[helper.pid], wine_prefixes=[])
+        done = ray.get(sweep_on_node(ray, node1.node_id, traces), timeout=120)
+        assert helper.pid in done["killed"] and done["left"] == [], done
+        assert done["unlinked"] == [f"{table}-0-1"] and not list_segments(table)
+        assert helper.wait(timeout=10) == -signal.SIGKILL
+        cluster.remove_node(node1)
+        with pytest.raises(ray.exceptions.RayError):
+            ray.get(sweep_on_node(ray, node1.node_id, traces), timeout=60)
+    finally:
+        if helper.poll() is None:
+            helper.kill()
+            helper.wait()
+        for s in list_segments(table):
+            posix_ipc.unlink_shared_memory(s)
+        ray.shutdown()
+        cluster.shutdown()

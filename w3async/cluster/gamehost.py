@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from w3async.cluster import wire
+from w3async.cluster.sweep import machine_id
 from w3async.recipes import recipe_from_dict
 from w3async.runtime.answerer import RunControl, Ticket
 from w3async.runtime.runfolder import RunError
@@ -105,10 +106,12 @@ class GameHost:
         self.outbox: list[tuple[int, dict]] = []  # (number, message) until the centre acknowledges it
         self._sent = 0
         self.round_trips: list[float] = []
+        self.round_trip_ms: float | None = None  # the last poll's median: kept through a poll with no answer
         self.failure: str | None = None
         self.centre_lost = False  # the watchdog stopped the games (not a fault of the host's own)
         self.ended = False
         self.last_poll = time.monotonic()
+        self.machine = machine_id()
         self._ready: asyncio.Event | None = None
         self._run: asyncio.Task | None = None
         self._next_seq = 0
@@ -197,19 +200,31 @@ class GameHost:
         """The actor's process (tests end it to see the host come back)."""
         return os.getpid()
 
+    def _made(self) -> dict:
+        """What this host made on its machine, for the centre's sweep (sweep.py) should
+        the host die before its own shutdown: its table, its games' groups, its prefixes."""
+        sup = self.sup
+        if sup is None or sup.table is None:
+            return {}
+        return dict(shm=sup.table.name, pgids=[s.proc.pid for s in sup.slots if s.proc is not None],
+                    wine_prefixes=[str(rt.prefix.path) for rt in sup.runtimes.values() if getattr(rt, "prefix", None)])
+
     def state(self) -> dict:
         """For the centre's /status: where the host runs and how its games do."""
         sup = self.sup
         slots = sup.slots if sup is not None else []
         up = sum(s.state in (SlotState.RUNNING, SlotState.STARTING) for s in slots)
         rt, self.round_trips = self.round_trips, []
+        if rt:  # a poll between two answers says the last figure, not none (/status flickered to none)
+            self.round_trip_ms = round(1000 * float(np.median(rt)), 3)
         c = sup.counters if sup is not None else None
         now = time.monotonic()
         return dict(name=self.name, incarnation=self.incarnation, pid=os.getpid(), node=_node_id(),
+                    machine=self.machine, made=self._made(),
                     games=len(slots), games_up=up, restarts=sum(s.restarts for s in slots),
                     agent_steps=c.agent_steps if c else 0, bad_rows=c.bad_rows if c else 0,
                     waiting=sup.control.waiting_rows() if sup is not None and sup.control and not self.ended else 0,
-                    round_trip_ms=round(1000 * float(np.median(rt)), 3) if rt else None,
+                    round_trip_ms=self.round_trip_ms,
                     failure=self.failure, centre_lost=self.centre_lost, ended=self.ended, time=time.time(), slots=[
                         dict(s.view(now).as_dict(), state=str(s.state)) for s in slots])
 

@@ -24,13 +24,16 @@ again by Ray when the centre reaches it.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
 from w3async.cluster import wire
+from w3async.cluster.sweep import HostTraces, machine_id, sweep, sweep_on_node
 from w3async.observe.logs import console
 from w3async.observe.run_view import GameView, game_view
 from w3async.recipes import RecipeError, recipe_from_dict, recipe_to_dict
@@ -41,6 +44,7 @@ from w3async.sync.gather import Batch
 POLL_S = 0.5  # a poll waits this long for a round before it answers empty (and says the host's state)
 POLL_GRACE_S = 5.0  # beyond POLL_S, how long a poll may take before the host counts as lost
 SIM_OBJECT_STORE = 100 * 1024 * 1024  # a simulated node's object store: rounds are small
+SWEEP_S = 20.0  # how long the sweep of a host on another machine may take (a Ray task there)
 
 
 @dataclass
@@ -65,6 +69,7 @@ class HostLink:
     rows_in: int = 0
     bytes_in: int = 0
     rate: tuple = (0.0, 0, 0.0)  # (time, agent_steps, steps/s) for its steps/s
+    traces: HostTraces = field(default_factory=HostTraces)  # what it made, for the sweep at the end
 
 
 class ClusterLink:
@@ -149,34 +154,87 @@ class ClusterLink:
         return d
 
     async def stop(self) -> None:
-        """Each host ends its games (its supervisor's shutdown) and says what is left;
-        then the actors, Ray, and a simulated cluster end."""
+        """Each host ends its games (its supervisor's shutdown) and says what is left; a
+        host that cannot (dead, its node gone, no answer) is a recorded fault, not a
+        failed stop. Then the actors end, the centre sweeps what each host made
+        (sweep.py), and Ray and a simulated cluster end. Raises RunError naming what a
+        host left that the sweep did not end either."""
         self._stopping = True
         if self._ray is None:
             return
         ray, errors = self._ray, []
         live = [h for h in self.hosts_ if h.actor is not None]
-        timeout = self.sup.recipe.supervisor.stop_timeout_s + 15.0
-        results = await asyncio.gather(*(asyncio.wait_for(_awaitable(h.actor.stop.remote()), timeout) for h in live),
-                                       return_exceptions=True)
+        results = await self._ask_stop(live)
+        stopped, left_by = set(), {}
         for h, r in zip(live, results):
-            if isinstance(r, BaseException):
-                errors.append(f"game host {h.name}: stop failed: {type(r).__name__}: {r}")
+            if isinstance(r, BaseException):  # dead or unreachable: the sweep below ends what it made
+                cause = _first_line(r) if str(r) else "no answer to stop"
+                self.sup.events.warning("host_stop", host=h.name, fault=cause, failure=None, leftovers=None)
+                console(f"w3async: game host {h.name} could not stop its games ({cause}): the centre sweeps them")
                 continue
+            stopped.add(h.name)
             left = (r.get("leftovers") or {}).get("processes")
             self.sup.events.info("host_stop", host=h.name, failure=r.get("failure"), leftovers=r.get("leftovers"))
             if left:
-                errors.append(f"game host {h.name}: processes left: {left}")
+                left_by[h.name] = left
         for h in live:
             try:
                 ray.kill(h.actor, no_restart=True)
             except Exception:  # noqa: BLE001 (already gone)
                 pass
-        ray.shutdown()
-        if self._sim is not None:
-            self._sim.shutdown()
+        for h in self.hosts_:
+            done = await self._sweep(h, h.name in stopped)
+            if h.name in left_by and (done is None or done["left"]):  # the host's own check, then the sweep's
+                errors.append(f"game host {h.name}: processes left: {done['left'] if done else left_by[h.name]}")
+        for what, end in (("Ray", ray.shutdown), ("the simulated cluster", self._sim and self._sim.shutdown)):
+            try:
+                if end:
+                    end()
+            except Exception as e:  # noqa: BLE001 (a node already gone: its processes were ended with it)
+                self.sup.events.warning("cluster_stop", what=what, fault=_first_line(e))
         if errors:
             raise RunError("; ".join(errors))
+
+    async def _ask_stop(self, live: list[HostLink]) -> list:
+        """Each host's stop(): its reply or its error, in order. A host that has not
+        answered in stop_timeout_s + 15 s, or by a second signal (the shutdown hurried),
+        counts as not answering; the sweep ends what it made."""
+        timeout = self.sup.recipe.supervisor.stop_timeout_s + 15.0
+        asks = [asyncio.ensure_future(asyncio.wait_for(_awaitable(h.actor.stop.remote()), timeout)) for h in live]
+        while asks and not all(a.done() for a in asks) and not self.sup.hurrying:
+            await asyncio.wait(asks, timeout=0.1, return_when=asyncio.ALL_COMPLETED)
+        out = []
+        for a in asks:
+            if not a.done():
+                a.cancel()
+                out.append(TimeoutError("no answer to stop before a second signal hurried the shutdown"))
+            else:
+                out.append(a.exception() or a.result())
+        return out
+
+    async def _sweep(self, h: HostLink, stopped: bool) -> dict | None:
+        """End what host h made, wherever it made it: here directly (its lock file read
+        too: what it made after its last poll), on its node by a pinned Ray task when it
+        did not stop itself; `host_unswept` names what a node that is gone may hold."""
+        t, loop = h.traces, asyncio.get_running_loop()
+        here = t.machine == machine_id() or not t.machine
+        if here:
+            t.learn(dict(made=_read_lock(self.sup.run_dir / "hosts" / h.name)))
+        if not t.shms or (stopped and not here):
+            return None
+        try:
+            if here:
+                done = await loop.run_in_executor(None, sweep, t.as_dict())
+            else:
+                done = await asyncio.wait_for(_awaitable(sweep_on_node(self._ray, t.node, t.as_dict())), SWEEP_S)
+        except Exception as e:  # noqa: BLE001 (its node is gone: nothing there can be reached)
+            self.sup.events.warning("host_unswept", host=h.name, node=t.node, cause=_first_line(e), **t.as_dict())
+            console(f"w3async: game host {h.name}: what it made could not be swept "
+                    f"({_first_line(e)}): segments {sorted(t.shms)}, process groups {sorted(t.pgids)}")
+            return None
+        if done["killed"] or done["unlinked"] or done["wine_killed"] or done["left"] or not stopped:
+            self.sup.events.info("host_sweep", host=h.name, node=t.node, here=here, **done)
+        return done
 
     # ---- the polls ----------------------------------------------------------------
 
@@ -184,7 +242,7 @@ class ClusterLink:
         """Poll the host until the run stops. A poll that fails (the host died, Ray is
         restarting it) or takes too long is tried again with a growing pause; what it
         would have brought comes with the next (the host keeps it until acknowledged)."""
-        lost = self._ray.exceptions.RayActorError
+        lost = self._ray.exceptions.RayError  # the actor dead, restarting, its node gone
         pause = 0.1
         while not self._stopping:
             try:
@@ -250,6 +308,7 @@ class ClusterLink:
             rate = (state["agent_steps"] - steps0) / (now - t0) if t0 else 0.0
             h.rate = (now, state["agent_steps"], rate)
         h.state = state
+        h.traces.learn(state)
         if state["failure"]:
             self.sup.fail(f"game host {h.name}: {state['failure']}")
 
@@ -351,6 +410,14 @@ _RAY_RESOURCES = {"CPU", "GPU", "memory", "object_store_memory", "accelerator_ty
 def _first_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return f"{type(e).__name__}: {text[0][:200]}" if text else type(e).__name__
+
+
+def _read_lock(run_dir: Path) -> dict:
+    """What a host's run lock (runfolder.RunLock) last recorded; {} when there is none."""
+    try:
+        return json.loads((run_dir / "run.lock").read_text() or "{}")
+    except (OSError, ValueError):
+        return {}
 
 
 def _awaitable(ref):
