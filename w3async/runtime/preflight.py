@@ -42,8 +42,8 @@ MIN_FREE_BYTES = 64 << 20
 """Free space the run folder's file system must have at start (logs, checkpoints)."""
 PROBE_BYTES = 4096
 RUN_FILES = ("run.lock", "events.jsonl", "recipe.json", "status.url", "inference.jsonl", "learner.jsonl",
-             "episodes.jsonl")
-RUN_FOLDERS = ("games", "bells", "checkpoints", "league", "replays")
+             "episodes.jsonl", "threads.txt")
+RUN_FOLDERS = ("games", "bells", "checkpoints", "league", "replays", "tb", "videos")
 """What a run writes in its folder (supervisor.py, training.py): in a folder that is
 resumed, none of them may be in the way (a folder where a file goes, or the reverse)."""
 SHM_DIR = "/dev/shm"
