@@ -4,11 +4,15 @@ maker's thread writes one per new replay, a game without a viewer makes none."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from pathlib import Path
 
 import numpy as np
 
 from w3async.observe.replay_view import replay_view
+from .conftest import REPO
+from .test_evaluate import duel_bin, duel_recipe  # noqa: F401 (duel_bin: a fixture)
 from w3async.observe.video import VideoMaker, decode_frames, encode_mp4, frame_stride, newest_file, render_frames
 
 
@@ -63,3 +67,42 @@ def test_the_maker_writes_a_video_per_new_replay(tmp_path):
     import os
     os.utime(replays / "bad.json", (1e10, 1e10))
     assert mk.make_one() is None and "no 'map'" in mk.errors[-1]
+
+
+def test_a_duel_learning_run_makes_videos_and_counts_discarded_orders(tmp_path, duel_bin):  # noqa: F811
+    """A short learning run on the duel, its eval game recording every replay, a video every
+    1.2 s: videos/ holds mp4s of the viewer's frames, events.jsonl a `video` line each, and
+    TensorBoard the eval/video animation; episodes.jsonl counts each game's discarded orders."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from w3async.observe.tensorboard import TB_DIR
+    from w3async.observe.video import VIDEO_DIR
+
+    from .test_supervisor import events
+    from .test_training import lines, run
+
+    env = {"W3D_REWARD": "attack", "W3D_TIME_LIMIT": "400"}
+    data = duel_recipe()
+    data["games"] = [
+        {"binary": str(REPO / "build/native/duel"), "count": 1, "lanes": 2, "sides": 1, "nice": 0,
+         "env": dict(env, W3D_SIDES="agent,ai:easy")},
+        {"binary": str(REPO / "build/native/duel"), "count": 1, "lanes": 1, "sides": 1, "nice": 0, "role": "eval",
+         "env": dict(env, W3D_SIDES="agent,ai:easy", W3D_SEED="9001", W3D_RECORD_DIR="{run_dir}/replays",
+                     W3D_RECORD_SHARE="1", W3D_RECORD_STATES="1")}]
+    data.update(trajectories={"seq_len": 8, "seqs_per_batch": 8}, stop={"seconds": 12},
+                evaluation={"video_minutes": 0.02}, learner={"num_threads": 1})
+    run_dir = tmp_path / "run"
+    asyncio.run(run(data, run_dir))
+    made = [e for e in events(run_dir) if e["event"] == "video"]
+    assert made, [e["event"] for e in events(run_dir)]
+    for e in made:
+        frames = decode_frames(Path(e["path"]))
+        assert frames.shape == (e["frames"], e["height"], e["width"], 3), (frames.shape, e)
+        assert Path(e["path"]).parent == run_dir / VIDEO_DIR
+    replay = Path(made[-1]["replay"])
+    assert frames.shape[1:] == render_frames(replay_view(replay, "duel")).shape[1:]
+    acc = EventAccumulator(str(run_dir / TB_DIR), size_guidance={"images": 0})
+    acc.Reload()
+    assert len(acc.Images("eval/video")) == len(made)
+    eps = lines(run_dir / "episodes.jsonl", "episode")
+    assert eps and all(isinstance(x["discarded"], int) and x["discarded"] >= 0 for x in eps)

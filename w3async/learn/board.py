@@ -92,6 +92,9 @@ class Board:
                          "rounds/latency_ms_max": rounds.get("latency_ms_max"),
                          "rounds/compute_ms_mean": rounds.get("compute_ms_mean"),
                          "rounds/rows_per_round": rounds.get("rows_per_round")})
+        ended, h.tally.ended_discarded = h.tally.ended_discarded, []
+        if ended:
+            vals["run/discarded_per_episode"] = sum(ended) / len(ended)
         for level, w in h.win_rates().items():
             vals[f"eval/win_rate/{level}"] = w.get("rate")
         self.tb.scalars(self._step("run"), vals)

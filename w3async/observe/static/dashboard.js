@@ -7,7 +7,7 @@ window.w3Status = { plots: {}, refreshes: 0, errors: [], viewer: {} };
 
 const REFRESH_MS = 2000;
 const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd"];
-const PLOT_NAMES = ["steps_per_s", "win_rate", "latency_ms", "update_s", "restarts"];
+const PLOT_NAMES = ["steps_per_s", "win_rate", "latency_ms", "update_s", "restarts", "discarded"];
 
 function fmt(v, digits) {
   if (v === null || v === undefined) return "–";
