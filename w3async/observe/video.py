@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import threading
 from pathlib import Path
 
 import numpy as np
 
 VIDEO_DIR = "videos"  # in the run folder
+VIDEO_NAME = re.compile(r"eval-\d{12}\.mp4")  # eval-<the run's agent steps>.mp4 (the status server serves only these)
 MAX_FRAMES = 600  # a longer replay is sampled down to this many frames (every k-th step)
 MAX_SIDE_PX = 480  # the frame's longer side at most this many pixels (cells at least 2 px)
 FREE, BLOCKED, HIDDEN = (200, 200, 190), (60, 60, 70), 0.45  # HIDDEN: a fogged cell's brightness
