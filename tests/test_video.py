@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -48,13 +49,12 @@ def test_the_maker_writes_a_video_per_new_replay(tmp_path):
     replays = tmp_path / "replays"
     replays.mkdir()
     steps = [100]
-    mk = VideoMaker(tmp_path, every_s=0.05, latest=lambda: newest_file(replays, (".json",)),
-                    view=replay_view, step=lambda: steps[0])
+    mk = VideoMaker(tmp_path, every_s=0.05, latest=lambda: newest_file(replays, (".json",)), step=lambda: steps[0])
     assert mk.make_one() is None  # no replay yet
     (replays / "a.json").write_text(json.dumps(a_view(12)))
     mk.start()
     try:
-        for _ in range(200):
+        for _ in range(600):
             if mk.made:
                 break
             mk._stop.wait(0.05)
@@ -64,9 +64,9 @@ def test_the_maker_writes_a_video_per_new_replay(tmp_path):
     assert decode_frames(mk.made[0]).shape[0] == 12
     assert mk.make_one() is None  # the same replay is not made again
     (replays / "bad.json").write_text("{}")
-    import os
-    os.utime(replays / "bad.json", (1e10, 1e10))
-    assert mk.make_one() is None and "no 'map'" in mk.errors[-1]
+    os.utime(replays / "bad.json", (1e10, 1e10))  # the newest
+    mk = VideoMaker(tmp_path, every_s=60, latest=lambda: newest_file(replays, (".json",)), step=lambda: 200)
+    assert mk.make_one() is None and "no 'map'" in mk.errors[-1], mk.errors  # the child's last line, named
 
 
 def test_a_duel_learning_run_makes_videos_and_counts_discarded_orders(tmp_path, duel_bin):  # noqa: F811

@@ -18,7 +18,6 @@ from __future__ import annotations
 import time
 
 from w3async import games
-from w3async.observe.replay_view import replay_view
 from w3async.observe.tensorboard import TB_DIR, TbWriter
 from w3async.observe.video import VideoMaker, newest_file
 
@@ -53,8 +52,7 @@ class Board:
             return
         folder = host.run_dir / game.replay_dir
         self.videos = VideoMaker(host.run_dir, every, lambda: newest_file(folder, tuple(game.replay_suffixes)),
-                                 lambda p: replay_view(p, game.name), lambda: host.counts.agent_steps, tb=self.tb,
-                                 on_video=self._video_made)
+                                 lambda: host.counts.agent_steps, game=game.name, tb=self.tb, on_video=self._video_made)
 
     def start(self) -> None:
         if self.videos is not None:
@@ -99,9 +97,8 @@ class Board:
             vals[f"eval/win_rate/{level}"] = w.get("rate")
         self.tb.scalars(self._step("run"), vals)
 
-    def _video_made(self, path, replay, frames) -> None:
-        self.host.control.events.info("video", path=str(path), replay=str(replay), frames=int(frames.shape[0]),
-                                      width=int(frames.shape[2]), height=int(frames.shape[1]))
+    def _video_made(self, path, replay, info: dict) -> None:
+        self.host.control.events.info("video", path=str(path), replay=str(replay), **info)
 
     def close(self) -> None:
         """Stop the video thread, write what is queued, flush and close the event file."""

@@ -8,19 +8,17 @@ that one purge step covers every tag). A resumed run opens its writer with
 `purge_step` = the checkpoint's agent steps: TensorBoard's reader then drops what the
 killed run wrote beyond that checkpoint, and the curves continue with no step twice.
 
-Animations (`animation`) are GIFs in an image summary, which TensorBoard's Images tab
-plays: what SummaryWriter.add_video writes, without its moviepy dependency.
+Animations (`animation`) are GIFs (made with Pillow, tensorboard's own dependency, by
+observe/video.py) in an image summary, which TensorBoard's Images tab plays: what
+SummaryWriter.add_video writes, without its moviepy dependency.
 """
 
 from __future__ import annotations
 
-import io
 import math
 import queue
 import threading
 from pathlib import Path
-
-import numpy as np
 
 TB_DIR = "tb"  # in the run folder
 _CLOSE = object()
@@ -46,9 +44,9 @@ class TbWriter:
         if vals:
             self._q.put(("scalars", int(step), vals))
 
-    def animation(self, tag: str, frames: np.ndarray, step: int, fps: float = 10.0) -> None:
-        """frames: (T, H, W, 3) uint8, shown as an animated GIF under `tag`."""
-        self._q.put(("animation", int(step), (tag, frames, fps)))
+    def animation(self, tag: str, gif: bytes, height: int, width: int, step: int) -> None:
+        """An animated GIF (observe/video.py's make_video), shown under `tag` in the Images tab."""
+        self._q.put(("animation", int(step), (tag, gif, height, width)))
 
     def close(self) -> None:
         self._q.put(_CLOSE)
@@ -82,17 +80,9 @@ class TbWriter:
             writer.close()
 
 
-def gif_summary(tag: str, frames: np.ndarray, fps: float):
-    """An image Summary holding frames as an animated GIF (Pillow, tensorboard's own
-    dependency)."""
-    from PIL import Image  # noqa: PLC0415
+def gif_summary(tag: str, gif: bytes, height: int, width: int):
+    """An image Summary holding an animated GIF: what SummaryWriter.add_video writes."""
     from tensorboard.compat.proto.summary_pb2 import Summary  # noqa: PLC0415
 
-    frames = np.asarray(frames, np.uint8)
-    images = [Image.fromarray(f) for f in frames]
-    buf = io.BytesIO()
-    images[0].save(buf, format="GIF", save_all=True, append_images=images[1:],
-                   duration=max(1, int(1000 / fps)), loop=0)
-    t, h, w, _ = frames.shape
-    img = Summary.Image(height=h, width=w, colorspace=3, encoded_image_string=buf.getvalue())
+    img = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=gif)
     return Summary(value=[Summary.Value(tag=tag, image=img)])

@@ -4,16 +4,22 @@ FFmpeg in its wheel).
 
     render_frames(view)        -> (T, H, W, 3) uint8: the map, fog, units by owner
     encode_mp4(frames, path)   -> H.264 (yuv420p) at `fps`, written whole or not at all
+    make_video(replay, out)    -> both, and an animated GIF for TensorBoard
     VideoMaker                 -> its own thread, "w3s-video": every `every_s`, the newest
-                                  evaluation replay -> runs/<run>/videos/, and its frames
-                                  to TensorBoard (observe/tensorboard.py)
+                                  evaluation replay -> runs/<run>/videos/ by a child process
+                                  (make_video), and its GIF to TensorBoard (tensorboard.py)
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import math
 import os
 import re
+import shutil
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -98,19 +104,45 @@ def decode_frames(path: Path) -> np.ndarray:
         return np.stack([fr.to_ndarray(format="rgb24") for fr in f.decode(video=0)])
 
 
-class VideoMaker:
-    """Every `every_s`, the newest replay that `latest()` names (when it is new) rendered
-    by `view(path)` (the game's viewer) to runs/<run>/videos/eval-<agent steps>.mp4, and
-    its frames to `tb`; `made` lists the videos written, `errors` the failures (the run
-    goes on: a video is a view of the run, never a part of it). Runs on its own thread."""
+GIF_FRAMES = 100  # TensorBoard's copy: at most this many frames (every k-th), as an animated GIF
 
-    def __init__(self, run_dir: Path, every_s: float, latest, view, step, tb=None, on_video=None, fps: float = 10.0):
+
+def make_video(replay: Path, out: Path, game: str | None = None, gif: Path | None = None, fps: float = 10.0) -> dict:
+    """The replay, converted by the game's viewer (replay_view), as an mp4 at `out` and,
+    with `gif`, an animated GIF of at most GIF_FRAMES frames there; returns
+    {frames, width, height} of the mp4."""
+    from PIL import Image  # noqa: PLC0415 (tensorboard's dependency)
+
+    from w3async.observe.replay_view import replay_view  # noqa: PLC0415
+
+    frames = render_frames(replay_view(Path(replay), game))
+    encode_mp4(frames, out, fps)
+    if gif is not None:
+        k = frame_stride(len(frames), GIF_FRAMES)
+        images = [Image.fromarray(f) for f in frames[::k]]
+        images[0].save(gif, format="GIF", save_all=True, append_images=images[1:], duration=int(1000 * k / fps), loop=0)
+    return dict(frames=int(frames.shape[0]), height=int(frames.shape[1]), width=int(frames.shape[2]))
+
+
+class VideoMaker:
+    """Every `every_s`, the newest replay that `latest()` names (when it is new) made into
+    runs/<run>/videos/eval-<step()>.mp4 by a child process (`python -m
+    w3async.observe.video`, at nice 10: rendering and encoding take seconds of CPU, and in
+    this process they would hold the GIL the event loop needs), and its GIF to `tb`.
+    `made` lists the videos written, `errors` the failures (the run goes on: a video is a
+    view of the run, never a part of it). Runs on its own thread; stop() ends a child
+    still working."""
+
+    def __init__(self, run_dir: Path, every_s: float, latest, step, game: str | None = None, tb=None,
+                 on_video=None, fps: float = 10.0, timeout_s: float = 600.0):
         self.dir = Path(run_dir) / VIDEO_DIR
-        self.every_s, self.latest, self.view, self.step, self.tb, self.fps = every_s, latest, view, step, tb, fps
-        self.on_video = on_video  # called with (path, replay, frames) after each video
+        self.every_s, self.latest, self.step, self.game, self.tb, self.fps = every_s, latest, step, game, tb, fps
+        self.on_video = on_video  # called with (path, replay, {frames, width, height}) after each video
+        self.timeout_s = timeout_s
         self.made: list[Path] = []
         self.errors: list[str] = []
         self._last: tuple | None = None
+        self._proc: subprocess.Popen | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="w3s-video", daemon=True)
 
@@ -119,6 +151,9 @@ class VideoMaker:
 
     def stop(self) -> None:
         self._stop.set()
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()  # a video half made is not kept: encode_mp4 renames only a whole one
         if self._thread.is_alive():
             self._thread.join()
 
@@ -135,20 +170,42 @@ class VideoMaker:
             key = (str(replay), os.stat(replay).st_mtime_ns)
             if key == self._last:
                 return None
-            frames = render_frames(self.view(Path(replay)))
             step = int(self.step())
             self.dir.mkdir(exist_ok=True)
-            path = encode_mp4(frames, self.dir / f"eval-{step:012d}.mp4", self.fps)
+            path, gif = self.dir / f"eval-{step:012d}.mp4", self.dir / f".eval-{step:012d}.gif"
+            info = self._child(replay, path, gif)
         except Exception as e:  # noqa: BLE001 (any viewer's or encoder's failure: counted, named)
-            self.errors.append(f"video of {replay} failed: {e!r}")
+            self.errors.append(f"video of {replay} failed: {e}")
             return None
         self._last = key
         self.made.append(path)
-        if self.tb is not None:
-            self.tb.animation("eval/video", frames, step, self.fps)
+        try:
+            if self.tb is not None:
+                self.tb.animation("eval/video", gif.read_bytes(), info["height"], info["width"], step)
+        finally:
+            gif.unlink(missing_ok=True)
         if self.on_video is not None:
-            self.on_video(path, replay, frames)
+            self.on_video(path, replay, info)
         return path
+
+    def _child(self, replay: Path, path: Path, gif: Path) -> dict:
+        cmd = [sys.executable, "-m", "w3async.observe.video", str(replay), str(path), "--gif", str(gif),
+               "--fps", str(self.fps)] + (["--game", self.game] if self.game else [])
+        if shutil.which("nice"):
+            cmd = ["nice", "-n", "10"] + cmd
+        if self._stop.is_set():
+            raise RuntimeError("stopping")
+        self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            out, err = self._proc.communicate(timeout=self.timeout_s)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.communicate()
+            raise RuntimeError(f"took over {self.timeout_s:.0f} s (killed)") from None
+        if self._proc.returncode != 0:
+            lines = (err or "").strip().splitlines()
+            raise RuntimeError(f"exit {self._proc.returncode}: {lines[-1] if lines else 'no message'}")
+        return json.loads(out)
 
 
 def newest_file(folder: Path, suffixes: tuple[str, ...]) -> Path | None:
@@ -162,3 +219,21 @@ def newest_file(folder: Path, suffixes: tuple[str, ...]) -> Path | None:
     except OSError:
         return None
     return Path(max(entries)[1]) if entries else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m w3async.observe.video REPLAY OUT.mp4 [--game G] [--gif G.gif] [--fps F]`:
+    VideoMaker's child; prints make_video's {frames, width, height} as JSON."""
+    p = argparse.ArgumentParser(prog="python -m w3async.observe.video", description=main.__doc__.split("\n")[0])
+    p.add_argument("replay")
+    p.add_argument("out")
+    p.add_argument("--game", default=None)
+    p.add_argument("--gif", default=None)
+    p.add_argument("--fps", type=float, default=10.0)
+    a = p.parse_args(argv)
+    print(json.dumps(make_video(Path(a.replay), Path(a.out), a.game, Path(a.gif) if a.gif else None, a.fps)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
