@@ -16,34 +16,14 @@ from w3async.runtime.stackdump import DUMP_FILE
 
 from .conftest import REPO
 from .test_supervisor import events
+from .test_training import learn_toml
 
 THREADS = ("MainThread", "w3s-learner", "w3s-infer_0", "w3s-tensorboard", "w3async-status")
 
 
 def test_sigusr1_dumps_every_thread_by_name(tmp_path, null_native):
     recipe = tmp_path / "learn.toml"
-    recipe.write_text(f'''
-name = "learn"
-game = "null"
-[[games]]
-binary = "{REPO / 'build/native/null_game'}"
-count = 2
-lanes = 2
-nice = 0
-env = {{ W3N_CHECK = "0", W3N_LEARN = "1", W3N_EPISODE_STEPS = "32" }}
-[supervisor]
-policy = "network"
-progress_s = 0
-[network]
-d_model = 32
-n_heads = 2
-n_layers = 1
-[trajectories]
-seq_len = 8
-seqs_per_batch = 8
-[stop]
-seconds = 120
-''')
+    recipe.write_text(learn_toml() + "[stop]\nseconds = 120\n")
     run = tmp_path / "runs" / "d"
     p = subprocess.Popen([sys.executable, "-m", "w3async", "run", str(recipe), "--runs-dir", str(run.parent),
                           "--run", "d"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -75,6 +55,8 @@ seconds = 120
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
     expected = commit.stdout.strip() if commit.returncode == 0 else "unknown"
     assert made["commit"] == start["commit"] == expected
+    off = [e for e in events(run) if e["event"] == "video_off"]  # the null game has no replay viewer
+    assert len(off) == 1 and off[0]["game"] == "null"
 
 
 def _read(path) -> bytes:
