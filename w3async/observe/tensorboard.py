@@ -39,8 +39,15 @@ class TbWriter:
         self._thread.start()
 
     def scalars(self, step: int, values: dict[str, float | int | None]) -> None:
-        """Finite values at `step` (None and non-finite ones are left out)."""
-        vals = {k: float(v) for k, v in values.items() if v is not None and math.isfinite(float(v))}
+        """Finite values at `step` (None, non-numbers and non-finite ones are left out)."""
+        vals = {}
+        for k, v in values.items():
+            try:
+                f = float(v)
+            except (TypeError, ValueError):  # None, or not a number: not plotted (never the caller's error)
+                continue
+            if math.isfinite(f):
+                vals[k] = f
         if vals:
             self._q.put(("scalars", int(step), vals))
 
