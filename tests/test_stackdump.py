@@ -50,7 +50,8 @@ def test_sigusr1_dumps_every_thread_by_name(tmp_path, null_native):
     assert "(most recent call first)" in dump  # faulthandler's part, written at the signal
     assert '"w3s-learner"' in err and "learner_thread.py" in dump  # stderr, and the stacks themselves
     made = json.loads((run / "recipe.json").read_text())["w3async"]
-    start = [e for e in events(run) if e["event"] == "run_start"][0]
+    start = events(run)[0]
+    assert start["event"] == "run_start", start  # the run's first event
     assert made["version"] == start["version"] == __version__
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
     expected = commit.stdout.strip() if commit.returncode == 0 else "unknown"

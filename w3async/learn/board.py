@@ -42,13 +42,13 @@ class Board:
         # per group of tags, the last step written: this process writes above the checkpoint's
         self._last_step = dict.fromkeys(("learner", "run"), host.counts.agent_steps)
         self.videos: VideoMaker | None = None
+        self._video_off: str | None = None  # the game, when videos are asked for and it has no viewer
         game = games.get(r.game)
         every = 60.0 * r.evaluation.video_minutes
         if every <= 0:
             return
         if game.replay_view is None or not game.replay_dir:
-            host.control.events.info("video_off", game=game.name,
-                                     reason="the game has no replay viewer: no videos of its evaluation games")
+            self._video_off = game.name  # said at start(): run_start stays the run's first event
             return
         folder = host.run_dir / game.replay_dir
         self.videos = VideoMaker(host.run_dir, every, lambda: newest_file(folder, tuple(game.replay_suffixes)),
@@ -57,6 +57,9 @@ class Board:
     def start(self) -> None:
         if self.videos is not None:
             self.videos.start()
+        elif self._video_off:
+            self.host.control.events.info("video_off", game=self._video_off,
+                                          reason="the game has no replay viewer: no videos of its evaluation games")
 
     def _step(self, group: str) -> int:
         """The run's agent steps, made strictly larger than this group's last step."""
