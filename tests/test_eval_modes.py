@@ -92,3 +92,5 @@ def test_eval_greedy_and_against(tmp_path, duel_bin):  # noqa: F811
     p = eval_cli(a, "--against", other, "--games", 1)
     assert p.returncode == 2 and str(other) in p.stderr and "Traceback" not in p.stderr, p.stderr
     assert "vs:" not in p.stdout  # nothing played
+    p = eval_cli(a, "--against", b, "--levels", "easy")
+    assert p.returncode == 2 and "--levels has no place" in p.stderr and str(b) in p.stderr, p.stderr

@@ -281,6 +281,8 @@ def run_eval(args, console) -> int:
         recipe, net, version = load_policy(path, args.recipe or None)
         game = games.get(recipe.game)
         opponent = None
+        if args.against and args.levels:
+            raise EvalError(args.against, "--against plays one checkpoint against the other: --levels has no place")
         if args.against:
             opponent, levels = against(recipe, resolve(args.against), args.recipe or None)
         else:
