@@ -28,6 +28,9 @@ from w3async.observe.run_view import SupervisorSource
 from w3async.observe.status import StatusServer
 from w3async.runtime.supervisor import Supervisor
 
+from w3async.observe.replay_view import replay_view
+from w3async.observe.video import VIDEO_DIR, encode_mp4, render_frames
+
 from .conftest import REPO, need
 from .test_status import duel_replay, line  # noqa: F401 (a fixture)
 
@@ -161,7 +164,7 @@ async def feed_learner_logs(run: Path) -> None:
             for k in range(3):
                 f.write(line(now, "episode", slot=k, lane=0, side=0, opponent=levels[(i + k) % 3], eval=True,
                              result=("win", "loss", "draw")[(i + 2 * k) % 3], steps=200, **{"return": 0.5},
-                             policy_version=i))
+                             policy_version=i, discarded=(i + k) % 4))
             f.write(line(now, "episode", slot=0, lane=1, side=1, opponent="self", eval=False, result="win", steps=200,
                          **{"return": 1.0}, policy_version=i))
         i += 1
@@ -186,6 +189,10 @@ async def test_dashboard_in_headless_chromium(tmp_path, null_native, duel_replay
     replay.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(duel_replay, replay)
     feeder = asyncio.create_task(feed_learner_logs(run))
+    # an evaluation video (what the learning run's video thread writes: observe/video.py)
+    (run / VIDEO_DIR).mkdir()
+    video = encode_mp4(render_frames(replay_view(replay, "duel"), max_frames=20, max_side_px=160),
+                       run / VIDEO_DIR / "eval-000000004096.mp4")
     profile = tmp_path / "profile"
     profile.mkdir()
     try:
@@ -193,7 +200,7 @@ async def test_dashboard_in_headless_chromium(tmp_path, null_native, duel_replay
             await page.call("Page.navigate", url=f"http://127.0.0.1:{port}/")
             plots = await page.wait_for(
                 "(() => { const p = window.w3Status && window.w3Status.plots; const n = ['steps_per_s', 'win_rate', "
-                "'latency_ms', 'update_s', 'restarts'].map(k => (p || {})[k] || 0); "
+                "'latency_ms', 'update_s', 'restarts', 'discarded'].map(k => (p || {})[k] || 0); "
                 "return n.every(x => x >= 2) && p && window.w3Status.viewer.loaded ? window.w3Status.plots : null; })()",
                 timeout=45)
             assert all(v >= 2 for v in plots.values()), plots
@@ -222,6 +229,12 @@ async def test_dashboard_in_headless_chromium(tmp_path, null_native, duel_replay
             assert await page.js("document.getElementById('run-state').textContent") == "live"
             assert await page.js("document.querySelectorAll('#games tbody tr').length") == 3
             assert await page.js("window.w3Status.errors.length") == 0
+            # the evaluation videos: a link each, which serves the mp4
+            await page.wait_for("(window.w3Status.videos || []).length >= 1", timeout=10)
+            assert await page.js("[...document.querySelectorAll('#videos a')].map(a => a.textContent)") == [video.name]
+            got = await page.js("fetch(document.querySelector('#videos a').href).then(async r => "
+                                "[r.status, r.headers.get('content-type'), (await r.arrayBuffer()).byteLength])")
+            assert got == [200, "video/mp4", video.stat().st_size], got
             shot = await page.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
             ARTIFACTS.mkdir(exist_ok=True)
             (ARTIFACTS / "dashboard.png").write_bytes(base64.b64decode(shot["data"]))

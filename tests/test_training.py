@@ -45,6 +45,33 @@ def learn_recipe(count=4, lanes=2, env=None, **sections) -> dict:
     return d
 
 
+def learn_toml(episode_steps: int = 32, every_updates: int = 2, more: str = "") -> str:
+    """A small learning recipe on two null games, as a file for `w3async run`; `more`:
+    sections of its own (TOML)."""
+    return f'''
+name = "learn"
+game = "null"
+[[games]]
+binary = "{REPO / 'build/native/null_game'}"
+count = 2
+lanes = 2
+nice = 0
+env = {{ W3N_CHECK = "0", W3N_LEARN = "1", W3N_EPISODE_STEPS = "{episode_steps}" }}
+[supervisor]
+policy = "network"
+progress_s = 0
+[network]
+d_model = 32
+n_heads = 2
+n_layers = 1
+[trajectories]
+seq_len = 8
+seqs_per_batch = 8
+[checkpoint]
+every_updates = {every_updates}
+{more}'''
+
+
 async def run(data: dict, run_dir: Path) -> tuple[Supervisor, dict]:
     sup = Supervisor(recipe_from_dict(data), run_dir)
     return sup, await sup.run()
@@ -168,28 +195,7 @@ def test_sigkilled_supervisor_resumes_with_the_saved_counters(tmp_path, null_nat
     from w3async.sync.table import list_segments
 
     recipe = tmp_path / "learn.toml"
-    recipe.write_text(f'''
-name = "learn"
-game = "null"
-[[games]]
-binary = "{REPO / 'build/native/null_game'}"
-count = 2
-lanes = 2
-nice = 0
-env = {{ W3N_CHECK = "0", W3N_LEARN = "1", W3N_EPISODE_STEPS = "32" }}
-[supervisor]
-policy = "network"
-progress_s = 0
-[network]
-d_model = 32
-n_heads = 2
-n_layers = 1
-[trajectories]
-seq_len = 8
-seqs_per_batch = 8
-[checkpoint]
-every_updates = 2
-''')
+    recipe.write_text(learn_toml())
     runs = tmp_path / "runs"
     cmd = [sys.executable, "-m", "w3async", "run", str(recipe), "--runs-dir", str(runs), "--run", "k"]
     p = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -313,34 +319,13 @@ def test_logs_after_a_sigkill_and_resume_count_nothing_twice(tmp_path, null_nati
     import time
 
     recipe = tmp_path / "learn.toml"
-    recipe.write_text(f'''
-name = "learn"
-game = "null"
-[[games]]
-binary = "{REPO / 'build/native/null_game'}"
-count = 2
-lanes = 2
-nice = 0
-env = {{ W3N_CHECK = "0", W3N_LEARN = "1", W3N_EPISODE_STEPS = "8" }}
-[supervisor]
-policy = "network"
-progress_s = 0
-[status]
+    recipe.write_text(learn_toml(episode_steps=8, every_updates=3, more="""[status]
 enabled = false
-[network]
-d_model = 32
-n_heads = 2
-n_layers = 1
 [learner]
 update_pause_ms = 50
 update_epochs = 2
 minibatch_seqs = 2
-[trajectories]
-seq_len = 8
-seqs_per_batch = 8
-[checkpoint]
-every_updates = 3
-''')
+"""))
     runs, k = tmp_path / "runs", tmp_path / "runs" / "k"
     cmd = [sys.executable, "-m", "w3async", "run", str(recipe), "--runs-dir", str(runs), "--run", "k"]
     p = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

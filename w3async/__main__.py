@@ -1,7 +1,8 @@
 """`python -m w3async run RECIPE [--run NAME] [--set key=value ...]`, and
 `python -m w3async status runs/<run>` (a live or a finished run's summary), and
 `python -m w3async eval CHECKPOINT [--games N] [--levels easy,normal,hard] [--seed S]
-[--parallel P]` (a checkpoint against each evaluation level: learn/evaluate.py).
+[--parallel P] [--greedy] [--against CHECKPOINT_B]` (a checkpoint against each evaluation
+level, or against another checkpoint: learn/evaluate.py).
 
 Bad input (a broken recipe or `--set`, a missing binary, a device or a folder this
 machine lacks, sizes beyond its limits: recipes.py and preflight.py, all checked

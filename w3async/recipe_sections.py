@@ -260,6 +260,9 @@ class EvaluationSection:
 
     window: Int = Field(50, ge=1)
     """Win rates are over each level's last `window` evaluation episodes."""
+    video_minutes: Float = Field(10.0, ge=0, le=year_in("minutes"))
+    """Every this many minutes of a learning run, the latest evaluation replay as a video
+    in runs/<run>/videos/ and TensorBoard (observe/video.py); 0: none."""
 
 
 @dataclass(config=CONFIG)
@@ -268,6 +271,8 @@ class StatusSection:
 
     enabled: Bool = True
     """Serve the run's state while it runs."""
+    tensorboard: Bool = True
+    """A learning run writes TensorBoard event files to runs/<run>/tb/ (observe/tensorboard.py)."""
     host: Str = "127.0.0.1"
     """Address to listen on (loopback by default: the page changes nothing, but it is yours)."""
     port: Int = Field(0, ge=0, le=65535)

@@ -16,9 +16,9 @@ class RunFolder:
     LOGS = ("events.jsonl", "inference.jsonl", "learner.jsonl", "episodes.jsonl")
     """The run's JSON-lines logs (observe/logs.py writes them, observe/run_files.py reads them)."""
     FILES = ("run.lock", "events.jsonl", "recipe.json", "status.url", "inference.jsonl", "learner.jsonl",
-             "episodes.jsonl")
+             "episodes.jsonl", "threads.txt")
     """Every file a run writes in its top folder."""
-    FOLDERS = ("games", "bells", "checkpoints", "league", "replays")
+    FOLDERS = ("games", "bells", "checkpoints", "league", "replays", "tb", "videos")
     """Every folder a run writes in it."""
 
     def __init__(self, path: str | Path):
@@ -84,3 +84,18 @@ class RunFolder:
     def replays(self) -> Path:
         """replays/: the evaluation games' recordings (a game's recipe points W3D_RECORD_DIR here)."""
         return self.path / "replays"
+
+    @property
+    def threads(self) -> Path:
+        """threads.txt: every thread's stack, appended at each SIGUSR1 (runtime/stackdump.py)."""
+        return self.path / "threads.txt"
+
+    @property
+    def tensorboard(self) -> Path:
+        """tb/: TensorBoard event files of a learning run (observe/tensorboard.py)."""
+        return self.path / "tb"
+
+    @property
+    def videos(self) -> Path:
+        """videos/: the evaluation games rendered to mp4 (observe/video.py)."""
+        return self.path / "videos"

@@ -2,6 +2,7 @@
 
     python -m w3async eval runs/fgself-1/checkpoints/best.pt --games 200
     python -m w3async eval runs/fgself-1 --levels easy,normal --parallel 2   # its best.pt, else latest
+    python -m w3async eval runs/a --against runs/b --games 100 --greedy     # A against B, argmax actions
 
 CHECKPOINT is a checkpoint file (ckpt-*.pt, best.pt) or a run folder (its
 checkpoints/best.pt, else the one checkpoints/latest names). The network and the games
@@ -15,7 +16,15 @@ Fixed games: a lane's game seed is the game's function of (W3D_SEED, the lane's 
 number, its episode), so every lane plays its first few episodes and the run counts
 exactly those: `--games` split over the lanes, the same command line plays the same
 games. The policy samples its actions as in training (seeded by --seed, but a round's
-rows depend on timing: the actions are not bit-reproducible, the game seeds are).
+rows depend on timing: the actions are not bit-reproducible, the game seeds are);
+`--greedy` takes each head's most likely action instead (both checkpoints' with --against).
+
+`--against B`: checkpoint A against checkpoint B (a file or a run folder, as CHECKPOINT)
+instead of the levels: the recipe's first group with two sides, each game's side 0
+answered by A's network and side 1 by B's (one engine, two nets), its environment the
+game's eval_env for level "agent" (the duel: W3D_SIDES=agent,agent, win/loss rewards,
+W3D_SEED), counted from A's side under the level "vs:<B's path>". B's network must be the
+recipe's (the same d_model and layers).
 
 It runs through the Supervisor like any run (a run folder of its own under /tmp, kept
 with --keep), with `EvalAnswerer`: the checkpoint's network in an InferenceEngine, no
@@ -42,94 +51,11 @@ import numpy as np
 from w3async import games
 from w3async.files import atomic_write_text, describe
 from w3async.learn.best import level_record
+from w3async.learn.eval_policy import EvalError, against, load_policy, resolve
 from w3async.learn.tallies import episode_result
 from w3async.run_folder import RunFolder
 from w3async.sync import layout
 from w3async.sync.gather import Batch
-
-
-def _short(text: str, limit: int = 240) -> str:
-    """A cause on one line (torch's messages run to paragraphs)."""
-    line = " ".join(text.split("\n")[0].split())
-    return line if len(line) <= limit else line[: limit - 3] + "..."
-
-
-class EvalError(ValueError):
-    """Bad input to `eval`: the file (or folder) and what is wrong with it."""
-
-    def __init__(self, path, what: str):
-        self.path, self.what = str(path), what
-        super().__init__(f"{self.path}: {what}")
-
-
-# ---- the checkpoint ---------------------------------------------------------------------
-
-def resolve(arg: str | Path) -> Path:
-    """A checkpoint file, or a run folder's checkpoints/best.pt, else its latest."""
-    from w3async.learn.checkpoint import BEST_PT, POINTER  # noqa: PLC0415 (torch: not for the CLI's --help)
-
-    p = Path(arg)
-    if p.is_file():
-        return p
-    if not p.exists():
-        raise EvalError(p, "no such file or folder")
-    for ck in (RunFolder(p).checkpoints, p):  # a run folder, or its checkpoints/ folder
-        if (ck / BEST_PT).is_file():
-            return ck / BEST_PT
-        if (ck / POINTER).is_file():
-            name = (ck / POINTER).read_text().strip()
-            if name and "/" not in name:
-                return ck / name
-    raise EvalError(p, f"a folder with no checkpoint (checkpoints/{BEST_PT} or checkpoints/{POINTER})")
-
-
-def _no_nones(d):
-    """A saved recipe as TOML would have it: a None (a key left at its default of None,
-    e.g. learner.target_kl) is a key not written, which loads as that default."""
-    if isinstance(d, dict):
-        return {k: _no_nones(v) for k, v in d.items() if v is not None}
-    if isinstance(d, list):
-        return [_no_nones(v) for v in d]
-    return d
-
-
-def load_policy(path: Path, recipe_path: str | None = None):
-    """(the recipe, the network with the checkpoint's weights, its policy version)."""
-    import torch  # noqa: PLC0415
-
-    from w3async.learn.checkpoint import CheckpointLoadError, load_checkpoint  # noqa: PLC0415
-    from w3async.learn.network import Network  # noqa: PLC0415
-    from w3async.recipes import RecipeError, load_recipe, recipe_from_dict, resolve_recipe_path  # noqa: PLC0415
-
-    try:
-        ckpt = load_checkpoint(path)
-    except CheckpointLoadError as e:
-        raise EvalError(path, _short(e.cause)) from e
-    try:
-        if recipe_path:
-            recipe = load_recipe(resolve_recipe_path(recipe_path))
-        else:
-            saved = _no_nones({k: v for k, v in (ckpt.get("recipe") or {}).items() if k != "path"})
-            if not saved:
-                raise EvalError(path, "the checkpoint holds no recipe: name one with --recipe")
-            recipe = recipe_from_dict(saved, f"{path} (its recipe)")
-    except RecipeError as e:
-        raise EvalError(path, f"its recipe does not load: {e}") from e
-    learner = ckpt["learner"]
-    sd = learner.get("net") if isinstance(learner, dict) else None
-    if not isinstance(sd, dict):
-        raise EvalError(path, "the checkpoint holds no network weights (learner.net)")
-    torch.manual_seed(recipe.inference.seed)
-    net = Network(games.get(recipe.game).spec, recipe.network)
-    try:
-        net.load_state_dict(sd)
-    except Exception as e:  # noqa: BLE001 (size mismatches, missing or unexpected keys)
-        first = _short(describe(e))
-        n = recipe.network
-        raise EvalError(path, f"a checkpoint of another network: its weights do not fit the network of "
-                              f"{'--recipe ' + recipe_path if recipe_path else 'its recipe'} (game {recipe.game}, "
-                              f"d_model={n.d_model}, n_layers={n.n_layers}): {first}") from e
-    return recipe, net, int(learner.get("version", 0))
 
 
 # ---- the games ------------------------------------------------------------------------
@@ -165,6 +91,8 @@ def plan(recipe, levels: list[str], n_games: int, parallel: int, seed: int, env:
         base = next((g for g in rd["games"] if g["role"] == "eval" and game.opponent_of(g["env"]) == lvl), None)
         own = base is not None
         base = base or next((g for g in rd["games"] if g["role"] == "eval"), rd["games"][0])
+        if lvl.startswith("vs:"):  # --against: a self-play group, both sides agents
+            base, own, lvl = next(g for g in rd["games"] if g["sides"] == 2), True, "agent"
         g = dict(base, count=parallel, lanes=lanes, role="eval", sides=base["sides"] if own else 1)
         g["env"] = dict(game.eval_env(base["env"], lvl, seed) if game.eval_env else base["env"], **env)
         if g.get("inject") is None:
@@ -186,15 +114,23 @@ class EvalAnswerer:
 
     failure: str | None = None
 
-    def __init__(self, control, net, version: int, quota: np.ndarray, level_of_row: list[str]):
+    def __init__(self, control, net, version: int, quota: np.ndarray, level_of_row: list[str], greedy: bool = False,
+                 opponent: tuple | None = None):
         from w3async.learn.inference import InferenceEngine  # noqa: PLC0415
 
         r = control.recipe
         self.control = control
-        self.engine = InferenceEngine(control.spec, r.network, device=r.inference.device, n_nets=1,
+        self.engine = InferenceEngine(control.spec, r.network, device=r.inference.device, n_nets=1 + bool(opponent),
                                       max_rows=control.n_rows, n_table_rows=control.n_rows,
                                       num_threads=r.inference.num_threads, seed=r.inference.seed)
         self.engine.nets[0].load_state_dict(net.state_dict())
+        for n in self.engine.nets:
+            n.greedy = greedy
+        self.opponent = opponent  # (network, version) answering every side-1 row (--against)
+        self.row_net = np.zeros(control.n_rows, np.int16)  # per table row: the engine's net answering it
+        if opponent is not None:
+            for s in control.games:
+                self.row_net[s.row0 + 1:s.row0 + s.nrows:s.group.sides] = 1
         self.version = version
         self.quota = quota  # per table row: episodes still to count
         self.level = level_of_row
@@ -209,6 +145,8 @@ class EvalAnswerer:
         self._loop = loop
         self.engine.start()
         self.engine.publish(self.engine.nets[0].state_dict(), self.version)
+        if self.opponent is not None:
+            self.engine.load_net(1, self.opponent[0].state_dict(), self.opponent[1])
 
     def submit(self, b: Batch) -> None:
         n = b.n
@@ -223,7 +161,7 @@ class EvalAnswerer:
         if not self.quota.any():
             self.control.request_stop()
         try:
-            fut = self.engine.submit(b)
+            fut = self.engine.submit(b, self.row_net[rows] if self.opponent is not None else None)
         except Exception as e:  # noqa: BLE001 (the run stops with the cause)
             self.failure = f"inference submit failed: {describe(e)}"
             self.control.fail(self.failure)
@@ -302,6 +240,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="extra environment for every game, e.g. W3D_TIME_LIMIT=6000 (repeatable)")
     p.add_argument("--json", default="", help="also write the results to this file")
     p.add_argument("--keep", action="store_true", help="keep the eval run's folder (logs of each game)")
+    p.add_argument("--greedy", action="store_true", help="each head's most likely action, no sampling")
+    p.add_argument("--against", default="", metavar="CHECKPOINT",
+                   help="play against this checkpoint (file or run folder) instead of the levels")
 
 
 def _check_json(out: Path) -> None:
@@ -333,17 +274,23 @@ def run_eval(args, console) -> int:
         path = resolve(args.checkpoint)
         recipe, net, version = load_policy(path, args.recipe or None)
         game = games.get(recipe.game)
-        levels = _levels(game, recipe, [x.strip() for x in args.levels.split(",") if x.strip()])
+        opponent = None
+        if args.against and args.levels:
+            raise EvalError(args.against, "--against plays one checkpoint against the other: --levels has no place")
+        if args.against:
+            opponent, levels = against(recipe, resolve(args.against), args.recipe or None)
+        else:
+            levels = _levels(game, recipe, [x.strip() for x in args.levels.split(",") if x.strip()])
         if not levels:
             raise EvalError(path, f"the game {game.name!r} has no evaluation levels and its recipe no eval group")
         data, levels = plan(recipe, levels, args.games, args.parallel, args.seed, env, args.lanes or None)
     except EvalError as e:
         console(f"w3async: error: eval {e}")
         return 2
-    return _play(args, path, data, levels, net, version, console)
+    return _play(args, path, data, levels, net, version, console, opponent)
 
 
-def _play(args, path: Path, data: dict, levels: list[str], net, version: int, console) -> int:
+def _play(args, path: Path, data: dict, levels: list[str], net, version: int, console, opponent=None) -> int:
     from w3async.recipes import RecipeError, recipe_from_dict  # noqa: PLC0415
     from w3async.runtime.preflight import preflight  # noqa: PLC0415
     from w3async.runtime.supervisor import RunError, Supervisor  # noqa: PLC0415
@@ -365,7 +312,7 @@ def _play(args, path: Path, data: dict, levels: list[str], net, version: int, co
 
     def answerer(control):
         quota, level = _quotas(control, args.games, levels)
-        made.append(EvalAnswerer(control, net, version, quota, level))
+        made.append(EvalAnswerer(control, net, version, quota, level, greedy=args.greedy, opponent=opponent))
         return made[0]
 
     try:

@@ -120,7 +120,7 @@ class LearnerThread:
                 snap = h.league.maybe_snapshot(version, sd)
                 self.updates_done = version
                 self.last_update = asdict(st)
-                h.learner_log.info("update", update=version, update_s=round(st.update_s, 4),
+                rec = dict(update=version, update_s=round(st.update_s, 4),
                                    wait_s=round(h.traj.stats.wait_s - wait0, 4),
                                    staleness=round(st.staleness_mean, 3), staleness_max=st.staleness_max,
                                    policy_loss=st.pg_loss, value_loss=st.v_loss, entropy=st.entropy,
@@ -134,6 +134,8 @@ class LearnerThread:
                                    backpressure_s=round(h.traj.stats.backpressure_s, 3),
                                    cut_steps=h.traj.stats.cut_steps, nonfinite_batches=self.nonfinite_batches,
                                    nonfinite_outputs=h.nonfinite_outputs)
+                h.learner_log.info("update", **rec)
+                h.board.update(rec)  # TensorBoard's learner/* (a queue put)
                 if version % h.recipe.checkpoint.every_updates == 0:
                     h.checkpoint()
                 if h.recipe.stop.updates and version >= h.recipe.stop.updates:

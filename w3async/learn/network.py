@@ -137,6 +137,7 @@ class Network(nn.Module):
     def __init__(self, spec: GameSpec, cfg: NetConfig = NetConfig()):
         super().__init__()
         self.spec, self.cfg = spec, cfg
+        self.greedy = False  # act() takes each head's most likely action (`w3async eval --greedy`)
         d = cfg.d_model
         self.type_emb = nn.Embedding(spec.n_types, d)
         self.ent_in = nn.Linear(layout.F_ENT, d)
@@ -243,11 +244,12 @@ class Network(nn.Module):
         first: Tensor | None = None, greedy: bool = False,
     ) -> ActResult:
         """Sample one action per row (Gumbel-max under the masks) with its joint
-        log-probability and the value. `state`/`first` feed the GRU (ignored without)."""
+        log-probability and the value. `state`/`first` feed the GRU (ignored without).
+        `greedy` (or the net's own `greedy`): the argmax under the masks, no sampling."""
         z, ents, real = self.encode(obs)
         z, new_state = self._core_step(z, state, first)
         lp = self.heads_logp(z, ents, real, obs.mask)
-        if greedy:
+        if greedy or self.greedy:
             actions = lp.argmax(2)
         else:
             u = torch.rand(lp.shape, generator=generator, device=lp.device)

@@ -35,6 +35,8 @@ class EpisodeTally:
     def __init__(self, n_rows: int, eval_window: int):
         self.count = 0  # episodes finished in the run (a checkpoint keeps it)
         self.row_return = np.zeros(n_rows, np.float64)
+        self.row_discarded = np.zeros(n_rows, np.int64)  # orders the game discarded this episode (shim's `discarded`)
+        self.ended_discarded: list[int] = []  # of episodes ended since board.py last took them (TensorBoard)
         self.window: dict[str, collections.deque] = collections.defaultdict(
             lambda: collections.deque(maxlen=eval_window))
         self.totals: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
@@ -47,6 +49,8 @@ class EpisodeTally:
         first = (b.flags[:n] & layout.FLAG_FIRST) != 0
         self.row_return[rows[first]] = 0.0
         self.row_return[rows] += b.reward[:n]
+        self.row_discarded[rows[first]] = 0
+        self.row_discarded[rows] += b.discarded[:n]
 
     def outcomes(self, b: Batch, ended: list[tuple[int, int, int]], result_of: dict) -> list[str]:
         """The result of each ended episode (row, batch index k, game) of this batch, read
@@ -70,7 +74,9 @@ class EpisodeTally:
         self.count += 1
         self.log.info("episode", slot=game, row=row, lane=int(b.lane[k]), side=int(b.side[k]), opponent=label,
                       eval=is_eval, result=result, steps=int(b.step[k]),
-                      **{"return": round(float(self.row_return[row]), 4)}, policy_version=version)
+                      **{"return": round(float(self.row_return[row]), 4)}, policy_version=version,
+                      discarded=int(self.row_discarded[row]))
+        self.ended_discarded.append(int(self.row_discarded[row]))
         if is_eval:
             self.window[label].append(result)  # best.py's rule reads the results
             self.totals[label][result] += 1
@@ -78,6 +84,7 @@ class EpisodeTally:
 
     def reset(self, rows: np.ndarray) -> None:
         self.row_return[rows] = 0.0
+        self.row_discarded[rows] = 0
 
     def win_rates(self) -> dict:
         """{label: rate over the window, n, the run's totals} of each evaluation opponent."""

@@ -46,6 +46,7 @@ from w3async import games
 from w3async.run_folder import RunFolder
 from w3async.sync import layout
 from w3async.learn.best import BestKeeper
+from w3async.learn.board import Board
 from w3async.learn.checkpoint import CheckpointError, describe, save_best, save_checkpoint
 from w3async.sync.gather import Batch
 from w3async.learn.inference import InferenceEngine
@@ -145,6 +146,7 @@ class Training:
         self.inference_log = self.round_tally.log = JsonLog(RunFolder(self.run_dir).inference_log)
         if ckpt is not None or any(cut.values()):
             self._log_resume(ckpt, cut)
+        self.board = Board(self)  # TensorBoard and videos (board.py): steps from the restored counters
 
     # ---- lifecycle ----------------------------------------------------------------------
 
@@ -154,6 +156,7 @@ class Training:
         self.engine.start()
         self.engine.publish(self.learner.net.state_dict(), self.learner.version)
         self.learning.start(loop)
+        self.board.start()
 
     def _load_checkpoint(self) -> dict | None:
         """The latest checkpoint into the learner, league and counters (resume.restore), or
@@ -194,6 +197,7 @@ class Training:
         finally:
             for log in (self.episodes_log, self.learner_log, self.inference_log):
                 log.close()
+            self.board.close()
 
     def _fail(self, reason: str) -> None:
         """Record why the learning side ends the run (the first reason wins)."""
@@ -418,8 +422,11 @@ class Training:
         return self.tally.win_rates()
 
     def flush_round_stats(self) -> dict | None:
-        """The last interval's rounds as one inference.jsonl line (RoundTally)."""
-        return self.round_tally.flush(self.learning.phase)
+        """The last interval's rounds as one inference.jsonl line (RoundTally), and the
+        dashboard's figures to TensorBoard (board.py)."""
+        line = self.round_tally.flush(self.learning.phase)
+        self.board.sample(line)
+        return line
 
     def learner_failed(self, reason: str, **event) -> None:
         """From the learner thread: the reason the run ends (a `learner_failed` event with

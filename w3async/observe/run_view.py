@@ -26,6 +26,7 @@ from w3async.procstat import alive
 from w3async.observe.run_files import RunFiles
 from w3async.observe.series import RunSeries
 from w3async.run_folder import RunFolder
+from w3async.observe.video import VIDEO_NAME, VIDEO_DIR
 
 SCHEMA = 1  # of /status, /games and /series (docs/status.md)
 
@@ -136,6 +137,18 @@ def _best(ck: Path) -> dict | None:
                 saved_at=_iso(st.st_mtime), age_s=_f(time.time() - st.st_mtime, 1), bytes=st.st_size)
 
 
+def list_videos(run_dir: Path, most: int = 20) -> list[dict]:
+    """The newest evaluation videos (observe/video.py) in videos/, newest first, as /status's
+    `videos`: {name, url (served at /videos/NAME), bytes, saved_at}."""
+    try:
+        with os.scandir(Path(run_dir) / VIDEO_DIR) as it:
+            found = [(e.name, e.stat()) for e in it if VIDEO_NAME.fullmatch(e.name) and e.is_file(follow_symlinks=False)]
+    except OSError:
+        return []
+    found.sort(key=lambda x: x[0], reverse=True)  # eval-<agent steps, 12 digits>.mp4: by name is by time
+    return [dict(name=n, url=f"/videos/{n}", bytes=st.st_size, saved_at=_iso(st.st_mtime)) for n, st in found[:most]]
+
+
 class RunView:
     """A run's status from its files and, when live, snapshots of its StatusSource
     (`feed()`, or `sample()` on the source's own loop). One thread uses a view."""
@@ -154,7 +167,7 @@ class RunView:
         self._steps_per_s: float | None = None
         self._rounds_per_s: float | None = None
         self._scan_at = -1e9
-        self._folder: dict = dict(checkpoint=None, best=None, snapshots=0, latest_snapshot=None)
+        self._folder: dict = dict(checkpoint=None, best=None, snapshots=0, latest_snapshot=None, videos=[])
         self._replays: tuple[tuple, str | None] = ((), None)  # the replay folders' mtimes, their newest file
         self._replay_dirs: dict[str, tuple[str, ...]] | None = None  # the run's game's, once recipe.json names it
         self._recipe_games: list[dict] | None = None
@@ -189,7 +202,7 @@ class RunView:
             self.series.t0 = now
 
     def _scan_folder(self) -> dict:
-        out = dict(checkpoint=None, best=None, snapshots=0, latest_snapshot=None)
+        out = dict(checkpoint=None, best=None, snapshots=0, latest_snapshot=None, videos=list_videos(self.run_dir))
         ck = RunFolder(self.run_dir).checkpoints
         out["best"] = _best(ck)
         try:
@@ -364,6 +377,7 @@ class RunView:
                           train=s.train.as_dict(), last_eval_replay=self.latest_replay()),
             checkpoint=self._folder["checkpoint"],
             best=self._folder["best"],
+            videos=self._folder["videos"],
             hosts=st.get("hosts") or [],
         )
 

@@ -55,7 +55,7 @@ SAMPLE_FIELDS = ("steps_per_s", "latency_ms", "latency_p95_ms", "latency_max_ms"
 
 
 def episode_fields(levels: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(f"{p}:{lvl}" for lvl in levels for p in ("score", "n")) + ("score:train", "n:train")
+    return tuple(f"{p}:{lvl}" for lvl in levels for p in ("score", "n")) + ("score:train", "n:train", "discarded")
 
 
 # The dashboard's plots: name -> list of (label, bins, field, aggregation); "trailing":
@@ -70,6 +70,7 @@ PLOTS = {
                    ("compute", "samples", "compute_ms", "mean")],
     "update_s": [("update", "samples", "update_s", "mean"), ("wait for data", "samples", "wait_s", "mean")],
     "restarts": [("restarts (total)", "samples", "restarts", "max")],
+    "discarded": [("discarded orders per episode", "episodes", "discarded", "mean")],
 }
 
 
@@ -130,14 +131,15 @@ class RunSeries:
         self.samples.add_many(t, update_s=floats(recs, "update_s"), wait_s=floats(recs, "wait_s"))
 
     def add_episode(self, t: float, opponent: str, eval: bool, result: str, steps: int = 0, ret: float = 0.0,
-                    version: int = 0) -> None:
+                    version: int = 0, discarded: float = float("nan")) -> None:
         """One finished episode (episodes.jsonl's fields)."""
-        self.add_episodes(np.array([t]), [opponent], [eval], [result], [steps], [ret], [version])
+        self.add_episodes(np.array([t]), [opponent], [eval], [result], [steps], [ret], [version], [discarded])
 
     def add_episodes(self, t: np.ndarray, opponents: list[str], evals: list[bool], results: list[str],
-                     steps: list[int], rets: list[float], versions: list[int]) -> None:
+                     steps: list[int], rets: list[float], versions: list[int], discarded=None) -> None:
         """Finished episodes, as equal-length lists (episodes.jsonl's fields): one numpy
-        pass per batch, so a run's whole history reads as fast as its files parse."""
+        pass per batch, so a run's whole history reads as fast as its files parse.
+        `discarded`: the orders each episode's game discarded (NaN: not recorded)."""
         n = len(t)
         if not n:
             return
@@ -155,6 +157,8 @@ class RunSeries:
             if m.any():
                 self.levels.setdefault(lvl, LevelTally()).add_many(r[m])
                 self.episode_bins.add_many(t[m], **{f"score:{lvl}": score[m], f"n:{lvl}": np.ones(int(m.sum()))})
+        if discarded is not None:  # bins pass NaN over
+            self.episode_bins.add_many(t, discarded=np.asarray(discarded, np.float64))
         m = ~ev & decided
         if m.any():
             self.train.add_many(r[m])

@@ -37,6 +37,7 @@ from w3async.files import atomic_write_text, discard
 from w3async.observe.http_limits import Limits, RateGate, inside, target_authority
 from w3async.observe.replay_view import ReplayError, replay_view
 from w3async.observe.run_view import SCHEMA
+from w3async.observe.video import VIDEO_DIR, VIDEO_NAME
 from w3async.observe.status_metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE, metrics_text
 from w3async.run_folder import RunFolder
 
@@ -192,7 +193,8 @@ class HttpThread:
         app = web.Application(client_max_size=1024, middlewares=[self._middleware])
         for path, handler in (("/", self._page), ("/status", self._cached), ("/games", self._cached),
                               ("/metrics", self._metrics), ("/series", self._series),
-                              ("/replay/latest", self._replay_route), ("/static/{name}", self._static_route)):
+                              ("/replay/latest", self._replay_route), ("/static/{name}", self._static_route),
+                              ("/videos/{name}", self._video_route)):
             app.router.add_get(path, handler)
         lim = self.limits
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False, logger=HTTP_LOG,
@@ -354,6 +356,16 @@ class HttpThread:
         if name not in STATIC_FILES:
             raise web.HTTPNotFound(text=f"no static file {name!r}")
         return web.Response(body=self._static[name], headers={"Content-Type": STATIC_FILES[name]})
+
+    async def _video_route(self, request: web.Request) -> web.Response:
+        """An evaluation video of videos/ (a name VIDEO_NAME matches, a plain file: never a
+        link out of the run folder), read off this loop."""
+        name = request.match_info["name"]
+        path = Path(self.view.run_dir) / VIDEO_DIR / name
+        if not VIDEO_NAME.fullmatch(name) or path.is_symlink() or not path.is_file():
+            return _error(f"no video {name!r}")
+        body = await asyncio.get_running_loop().run_in_executor(None, path.read_bytes)
+        return web.Response(body=body, headers={"Content-Type": "video/mp4"})
 
     async def _replay_route(self, request: web.Request) -> web.Response:
         key = self._replay_key

@@ -192,6 +192,10 @@ class RunControl:
         here = int(np.count_nonzero((self._sup.table.column("obs_seq") != g.acked) & (g.row_game != -1)))
         return here + (self._remote.waiting_rows() if self._remote is not None else 0)
 
+    def restarts(self) -> int:
+        """Game restarts so far, every slot's (the dashboard's `restarts`)."""
+        return sum(s.restarts for s in self._sup.slots)
+
     def fail(self, reason: str) -> None:
         """End the run with this cause (a clean shutdown follows)."""
         self._sup.fail(reason)

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Callable
 
 from w3async import files, games
+from w3async.provenance import provenance
 from w3async.observe.logs import JsonLog, console
 from w3async.recipes import Recipe, recipe_to_dict
 from w3async.run_folder import RunFolder
@@ -43,6 +44,7 @@ from w3async.runtime.runfolder import RunError, RunLock, cleanup_previous_run
 from w3async.runtime.sandbox import Sandbox
 from w3async.runtime.shutdown import shut_down
 from w3async.runtime.slots import Slot, SlotState
+from w3async.runtime.stackdump import StackDump
 from w3async.runtime.watching import RunWatch
 from w3async.runtime.wine import WineConfig, WineError, WineRuntime, program_bits
 from w3async.sync.gather import make_gatherer
@@ -90,6 +92,7 @@ class Supervisor:
         self._signals = signals
         self._keep_signals = keep_signals
         self._signals_installed = False
+        self.stack_dump: StackDump | None = None  # SIGUSR1's dump (runtime/stackdump.py)
         self._shutdown_done = False  # close() has finished the shutdown: a signal now changes nothing
         self._old_handler = None
         self._cluster_link = cluster
@@ -115,6 +118,7 @@ class Supervisor:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.lock = RunLock(self.run_dir)
         self.events = JsonLog(RunFolder(self.run_dir).events)
+        self.stack_dump = StackDump.install(self.run_dir, self._loop) if self._signals else None  # SIGUSR1
         if self.lock.previous.get("pid"):
             # We hold the lock, so the supervisor that wrote it is dead (killed, or the
             # machine went down): end what it left before anything else.
@@ -160,9 +164,11 @@ class Supervisor:
             self.answerer = policy_answerer(self.control, r.supervisor.policy)
         # Only now, the checkpoint loaded: a resume refused above (weights of another network,
         # a missing snapshot) left the run's recipe.json replaced by the recipe it refused.
-        files.atomic_write_text(RunFolder(self.run_dir).recipe, json.dumps(recipe_to_dict(r), indent=1))
+        made_by = provenance()  # {version, commit, dirty}: the package's version and git commit
+        saved = dict(recipe_to_dict(r), w3async=made_by)
+        files.atomic_write_text(RunFolder(self.run_dir).recipe, json.dumps(saved, indent=1))
         self.events.info("run_start", run=self.run_dir.name, recipe=r.name, pid=os.getpid(), shm=self.table.name,
-                         rows=n_rows, games=n_games, gather=r.supervisor.gather, policy=r.supervisor.policy)
+                         rows=n_rows, games=n_games, gather=r.supervisor.gather, policy=r.supervisor.policy, **made_by)
 
     # ---- rounds -------------------------------------------------------------------
 
@@ -407,6 +413,8 @@ class Supervisor:
                     self._loop.remove_signal_handler(sig)
                 self._loop.set_exception_handler(self._old_handler)
                 self._signals_installed = False
+            if self.stack_dump is not None:  # SIGUSR1 then ignored with keep_signals (its default kills)
+                self.stack_dump.close(ignore=self._keep_signals)
 
     async def _start(self, tasks: list) -> None:
         if self.recipe.status.enabled:

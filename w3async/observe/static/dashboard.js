@@ -7,7 +7,7 @@ window.w3Status = { plots: {}, refreshes: 0, errors: [], viewer: {} };
 
 const REFRESH_MS = 2000;
 const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd"];
-const PLOT_NAMES = ["steps_per_s", "win_rate", "latency_ms", "update_s", "restarts"];
+const PLOT_NAMES = ["steps_per_s", "win_rate", "latency_ms", "update_s", "restarts", "discarded"];
 
 function fmt(v, digits) {
   if (v === null || v === undefined) return "–";
@@ -125,6 +125,24 @@ function showStatus(st) {
   document.getElementById("summary").replaceChildren(...cards.map(([l, v]) => card(l, v)));
 }
 
+// The evaluation videos (videos/ in the run folder), newest first: one link each.
+function showVideos(videos) {
+  const items = (videos || []).map((v) => {
+    const li = document.createElement("li");
+    const a = document.createElement("a");
+    a.href = v.url; a.textContent = v.name;
+    const s = document.createElement("span"); s.className = "dim"; s.textContent = ` ${fmt(v.bytes / 1024, 0)} KiB, ${v.saved_at}`;
+    li.append(a, s);
+    return li;
+  });
+  if (!items.length) {
+    const li = document.createElement("li"); li.className = "dim"; li.textContent = "none yet";
+    items.push(li);
+  }
+  document.getElementById("videos").replaceChildren(...items);
+  window.w3Status.videos = (videos || []).map((v) => v.url);
+}
+
 function tableRow(values) {
   const tr = document.createElement("tr");
   for (const v of values) {
@@ -165,6 +183,7 @@ async function refresh() {
     showStatus(st);
     showGames(games.games);
     showHosts(st.hosts);
+    showVideos(st.videos);
     for (const name of PLOT_NAMES) {
       const canvas = document.getElementById("plot-" + name);
       const opts = name === "win_rate" ? { ymax: 1 } : {};

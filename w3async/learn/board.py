@@ -1,0 +1,115 @@
+"""A learning run's TensorBoard curves and evaluation videos (docs/learning.md,
+"TensorBoard and videos"), fed by the training answerer (training.py):
+
+    learner thread, each update   -> learner/* (losses, entropy, KL, clip fraction,
+                                     staleness, update and wait time, ...)
+    loop thread, once a second    -> run/* (agent steps/s, restarts, updates), rounds/*
+                                     (the round latency and compute the dashboard plots),
+                                     eval/win_rate/<level>
+    its own thread, every N min   -> videos/eval-<agent steps>.mp4 and eval/video
+
+Both only enqueue (observe/tensorboard.py's thread writes). Every step is the run's
+agent steps, restored from the checkpoint on a resume (the writer's purge step then
+drops what a killed run wrote beyond it); a step never repeats within a tag.
+"""
+
+from __future__ import annotations
+
+import time
+
+from w3async import games
+from w3async.observe.tensorboard import TB_DIR, TbWriter
+from w3async.observe.video import VideoMaker, newest_file
+
+LEARNER_FIELDS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac", "explained_var", "lr",
+                  "ent_coef", "grad_norm", "staleness", "staleness_max", "update_s", "wait_s")
+
+
+class Board:
+    """TensorBoard (recipe: status.tensorboard) and videos (evaluation.video_minutes) of
+    one Training; `close()` at its stop."""
+
+    def __init__(self, host):
+        self.host = host
+        r = host.recipe
+        self.tb: TbWriter | None = None
+        if r.status.tensorboard:
+            # what the checkpoint counts (steps up to its agent steps) stays; beyond is a
+            # killed run's tail, which TensorBoard's reader drops at this purge step
+            purge = host.counts.agent_steps + 1 if (host.run_dir / TB_DIR).exists() else None
+            self.tb = TbWriter(host.run_dir, purge_step=purge)
+        self._rate = (time.monotonic(), host.counts.agent_steps)
+        # per group of tags, the last step written: this process writes above the checkpoint's
+        self._last_step = dict.fromkeys(("learner", "run"), host.counts.agent_steps)
+        self.videos: VideoMaker | None = None
+        self._video_off: str | None = None  # the game, when videos are asked for and it has no viewer
+        game = games.get(r.game)
+        every = 60.0 * r.evaluation.video_minutes
+        if every <= 0:
+            return
+        if game.replay_view is None or not game.replay_dir:
+            self._video_off = game.name  # said at start(): run_start stays the run's first event
+            return
+        folder = host.run_dir / game.replay_dir
+        self.videos = VideoMaker(host.run_dir, every, lambda: newest_file(folder, tuple(game.replay_suffixes)),
+                                 lambda: host.counts.agent_steps, game=game.name, tb=self.tb, on_video=self._video_made)
+
+    def start(self) -> None:
+        if self.videos is not None:
+            self.videos.start()
+        elif self._video_off:
+            self.host.control.events.info("video_off", game=self._video_off,
+                                          reason="the game has no replay viewer: no videos of its evaluation games")
+
+    def _step(self, group: str) -> int:
+        """The run's agent steps, made strictly larger than this group's last step."""
+        step = max(int(self.host.counts.agent_steps), self._last_step[group] + 1)
+        self._last_step[group] = step
+        return step
+
+    def update(self, stats: dict) -> None:
+        """From the learner thread: one update's figures (learner.jsonl's `update` line)."""
+        if self.tb is not None:
+            vals = {f"learner/{k}": stats.get(k) for k in LEARNER_FIELDS}
+            vals["learner/updates"] = stats.get("update")
+            self.tb.scalars(self._step("learner"), vals)
+
+    def sample(self, rounds: dict | None) -> None:
+        """From the loop thread, once a second: the dashboard's figures; `rounds` is the
+        inference.jsonl line just written (None when no round came back)."""
+        if self.tb is None:
+            return
+        h = self.host
+        now, steps = time.monotonic(), h.counts.agent_steps
+        t0, s0 = self._rate
+        if steps == s0:
+            return  # no step since the last sample: nothing new to plot at a new step
+        self._rate = (now, steps)
+        vals = {"run/steps_per_s": (steps - s0) / max(now - t0, 1e-6), "run/restarts": h.control.restarts(),
+                "run/updates": h.learner.version, "run/episodes": h.episodes}
+        if rounds:
+            vals.update({"rounds/latency_ms_mean": rounds.get("latency_ms_mean"),
+                         "rounds/latency_ms_p95": rounds.get("latency_ms_p95"),
+                         "rounds/latency_ms_max": rounds.get("latency_ms_max"),
+                         "rounds/compute_ms_mean": rounds.get("compute_ms_mean"),
+                         "rounds/rows_per_round": rounds.get("rows_per_round")})
+        ended, h.tally.ended_discarded = h.tally.ended_discarded, []
+        if ended:
+            vals["run/discarded_per_episode"] = sum(ended) / len(ended)
+        for level, w in h.win_rates().items():
+            vals[f"eval/win_rate/{level}"] = w.get("rate")
+        self.tb.scalars(self._step("run"), vals)
+
+    def _video_made(self, path, replay, info: dict) -> None:
+        self.host.control.events.info("video", path=str(path), replay=str(replay), **info)
+
+    def close(self) -> None:
+        """Stop the video thread, write what is queued, flush and close the event file."""
+        if self.videos is not None:
+            self.videos.stop()
+            for err in self.videos.errors:
+                self.host.control.events.warning("video_failed", error=err)
+        if self.tb is not None:
+            self.tb.close()
+            if self.tb.error:
+                self.host.control.events.warning("tensorboard_failed", error=self.tb.error)
