@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml setup.py csrc/rows.c shim/w3s_table.h
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH)"
-	$(PY) -m pip install -q -e '.[test,bench]'
+	$(PY) -m pip install -q -e '.[test,bench,env]'
 	touch $@
 
 setup: $(VENV)/.installed build
