@@ -179,6 +179,8 @@ class Bridge:
         handed out, the action is dropped)."""
         rows = np.asarray(rows, np.int64)
         with self.cond:
+            if self.ended is not None:
+                raise EnvClosed(self.ended)
             owed = self.handed[rows]
             r = rows[owed]
             self.handed[r] = False
