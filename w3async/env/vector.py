@@ -79,8 +79,7 @@ class W3VectorEnv(VectorEnv):
 
     def step(self, actions):
         self.send(actions, self._all)
-        obs, rew, term, trunc, infos = self._recv_rows(self._all)
-        return obs, rew, term, trunc, infos
+        return self.recv_rows(self._all)
 
     def close_extras(self, **kwargs: Any) -> None:
         self.stats = self.run.close()
@@ -108,8 +107,11 @@ class W3VectorEnv(VectorEnv):
             obs, st = self.run.take(rows)
         return obs, st["reward"], st["terminated"], st["truncated"], self._infos(st, rows)
 
-    def _recv_rows(self, rows: np.ndarray):
-        self.run.wait_rows(rows, self.step_timeout_s)
+    def recv_rows(self, env_ids, timeout_s: float | None = None):
+        """The next step of exactly these sub-envs (each sent an action, or just ended),
+        waiting for all of them."""
+        rows = np.asarray(env_ids, np.int64)
+        self.run.wait_rows(rows, timeout_s or self.step_timeout_s)
         with self.run.bridge.cond:
             obs, st = self.run.take(rows)
         return obs, st["reward"], st["terminated"], st["truncated"], self._infos(st, rows)
