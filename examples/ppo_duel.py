@@ -34,7 +34,8 @@ def parse():
     p.add_argument("--recipe", default="env-duel")
     p.add_argument("--minutes", type=float, default=20.0)
     p.add_argument("--num-steps", type=int, default=128, help="steps per env per rollout")
-    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--noop-bias", type=float, default=3.0)
     p.add_argument("--gamma", type=float, default=0.99)
     p.add_argument("--gae-lambda", type=float, default=0.95)
     p.add_argument("--update-epochs", type=int, default=3)
@@ -50,7 +51,7 @@ def parse():
 
 
 class Agent(nn.Module):
-    def __init__(self, n_types: int, head_sizes, d: int = 64):
+    def __init__(self, n_types: int, head_sizes, noop=(None,) * 4, noop_bias: float = 3.0, d: int = 64):
         super().__init__()
         self.head_sizes = list(head_sizes)
         self.type_emb = nn.Embedding(n_types, 16)
@@ -60,6 +61,14 @@ class Agent(nn.Module):
         self.heads = nn.ModuleList(nn.Linear(2 * d, n) for n in self.head_sizes[:3])
         self.query = nn.Linear(2 * d, d)
         self.value = nn.Linear(2 * d, 1)
+        # The no-op prior (docs/training.md, "What made it learn"): each head's "change
+        # nothing" choice starts with a logit of noop_bias, so a fresh policy keeps its
+        # orders for a few steps instead of re-ordering its army every step.
+        self.pointer_bias = nn.Parameter(torch.zeros(self.head_sizes[3]))
+        with torch.no_grad():
+            for k, c in enumerate(noop):
+                if c is not None:
+                    (self.heads[k].bias if k < 3 else self.pointer_bias)[c] = noop_bias
 
     def forward(self, o):
         ent, types, n = o["ent"], o["ent_type"].long(), o["n_ent"]
@@ -69,7 +78,7 @@ class Agent(nn.Module):
         mx = (e - 1e4 * (1 - valid[..., None])).max(1).values.clamp(min=0)
         h = self.body(torch.cat([self.glob(o["glob"]), mean, mx], -1))
         logits = [head(h) for head in self.heads]
-        logits.append(torch.einsum("bd,bed->be", self.query(h), e))  # the pointer head: a score per entity
+        logits.append(torch.einsum("bd,bed->be", self.query(h), e) + self.pointer_bias)  # a score per entity
         return logits, self.value(h).squeeze(-1)
 
     def act(self, o, action=None):
@@ -94,11 +103,11 @@ def main():
     a = parse()
     torch.manual_seed(a.seed)
     torch.set_num_threads(a.threads)
-    env = we.make(a.recipe)
+    env = we.make(a.recipe, supervisor__progress_s=0)
     game = games.get(env.recipe.game)
     genv = env.recipe.games[0].env
     n, T = env.num_envs, a.num_steps
-    agent = Agent(env.run.spec.n_types, env.single_action_space.nvec)
+    agent = Agent(env.run.spec.n_types, env.single_action_space.nvec, env.run.spec.noop, a.noop_bias)
     opt = torch.optim.Adam(agent.parameters(), lr=a.lr, eps=1e-5)
     obs, _ = env.reset(seed=a.seed)
     buf_obs = {k: torch.zeros((T, n, *v.shape[1:]), dtype=torch.as_tensor(v).dtype) for k, v in obs.items()}
