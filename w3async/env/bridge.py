@@ -66,6 +66,7 @@ class Bridge:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.ended: str | None = None  # set by SupervisorThread when the run is over
         self.restarts = 0  # rows cut by a game's end mid-episode
+        self._enough = None  # the waiting caller's condition: the loop wakes it only when it holds
 
     # ---- the loop's side (the Answerer contract) ------------------------------------------------
 
@@ -91,7 +92,7 @@ class Bridge:
             self.obs_seq[rows] = b.obs_seq[:n]
             self.posted[rows] = True
             self.stamp[rows] = next(self._clock)
-            self.cond.notify_all()
+            self._wake()
         self.control.hold(rows)  # not gathered again until answered
 
     def rows_reset(self, rows: slice) -> None:
@@ -104,6 +105,12 @@ class Bridge:
             self.posted[rows] = False
             self.handed[rows] = False
             self.in_episode[rows] = False
+            self._wake()
+
+    def _wake(self) -> None:
+        """Wake the caller if what it waits for is there (each wake-up it cannot use
+        costs a thread switch: 4-5 a step with 8 games posting one by one)."""
+        if self._enough is None or self._enough():
             self.cond.notify_all()
 
     def _answer(self, rows: np.ndarray, seqs: np.ndarray, epochs: np.ndarray, actions: np.ndarray) -> None:
@@ -133,13 +140,17 @@ class Bridge:
         """Block until enough() (called with cond held) or the run ends; EnvClosed then."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         with self.cond:
-            while not enough():
-                if self.ended is not None:
-                    raise EnvClosed(self.ended)
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    raise TimeoutError(f"no rows ready within {timeout_s} s")
-                self.cond.wait(0.5 if left is None else min(left, 0.5))
+            self._enough = enough
+            try:
+                while not enough():
+                    if self.ended is not None:
+                        raise EnvClosed(self.ended)
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        raise TimeoutError(f"no rows ready within {timeout_s} s")
+                    self.cond.wait(0.5 if left is None else min(left, 0.5))
+            finally:
+                self._enough = None
 
     def take(self, rows: np.ndarray, out: dict, last: dict) -> dict:
         """Hand out these rows (each posted or cut; call with cond held): their observation
