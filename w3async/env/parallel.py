@@ -57,19 +57,10 @@ class W3ParallelEnv(ParallelEnv):
         if not self._started:
             self.run.start()
             self._started = True
-        else:
-            b = self.run.bridge
-            live = rows[[a in self.agents for a in self.possible_agents]]
-            if len(live):  # a reset before every lane ended: restart the games (their episodes cut)
-                with b.cond:
-                    b.handed[:] = False
-                    epochs = b.epoch.copy()
-                self.run.restart_games()
-                b.wait(lambda: bool(((b.epoch > epochs) & b.posted).all()), self.step_timeout_s)
-            else:  # every lane ended: answer its end, its next game's first rows follow
-                b.give(rows, np.zeros((len(rows), len(self.run.spec.head_sizes)), np.int64))
-            with b.cond:
-                b.cut[:] = False
+        elif any(a in self.agents for a in self.possible_agents):  # lanes still playing: restart the games
+            self.run.restart_games(self.step_timeout_s)
+        else:  # every lane ended: answer its end, its next game's first rows follow
+            self.run.bridge.give(rows, np.zeros((len(rows), len(self.run.spec.head_sizes)), np.int64))
         self.run.wait_rows(rows, self.step_timeout_s)
         with self.run.bridge.cond:
             obs, st = self.run.take(rows)

@@ -87,16 +87,23 @@ class EnvRun:
         b = self.bridge
         b.wait(lambda: bool((b.posted[rows] | b.cut[rows]).all()), timeout_s)
 
-    def restart_games(self) -> None:
-        """End every game at once and restart it (a reset() after the first): their rows'
-        episodes are cut."""
-        sup = self.thread.sup
+    def restart_games(self, timeout_s: float | None) -> None:
+        """End every game at once and restart it (a reset() after the first), and wait for
+        every row's first post of the new games. What was handed out goes with the games;
+        the cuts are dropped (a reset is no truncation to report)."""
+        sup, b = self.thread.sup, self.bridge
 
         def kill_all():
             for s in sup.slots:
                 sup.keeper.kill(s, "env_reset", {})
 
+        with b.cond:
+            b.handed[:] = False
+            epochs = b.epoch.copy()
         self.thread.call(kill_all)
+        b.wait(lambda: bool(((b.epoch > epochs) & b.posted).all()), timeout_s)
+        with b.cond:
+            b.cut[:] = False
 
     def close(self) -> dict:
         if self.closed:

@@ -64,14 +64,7 @@ class W3VectorEnv(VectorEnv):
             self.run.start()
             self._started = True
         else:
-            b = self.run.bridge
-            with b.cond:  # what was handed out goes with the games
-                b.handed[:] = False
-                epochs = b.epoch.copy()
-            self.run.restart_games()
-            b.wait(lambda: bool(((b.epoch > epochs) & b.posted).all()), self.step_timeout_s)
-            with b.cond:
-                b.cut[:] = False  # a reset is no truncation to report
+            self.run.restart_games(self.step_timeout_s)
         self.run.wait_rows(self._all, self.step_timeout_s)
         with self.run.bridge.cond:
             obs, st = self.run.take(self._all)
