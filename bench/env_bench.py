@@ -8,8 +8,8 @@ ai:easy; the null game with one agent side... its two sides are both agent rows,
 null process gives 2 rows), answered with uniform allowed actions (masked random):
 - `w3async.env step`: W3VectorEnv.step() over every row (one thread for the supervisor);
 - `w3async.env send/recv`: EnvPool style, recv() of half the rows, oldest first;
-- `gymnasium AsyncVectorEnv`: one worker process per game process, each a W3VectorEnv of
-  that one game wrapped as a gymnasium.Env (what a user gets with one env per game);
+- `gymnasium AsyncVectorEnv`: one worker process per game process, each a
+  w3async.env.single.GameEnv (that one game as a gymnasium.Env: one env per game);
 - `native answerer`: the supervisor's own path, the random policy as its answerer (no
   thread crossing, no per-step Python of the caller): the upper bound.
 An agent step is one row answered. Each row runs --seconds after a warm-up; one run, one
@@ -34,6 +34,7 @@ sys.path.insert(0, str(REPO))
 import gymnasium as gym  # noqa: E402
 
 import w3async.env as we  # noqa: E402
+from w3async.env.single import GameEnv  # noqa: E402
 from w3async.env.spaces import sample_masked  # noqa: E402
 
 RECIPES = {"null": "env-null", "duel": "env-duel"}
@@ -79,39 +80,8 @@ def bench_recv(recipe: str, procs: int, seconds: float) -> float:
         env.close()
 
 
-class OneGame(gym.Env):
-    """One game process (its rows: one for the duel, two for the null game, stacked) as a
-    gymnasium.Env, for AsyncVectorEnv. A reset after an episode's end is the game's own
-    (its next episode's first step, no restart)."""
-
-    def __init__(self, recipe: str):
-        self.env = we.make(recipe, sets=sets_for(1))
-        k = self.env.num_envs
-        self.observation_space = self.env.observation_space if k > 1 else self.env.single_observation_space
-        self.action_space = self.env.action_space if k > 1 else self.env.single_action_space
-        self._k, self._started = k, False
-
-    def _one(self, obs):
-        return obs if self._k > 1 else {key: (v[0] if key != "n_ent" else int(v[0])) for key, v in obs.items()}
-
-    def reset(self, *, seed=None, options=None):
-        if not self._started:
-            self._started = True
-            obs, _ = self.env.reset(seed=seed)
-        else:  # the game reloaded the lane itself: answer its end, take its first step
-            obs, *_ = self.env.step(np.zeros((self._k, len(self.env.single_action_space.nvec)), np.int64))
-        return self._one(obs), {}
-
-    def step(self, action):
-        obs, rew, term, trunc, _ = self.env.step(np.asarray(action).reshape(self._k, -1))
-        return self._one(obs), float(rew.sum()), bool(term.any()), bool(trunc.any()), {}
-
-    def close(self):
-        self.env.close()
-
-
 def bench_async(recipe: str, procs: int, seconds: float) -> float:
-    venv = gym.vector.AsyncVectorEnv([lambda r=recipe: OneGame(r) for _ in range(procs)], shared_memory=True)
+    venv = gym.vector.AsyncVectorEnv([lambda r=recipe: GameEnv(r, supervisor__progress_s=0) for _ in range(procs)], shared_memory=True)
     try:
         obs, _ = venv.reset(seed=0)
         rng = np.random.default_rng(0)

@@ -168,3 +168,38 @@ def test_parallel_api(name, sets):
 def test_parallel_refuses_many_lanes():
     with pytest.raises(ValueError, match="lanes = 1"):
         we.parallel_env("env-duel")
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_single_game_env_checkers(name):
+    """One game as a gymnasium.Env (w3async.env.single.GameEnv) through gymnasium's own
+    checkers: check_env's reset checks, and the passive checkers on every reset and step
+    of a few episodes. (check_env's step-determinism check cannot pass: reset(seed=)
+    does not reseed the game, docs/env.md.)"""
+    from gymnasium.utils import env_checker as ec
+    from gymnasium.utils.passive_env_checker import env_reset_passive_checker, env_step_passive_checker
+
+    from w3async.env.single import GameEnv
+
+    env = GameEnv(name)
+    try:
+        ec.check_action_space(env.action_space)
+        ec.check_observation_space(env.observation_space)
+        ec.check_reset_return_type(env)
+        ec.check_reset_options(env)
+        env_reset_passive_checker(env, seed=5)
+        ends = 0
+        rng = np.random.default_rng(4)
+        obs, _ = env.reset()
+        for _ in range(400):
+            mask = obs["mask"] if obs["mask"].ndim == 3 else obs["mask"][None]
+            act = sample_masked(mask, rng).reshape(env.action_space.shape)
+            obs, rew, term, trunc, info = env_step_passive_checker(env, act)
+            assert env.observation_space.contains(obs)
+            if term or trunc:
+                ends += 1
+                obs, info = env_reset_passive_checker(env)
+                assert info["step"].max() == 0 if isinstance(info["step"], np.ndarray) else info["step"] == 0
+        assert ends > 0
+    finally:
+        env.close()
