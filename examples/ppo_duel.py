@@ -116,7 +116,8 @@ def main():
     dones = torch.zeros((T, n))  # 1: this step's observation starts a new episode (the previous ended)
     next_done = torch.zeros(n)
     results: deque = deque(maxlen=100)
-    out = csv.writer(open(a.csv, "w", newline="")) if a.csv else None
+    csv_file = open(a.csv, "w", newline="") if a.csv else None
+    out = csv.writer(csv_file) if csv_file else None
     if out:
         out.writerow(["minutes", "agent_steps", "games", "win_rate_last100"])
     t0, steps, update, n_games = time.monotonic(), 0, 0, 0
@@ -178,6 +179,7 @@ def main():
               f"{wr:.2f}", flush=True)
         if out:
             out.writerow([f"{mins:.2f}", steps, n_games, f"{wr:.3f}"])
+            csv_file.flush()  # the curve survives a stopped run
     env.close()
     return 0
 
