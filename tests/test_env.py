@@ -203,3 +203,23 @@ def test_single_game_env_checkers(name):
         assert ends > 0
     finally:
         env.close()
+
+
+def test_exit_without_close_cleans_up(tmp_path):
+    """A caller that dies of an exception without close(): at exit the run still shuts
+    down (no segment left, no game alive, the run folder gone)."""
+    import subprocess
+    import sys
+
+    code = ("import w3async.env as we\n"
+            "env = we.make('env-duel')\n"
+            "env.reset()\n"
+            "print([s.proc.pid for s in env.run.thread.sup.slots], env.run.run_dir, flush=True)\n"
+            "raise RuntimeError('the caller failed')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "the caller failed" in r.stderr and r.returncode == 1
+    pids_text, run_dir = r.stdout.strip().rsplit("] ", 1)
+    pids = [int(x) for x in pids_text.strip("[").split(",")]
+    assert not [p for p in pids if _alive(p)]
+    assert not list_segments(SHM_PREFIX)
+    assert not os.path.exists(run_dir)

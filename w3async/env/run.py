@@ -3,6 +3,7 @@ run folder, the supervisor on its thread, and the step of a set of rows."""
 
 from __future__ import annotations
 
+import atexit
 import shutil
 import tempfile
 from pathlib import Path
@@ -71,6 +72,10 @@ class EnvRun:
         self.closed = False
 
     def start(self) -> Bridge:
+        # A caller that exits without close() (an exception, sys.exit) still gets the
+        # shutdown: the supervisor's thread is a daemon, stopped without one at exit,
+        # which left every game's segment in /dev/shm (8 runs' worth, 2026-12-04).
+        atexit.register(self.close)
         self.bridge = self.thread.start()
         self.last = sp.empty_obs(self.bridge.n_rows)
         return self.bridge
@@ -109,6 +114,7 @@ class EnvRun:
         if self.closed:
             return self.thread.stats
         self.closed = True
+        atexit.unregister(self.close)
         self.thread.stop()
         if self._own_dir and not self.keep_run:
             shutil.rmtree(self.run_dir.parent, ignore_errors=True)
