@@ -126,7 +126,9 @@ def test_send_recv_serves_every_row():
             assert env.single_observation_space.contains({k: v[0] for k, v in obs.items()} | {"n_ent": int(obs["n_ent"][0])})
             served[ids] += 1
             env.send(sample_masked(obs["mask"], rng), ids)
-        assert served.min() > 100, served
+        # oldest first: a game that posts faster is served more often, none is left out
+        # (a row never served would be 0 here; 1,200 rows over 8 make 150 a row on average)
+        assert served.min() >= 40, served
         with pytest.raises(ValueError, match="expected"):
             env.send(np.zeros((3, 4)), np.arange(2))
     finally:
