@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml setup.py csrc/rows.c shim/w3s_table.h
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH)"
-	$(PY) -m pip install -q -e '.[test,bench]'
+	$(PY) -m pip install -q -e '.[test,bench,env]'
 	touch $@
 
 setup: $(VENV)/.installed build
@@ -41,7 +41,7 @@ test: setup $(VENV)/.cluster
 	$(PY) -m pytest -q $(TESTS)
 
 # Each benchmark prints a table; docs/performance.md records what they measured.
-BENCHES ?= step_sync inference_bench update_bench duel_bench status_bench fgself_bench soak inject_bench cluster_bench
+BENCHES ?= step_sync env_bench inference_bench update_bench duel_bench status_bench fgself_bench soak inject_bench cluster_bench
 bench: setup $(VENV)/.cluster
 	@for b in $(BENCHES); do \
 	  if [ -f bench/$$b.py ]; then echo "== bench/$$b.py"; $(PY) bench/$$b.py || exit 1; fi; \

@@ -1,0 +1,227 @@
+"""w3async.env: the gymnasium VectorEnv and the PettingZoo ParallelEnv over real game
+processes (the null game and the duel), their contracts, a game killed mid-episode, and
+a close() that leaves nothing behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_action_space, check_observation_space
+from gymnasium.vector import AutoresetMode
+from pettingzoo.test import parallel_api_test
+
+import w3async.env as we
+from w3async.env.spaces import sample_masked
+from w3async.sync import layout
+from w3async.sync.table import list_segments
+
+from .conftest import SHM_PREFIX
+
+RECIPES = ["env-null", "env-duel"]
+
+
+@pytest.fixture(autouse=True)
+def _built(null_native):
+    return null_native
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _check_batch(env, obs, rew, term, trunc, infos) -> None:
+    n = env.num_envs
+    assert env.observation_space.contains(obs), {k: (v.dtype, v.shape) for k, v in obs.items()}
+    assert rew.shape == term.shape == trunc.shape == (n,)
+    assert rew.dtype == np.float32 and term.dtype == bool and trunc.dtype == bool
+    for k in ("cut", "episode", "step", "slot"):
+        assert infos[k].shape == (n,) and infos["_" + k].all()
+    # every head allows a choice; none past the head's size
+    for h, size in enumerate(env.single_action_space.nvec):
+        assert obs["mask"][:, h, :size].any(axis=1).all()
+        assert not obs["mask"][:, h, size:].any()
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_vector_contract(name):
+    """Spaces (gymnasium's own space checks), reset and step batches inside them, and the
+    NEXT_STEP autoreset: the step after an episode's end gives its lane's first step."""
+    env = we.make(name)
+    try:
+        assert env.metadata["autoreset_mode"] == AutoresetMode.NEXT_STEP
+        check_observation_space(env.single_observation_space)
+        check_action_space(env.single_action_space)
+        obs, infos = env.reset(seed=3)
+        assert env.observation_space.contains(obs) and (infos["step"] == 0).all()
+        rng = np.random.default_rng(0)
+        ended_before = np.zeros(env.num_envs, bool)
+        autoresets = 0
+        for _ in range(400):
+            obs, rew, term, trunc, infos = env.step(sample_masked(obs["mask"], rng))
+            _check_batch(env, obs, rew, term, trunc, infos)
+            # the step after an end: the next episode's first observation, reward 0
+            assert (infos["step"][ended_before] == 0).all() and (rew[ended_before] == 0).all()
+            assert not (term & trunc).any()
+            autoresets += int(ended_before.sum())
+            ended_before = term | trunc
+        assert autoresets > 0, "no episode ended in 400 steps: the autoreset was not exercised"
+        assert not infos["cut"].any()
+    finally:
+        env.close()
+
+
+def test_killed_game_truncates_its_rows_only():
+    """A game killed mid-episode (SIGKILL to its pid): its two rows end truncated with
+    info cut, once, and then start a new episode at step 0; the other rows go on."""
+    env = we.make("env-null", sets=['games.env.W3N_EPISODE_STEPS="100000"'])
+    try:
+        obs, _ = env.reset()
+        rng = np.random.default_rng(1)
+        for _ in range(20):
+            obs, *_ = env.step(sample_masked(obs["mask"], rng))
+        slot = env.run.thread.sup.slots[1]
+        victim = slot.proc.pid
+        mine = np.arange(slot.row0, slot.row0 + slot.nrows)
+        os.kill(victim, signal.SIGKILL)
+        seen = np.zeros(env.num_envs, bool)
+        for _ in range(200):
+            obs, rew, term, trunc, infos = env.step(sample_masked(obs["mask"], rng))
+            assert not term.any()
+            assert not trunc[~np.isin(np.arange(env.num_envs), mine)].any(), "a row of another game was cut"
+            assert (trunc == infos["cut"]).all()
+            assert not (seen & trunc).any(), "a cut reported twice"
+            seen |= trunc
+            if seen[mine].all():
+                break
+        assert seen[mine].all() and not seen[~np.isin(np.arange(env.num_envs), mine)].any()
+        assert (rew[mine] == 0).all()
+        obs, rew, term, trunc, infos = env.step(sample_masked(obs["mask"], rng))  # the restarted game
+        assert (infos["step"][mine] == 0).all() and (infos["slot"][mine] == 1).all()
+        assert infos["step"][0] > 20 and not trunc.any()
+        assert slot.proc.pid != victim and env.restarts_seen == len(mine)
+    finally:
+        env.close()
+
+
+def test_send_recv_serves_every_row():
+    """EnvPool style: recv gives batch_size ready rows, oldest first; answering them keeps
+    every row moving (none starves)."""
+    env = we.make("env-null", batch_size=4)
+    try:
+        env.reset()
+        rng = np.random.default_rng(2)
+        env.send(np.zeros((8, 4), np.int64), np.arange(8))
+        served = np.zeros(8, np.int64)
+        for _ in range(300):
+            obs, rew, term, trunc, infos = env.recv(timeout_s=30)
+            ids = infos["env_id"]
+            assert len(ids) == 4 and len(set(ids.tolist())) == 4
+            assert env.single_observation_space.contains({k: v[0] for k, v in obs.items()} | {"n_ent": int(obs["n_ent"][0])})
+            served[ids] += 1
+            env.send(sample_masked(obs["mask"], rng), ids)
+        # oldest first: a game that posts faster is served more often, none is left out
+        # (a row never served would be 0 here; 1,200 rows over 8 make 150 a row on average)
+        assert served.min() >= 40, served
+        with pytest.raises(ValueError, match="expected"):
+            env.send(np.zeros((3, 4)), np.arange(2))
+    finally:
+        env.close()
+
+
+def test_close_leaves_nothing():
+    """close() ends the games and unlinks the segments; a second reset() restarts every
+    game, its rows at step 0 again."""
+    env = we.make("env-duel")
+    obs, _ = env.reset()
+    rng = np.random.default_rng(3)
+    for _ in range(10):
+        obs, *_ = env.step(sample_masked(obs["mask"], rng))
+    pids = [s.proc.pid for s in env.run.thread.sup.slots]
+    obs, infos = env.reset()
+    assert (infos["step"] == 0).all() and not infos["cut"].any()
+    pids2 = [s.proc.pid for s in env.run.thread.sup.slots]
+    assert not set(pids) & set(pids2)
+    run_dir = env.run.run_dir
+    env.close()
+    assert not [p for p in pids + pids2 if _alive(p)]
+    assert not list_segments(SHM_PREFIX)
+    assert not run_dir.exists()
+    with pytest.raises(we.EnvClosed):
+        env.step(np.zeros((env.num_envs, layout.N_HEADS), np.int64))
+
+
+@pytest.mark.parametrize("name,sets", [("env-null", ["games.count=1"]), ("env-duel-selfplay", []),
+                                       ("env-duel", ["games.lanes=1"])])
+def test_parallel_api(name, sets):
+    env = we.parallel_env(name, sets=sets)
+    try:
+        parallel_api_test(env, num_cycles=300)
+    finally:
+        env.close()
+
+
+def test_parallel_refuses_many_lanes():
+    with pytest.raises(ValueError, match="lanes = 1"):
+        we.parallel_env("env-duel")
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_single_game_env_checkers(name):
+    """One game as a gymnasium.Env (w3async.env.single.GameEnv) through gymnasium's own
+    checkers: check_env's reset checks, and the passive checkers on every reset and step
+    of a few episodes. (check_env's step-determinism check cannot pass: reset(seed=)
+    does not reseed the game, docs/env.md.)"""
+    from gymnasium.utils import env_checker as ec
+    from gymnasium.utils.passive_env_checker import env_reset_passive_checker, env_step_passive_checker
+
+    from w3async.env.single import GameEnv
+
+    env = GameEnv(name)
+    try:
+        ec.check_action_space(env.action_space)
+        ec.check_observation_space(env.observation_space)
+        ec.check_reset_return_type(env)
+        ec.check_reset_options(env)
+        env_reset_passive_checker(env, seed=5)
+        ends = 0
+        rng = np.random.default_rng(4)
+        obs, _ = env.reset()
+        for _ in range(400):
+            mask = obs["mask"] if obs["mask"].ndim == 3 else obs["mask"][None]
+            act = sample_masked(mask, rng).reshape(env.action_space.shape)
+            obs, rew, term, trunc, info = env_step_passive_checker(env, act)
+            assert env.observation_space.contains(obs)
+            if term or trunc:
+                ends += 1
+                obs, info = env_reset_passive_checker(env)
+                assert info["step"].max() == 0 if isinstance(info["step"], np.ndarray) else info["step"] == 0
+        assert ends > 0
+    finally:
+        env.close()
+
+
+def test_exit_without_close_cleans_up(tmp_path):
+    """A caller that dies of an exception without close(): at exit the run still shuts
+    down (no segment left, no game alive, the run folder gone)."""
+    import subprocess
+    import sys
+
+    code = ("import w3async.env as we\n"
+            "env = we.make('env-duel')\n"
+            "env.reset()\n"
+            "print([s.proc.pid for s in env.run.thread.sup.slots], env.run.run_dir, flush=True)\n"
+            "raise RuntimeError('the caller failed')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "the caller failed" in r.stderr and r.returncode == 1
+    pids_text, run_dir = r.stdout.strip().rsplit("] ", 1)
+    pids = [int(x) for x in pids_text.strip("[").split(",")]
+    assert not [p for p in pids if _alive(p)]
+    assert not list_segments(SHM_PREFIX)
+    assert not os.path.exists(run_dir)

@@ -1,0 +1,271 @@
+"""The answerer that hands rows to a Python caller on another thread, and the thread
+that runs the supervisor.
+
+The supervisor runs unchanged (restarts, hang watch, Wine, injection, status server,
+logs) on an event loop of its own in `SupervisorThread`. Its answerer is a `Bridge`
+(runtime/answerer.py's contract): each gathered row is copied into the bridge's own
+buffers, held (left out of the gathers), and offered to the caller; the caller's
+actions go back to the loop with `call_soon_threadsafe` and are written there through
+RunControl.answer. One `threading.Condition` guards the per-row state both threads read.
+
+A row's life, as the caller sees it (`take` and `give`):
+- posted: the game posted an observation, not handed out yet;
+- handed: the caller has it and owes an action (`give` answers it);
+- cut: its game ended (killed, crashed, hung, restarted) in the middle of an episode;
+  the caller is told once, as a truncation, before the new game's first observation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+import time
+
+import numpy as np
+
+from w3async.runtime.answerer import Ticket
+from w3async.sync import layout
+from w3async.sync.gather import Batch
+
+
+class EnvClosed(RuntimeError):
+    """The run behind the env ended: the message says why (the supervisor's error)."""
+
+
+class Bridge:
+    """An Answerer whose rows are answered by a caller on another thread."""
+
+    failure: str | None = None
+
+    def __init__(self, control):
+        self.control = control
+        n = control.n_rows
+        self.n_rows = n
+        self.cond = threading.Condition()
+        self.glob = np.zeros((n, layout.G_GLOB), np.float32)
+        self.ent = np.zeros((n, layout.E_MAX, layout.F_ENT), np.float32)
+        self.ent_type = np.zeros((n, layout.E_MAX), np.int16)
+        self.mask = np.zeros((n, layout.N_HEADS, layout.HEAD_MAX), np.uint8)
+        self.n_ent = np.zeros(n, np.int64)
+        self.reward = np.zeros(n, np.float32)
+        self.flags = np.zeros(n, np.uint32)
+        self.episode = np.zeros(n, np.uint64)
+        self.step = np.zeros(n, np.uint32)
+        self.obs_seq = np.zeros(n, np.uint64)
+        self.epoch = np.zeros(n, np.int64)  # +1 each time a row's game is reset (reset() waits on it)
+        self.gen = np.zeros(n, np.int64)  # each row's generation when held (RunControl's ticket)
+        self.posted = np.zeros(n, bool)
+        self.handed = np.zeros(n, bool)
+        self.cut = np.zeros(n, bool)
+        self.in_episode = np.zeros(n, bool)  # the last row handed out was not an episode's end
+        self.stamp = np.zeros(n, np.int64)  # when the row became ready: oldest handed out first
+        self._clock = itertools.count(1)
+        self.slot_of = np.zeros(n, np.int32)
+        for g in control.games:
+            self.slot_of[g.row0:g.row0 + g.nrows] = g.index
+        self._versions = np.zeros(n, np.uint32)
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.ended: str | None = None  # set by SupervisorThread when the run is over
+        self.restarts = 0  # rows cut by a game's end mid-episode
+        self._enough = None  # the waiting caller's condition: the loop wakes it only when it holds
+
+    # ---- the loop's side (the Answerer contract) ------------------------------------------------
+
+    def start(self, loop) -> None:
+        self.loop = loop
+
+    def submit(self, b: Batch) -> None:
+        n = b.n
+        rows = b.rows[:n].astype(np.int64)
+        bucket = b.bucket
+        with self.cond:
+            self.glob[rows] = b.glob[:n]
+            self.ent[rows, :bucket] = b.ent
+            self.ent[rows, bucket:] = 0
+            self.ent_type[rows, :bucket] = b.ent_type
+            self.ent_type[rows, bucket:] = 0
+            self.mask[rows] = b.mask[:n]
+            self.n_ent[rows] = b.n_ent[:n]
+            self.reward[rows] = b.reward[:n]
+            self.flags[rows] = b.flags[:n]
+            self.episode[rows] = b.episode[:n]
+            self.step[rows] = b.step[:n]
+            self.obs_seq[rows] = b.obs_seq[:n]
+            self.posted[rows] = True
+            self.stamp[rows] = next(self._clock)
+            self._wake()
+        ticket = self.control.take(rows)  # not gathered again until answered
+        with self.cond:
+            self.gen[rows] = ticket.gens
+
+    def rows_reset(self, rows: slice) -> None:
+        with self.cond:
+            self.epoch[rows] += 1
+            cut = self.in_episode[rows] | self.handed[rows]
+            self.cut[rows] |= cut
+            self.restarts += int(cut.sum())
+            self.stamp[rows] = np.where(cut, next(self._clock), self.stamp[rows])
+            self.posted[rows] = False
+            self.handed[rows] = False
+            self.in_episode[rows] = False
+            self._wake()
+
+    def _wake(self) -> None:
+        """Wake the caller if what it waits for is there (each wake-up it cannot use
+        costs a thread switch: 4-5 a step with 8 games posting one by one)."""
+        if self._enough is None or self._enough():
+            self.cond.notify_all()
+
+    def _answer(self, rows: np.ndarray, seqs: np.ndarray, gens: np.ndarray, actions: np.ndarray) -> None:
+        # RunControl drops the rows whose game restarted since they were held (stale).
+        self.control.answer(Ticket(rows, gens), seqs, actions, self._versions[: len(rows)])
+
+    def flush_round_stats(self) -> dict | None:
+        return None
+
+    def progress(self) -> str:
+        return ""
+
+    def stop(self) -> None:
+        pass
+
+    # ---- the caller's side ---------------------------------------------------------------------
+
+    def ready(self) -> np.ndarray:
+        """Rows that can be handed out now (call with cond held)."""
+        return np.flatnonzero(self.posted | self.cut)
+
+    def wait(self, enough, timeout_s: float | None) -> None:
+        """Block until enough() (called with cond held) or the run ends; EnvClosed then."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        with self.cond:
+            self._enough = enough
+            try:
+                while not enough():
+                    if self.ended is not None:
+                        raise EnvClosed(self.ended)
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        raise TimeoutError(f"no rows ready within {timeout_s} s")
+                    self.cond.wait(0.5 if left is None else min(left, 0.5))
+            finally:
+                self._enough = None
+
+    def take(self, rows: np.ndarray, out: dict, last: dict) -> dict:
+        """Hand out these rows (each posted or cut; call with cond held): their observation
+        into out (a cut row: the last one handed out, from last), and the step's arrays."""
+        cut = self.cut[rows]
+        real = rows[~cut]
+        k = np.flatnonzero(~cut)
+        out["glob"][k] = self.glob[real]
+        out["ent"][k] = self.ent[real]
+        out["ent_type"][k] = self.ent_type[real]
+        out["n_ent"][k] = self.n_ent[real]
+        out["mask"][k] = self.mask[real]
+        c = np.flatnonzero(cut)
+        if len(c):
+            for key in out:
+                out[key][c] = last[key][rows[c]]
+        flags = self.flags[rows]
+        end_real = ((flags & (layout.FLAG_DONE | layout.FLAG_TRUNCATED)) != 0) & ~cut
+        first = (flags & layout.FLAG_FIRST) != 0
+        step = dict(
+            reward=np.where(cut | first, np.float32(0), self.reward[rows]).astype(np.float32),
+            terminated=((flags & layout.FLAG_DONE) != 0) & ~cut,
+            truncated=(((flags & layout.FLAG_TRUNCATED) != 0) & ~cut) | cut,
+            cut=cut.copy(),
+            episode=self.episode[rows].copy(),
+            step=self.step[rows].copy(),
+            slot=self.slot_of[rows].copy(),
+        )
+        self.in_episode[real] = ~end_real[~cut]
+        self.handed[real] = True
+        self.posted[real] = False
+        self.cut[rows[cut]] = False
+        return step
+
+    def give(self, rows: np.ndarray, actions: np.ndarray) -> None:
+        """Answer the handed-out rows among these (others: a cut row's, or a row not
+        handed out, the action is dropped)."""
+        rows = np.asarray(rows, np.int64)
+        with self.cond:
+            if self.ended is not None:
+                raise EnvClosed(self.ended)
+            owed = self.handed[rows]
+            r = rows[owed]
+            self.handed[r] = False
+            seqs, gens = self.obs_seq[r].copy(), self.gen[r].copy()
+        if len(r) and self.loop is not None:
+            acts = np.ascontiguousarray(actions[owed], np.int32)
+            self.loop.call_soon_threadsafe(self._answer, r, seqs, gens, acts)
+
+
+class SupervisorThread:
+    """The supervisor's event loop on a thread of its own, with a Bridge for answerer."""
+
+    def __init__(self, recipe, run_dir):
+        from w3async.runtime.supervisor import Supervisor  # noqa: PLC0415
+
+        self.bridge: Bridge | None = None
+        made = threading.Event()
+
+        def answerer(control):
+            self.bridge = Bridge(control)
+            made.set()
+            return self.bridge
+
+        # signals=False: the caller's thread owns SIGINT (a loop off the main thread cannot take it)
+        self.sup = Supervisor(recipe, run_dir, answerer=answerer, signals=False)
+        self.error: str | None = None
+        self.stats: dict = {}
+        self._thread = threading.Thread(target=self._main, name="w3async-supervisor", daemon=True)
+        self._made = made
+
+    def start(self, timeout_s: float = 120.0) -> Bridge:
+        self._thread.start()
+        while not self._made.wait(0.1):
+            if not self._thread.is_alive():
+                raise EnvClosed(f"the run did not start: {self.error}")
+            timeout_s -= 0.1
+            if timeout_s <= 0:
+                raise EnvClosed("the supervisor made no answerer within its start time")
+        return self.bridge
+
+    def _main(self) -> None:
+        from w3async.runtime.supervisor import RunError  # noqa: PLC0415
+
+        try:
+            import uvloop  # noqa: PLC0415
+
+            runner = uvloop.run
+        except ImportError:
+            runner = asyncio.run
+        try:
+            self.stats = runner(self.sup.run())
+            self.error = None
+        except RunError as e:
+            self.error = str(e)
+        except BaseException as e:  # noqa: BLE001 (said to the caller's thread, not lost with this one)
+            self.error = f"{type(e).__name__}: {e}"
+        finally:
+            b = self.bridge
+            if b is not None:
+                with b.cond:
+                    b.ended = self.error or "the run stopped (closed, or a stop condition of its recipe)"
+                    b.cond.notify_all()
+
+    def call(self, fn, *args) -> None:
+        """Run fn(*args) on the supervisor's loop (nothing when it has ended)."""
+        loop = self.bridge.loop if self.bridge else None
+        if loop is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(fn, *args)
+            except RuntimeError:  # closed meanwhile
+                pass
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        """Ask the run to stop and wait for its shutdown (games ended, shared memory unlinked)."""
+        if self._thread.is_alive():
+            self.call(self.sup.request_stop)
+            self._thread.join(timeout_s)

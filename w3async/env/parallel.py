@@ -1,0 +1,103 @@
+"""`W3ParallelEnv`: a recipe's agent sides as a PettingZoo ParallelEnv.
+
+Agent `player_i` is table row i (with one lane of two agent sides: player_0 and
+player_1, the duel's self-play). The opponents that are not agents come from the
+recipe as in any run: the duel's W3D_SIDES="agent,ai:easy" plays the built-in AI, and
+the env has one agent a lane.
+
+An episode is one game of every lane: an agent whose lane ended (terminated, or
+truncated: a time limit, or its game restarted) leaves `agents`; when none is left,
+reset() answers the ended lanes and returns their next games' first observations.
+A game process steps all its lanes together, so every group must have `lanes = 1`
+(a lane that ended would hold its neighbours' steps until the reset).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from pettingzoo import ParallelEnv
+
+from w3async.env import spaces as sp
+from w3async.env.run import EnvRun, env_recipe
+
+
+class W3ParallelEnv(ParallelEnv):
+    metadata = {"name": "w3async", "render_modes": [], "is_parallelizable": True}
+
+    def __init__(self, recipe, *, run_dir=None, keep_run: bool = False, step_timeout_s: float | None = None):
+        many = [f"games[{i}] lanes={g.lanes}" for i, g in enumerate(recipe.games) if g.lanes != 1]
+        if many:
+            raise ValueError(f"{recipe.path}: {', '.join(many)}: a ParallelEnv needs lanes = 1 in every group "
+                             f"(a game process steps its lanes together); set games.lanes=1 and raise games.count")
+        self.run = EnvRun(recipe, run_dir, keep_run)
+        self.recipe = self.run.recipe
+        n = sum(g.count * g.lanes * g.sides for g in recipe.games)
+        self.possible_agents = [f"player_{i}" for i in range(n)]
+        self._row = {a: i for i, a in enumerate(self.possible_agents)}
+        self.agents: list[str] = []
+        self.step_timeout_s = step_timeout_s
+        self._obs_space = sp.observation_space(self.run.spec)
+        self._act_space = sp.action_space(self.run.spec)
+        self._started = False
+
+    @functools.lru_cache(maxsize=None)  # noqa: B019 (one space per agent, kept for the env's life)
+    def observation_space(self, agent):
+        return self._obs_space
+
+    @functools.lru_cache(maxsize=None)  # noqa: B019
+    def action_space(self, agent):
+        return self._act_space
+
+    def reset(self, seed: int | None = None, options: dict | None = None):
+        rows = np.arange(len(self.possible_agents))
+        if seed is not None:
+            self._act_space.seed(seed)
+        if not self._started:
+            self.run.start()
+            self._started = True
+        elif any(a in self.agents for a in self.possible_agents):  # lanes still playing: restart the games
+            self.run.restart_games(self.step_timeout_s)
+        else:  # every lane ended: answer its end, its next game's first rows follow
+            self.run.bridge.give(rows, np.zeros((len(rows), len(self.run.spec.head_sizes)), np.int64))
+        self.run.wait_rows(rows, self.step_timeout_s)
+        with self.run.bridge.cond:
+            obs, st = self.run.take(rows)
+        self.agents = list(self.possible_agents)
+        return self._split(obs, rows), {a: self._info(st, k) for k, a in enumerate(self.agents)}
+
+    def step(self, actions: dict):
+        live = np.array([self._row[a] for a in self.agents], np.int64)
+        acts = np.stack([np.asarray(actions[a], np.int64) for a in self.agents]) if len(live) else np.zeros((0, 4))
+        self.run.bridge.give(live, acts)
+        self.run.wait_rows(live, self.step_timeout_s)
+        with self.run.bridge.cond:
+            obs, st = self.run.take(live)
+        names = list(self.agents)
+        out = (self._split(obs, live), {a: float(st["reward"][k]) for k, a in enumerate(names)},
+               {a: bool(st["terminated"][k]) for k, a in enumerate(names)},
+               {a: bool(st["truncated"][k]) for k, a in enumerate(names)},
+               {a: self._info(st, k) for k, a in enumerate(names)})
+        ended = st["terminated"] | st["truncated"]
+        self.agents = [a for k, a in enumerate(names) if not ended[k]]
+        return out
+
+    def _split(self, obs: dict, rows: np.ndarray) -> dict:
+        return {self.possible_agents[r]: {k: (v[i] if k != "n_ent" else int(v[i])) for k, v in obs.items()}
+                for i, r in enumerate(rows)}
+
+    @staticmethod
+    def _info(st: dict, k: int) -> dict:
+        return {"cut": bool(st["cut"][k]), "episode": int(st["episode"][k]), "step": int(st["step"][k]),
+                "slot": int(st["slot"][k])}
+
+    def close(self):
+        self.stats = self.run.close()
+
+
+def parallel_env(recipe, *, sets=(), run_dir=None, keep_run: bool = False, step_timeout_s: float | None = None,
+                 **overrides) -> W3ParallelEnv:
+    """A recipe's agent sides as a PettingZoo ParallelEnv (docs/env.md); arguments as make()'s."""
+    return W3ParallelEnv(env_recipe(recipe, sets, **overrides), run_dir=run_dir, keep_run=keep_run,
+                         step_timeout_s=step_timeout_s)

@@ -1,0 +1,128 @@
+"""What the Gymnasium and PettingZoo envs share: the recipe made ready for an env, the
+run folder, the supervisor on its thread, and the step of a set of rows."""
+
+from __future__ import annotations
+
+import atexit
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from w3async import games
+from w3async.env import spaces as sp
+from w3async.env.bridge import Bridge, EnvClosed, SupervisorThread
+
+
+def env_recipe(recipe, sets=(), **overrides):
+    """A recipe (a name in recipes/, a path, or a Recipe) with its --set style overrides
+    (`sets`, and keywords with `__` for the dots: games__count=2), and no stop condition
+    unless one is set: the env's caller decides when the run ends (close())."""
+    from w3async.recipes import Recipe, load_recipe, recipe_from_dict, recipe_to_dict, resolve_recipe_path  # noqa: PLC0415
+
+    sets = list(sets) + [f"{k.replace('__', '.')}={_toml(v)}" for k, v in overrides.items()]
+    own_stop = any(s.startswith("stop.") for s in sets)
+    if isinstance(recipe, Recipe):
+        r = recipe_from_dict(recipe_to_dict(recipe), recipe.path)
+    else:
+        r = load_recipe(resolve_recipe_path(str(recipe)), sets)
+        sets = []
+    if sets:
+        raise ValueError(f"overrides {sets} apply to a recipe by name or path, not to a Recipe object")
+    data = recipe_to_dict(r)
+    if not own_stop:
+        data["stop"] = {}
+    data = {k: v for k, v in data.items() if v is not None and k != "path"}
+    return recipe_from_dict(_no_nones(data), r.path)
+
+
+def _no_nones(d):
+    if isinstance(d, dict):
+        return {k: _no_nones(v) for k, v in d.items() if v is not None}
+    if isinstance(d, list):
+        return [_no_nones(v) for v in d]
+    return d
+
+
+def _toml(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k} = {_toml(x)}" for k, x in v.items()) + "}"
+    return str(v)
+
+
+class EnvRun:
+    """One supervisor run behind an env: started by start(), ended by close()."""
+
+    def __init__(self, recipe, run_dir: str | Path | None = None, keep_run: bool = False):
+        self.recipe = recipe
+        self.game = games.get(recipe.game)
+        self.spec = self.game.spec
+        self._own_dir = run_dir is None
+        base = Path(tempfile.mkdtemp(prefix="w3async-env-")) if run_dir is None else None
+        self.run_dir = base / "run" if base is not None else Path(run_dir)
+        self.keep_run = keep_run
+        self.thread = SupervisorThread(recipe, self.run_dir)
+        self.bridge: Bridge | None = None
+        self.last: dict | None = None
+        self.closed = False
+
+    def start(self) -> Bridge:
+        # A caller that exits without close() (an exception, sys.exit) still gets the
+        # shutdown: the supervisor's thread is a daemon, stopped without one at exit,
+        # which left every game's segment in /dev/shm (8 runs' worth, 2026-12-04).
+        atexit.register(self.close)
+        self.bridge = self.thread.start()
+        self.last = sp.empty_obs(self.bridge.n_rows)
+        return self.bridge
+
+    def take(self, rows: np.ndarray) -> tuple[dict, dict]:
+        """Hand out these rows (each ready; call with the bridge's cond held)."""
+        out = sp.empty_obs(len(rows))
+        step = self.bridge.take(rows, out, self.last)
+        for k, v in out.items():
+            self.last[k][rows] = v
+        return out, step
+
+    def wait_rows(self, rows: np.ndarray, timeout_s: float | None) -> None:
+        b = self.bridge
+        b.wait(lambda: bool((b.posted[rows] | b.cut[rows]).all()), timeout_s)
+
+    def restart_games(self, timeout_s: float | None) -> None:
+        """End every game at once and restart it (a reset() after the first), and wait for
+        every row's first post of the new games. What was handed out goes with the games;
+        the cuts are dropped (a reset is no truncation to report)."""
+        sup, b = self.thread.sup, self.bridge
+
+        def kill_all():
+            for s in sup.slots:
+                sup.keeper.kill(s, "env_reset", {})
+
+        with b.cond:
+            b.handed[:] = False
+            epochs = b.epoch.copy()
+        self.thread.call(kill_all)
+        b.wait(lambda: bool(((b.epoch > epochs) & b.posted).all()), timeout_s)
+        with b.cond:
+            b.cut[:] = False
+
+    def close(self) -> dict:
+        if self.closed:
+            return self.thread.stats
+        self.closed = True
+        atexit.unregister(self.close)
+        self.thread.stop()
+        if self._own_dir and not self.keep_run:
+            shutil.rmtree(self.run_dir.parent, ignore_errors=True)
+        return self.thread.stats
+
+    @property
+    def error(self) -> str | None:
+        return self.thread.error
+
+
+__all__ = ["EnvClosed", "EnvRun", "env_recipe"]

@@ -1,0 +1,51 @@
+"""`GameEnv`: one game process as a plain gymnasium.Env, for code that wants one env a
+game (gymnasium's AsyncVectorEnv over several: bench/env_bench.py) and for gymnasium's
+single-env checkers.
+
+The recipe is made to run one process of one lane; its agent rows (one for the duel
+against an AI, two for the null game's two sides) are the env's. With one row the spaces
+are the row's (w3async.env.spaces); with several they are batched and the reward is
+their sum. A reset after an episode's end is the game's own: its ended lane's answer,
+then the next episode's first step (no process restart); the first reset starts the run.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+
+from w3async.env.vector import make
+
+
+class GameEnv(gym.Env):
+    metadata = {"render_modes": []}
+
+    def __init__(self, recipe, sets=(), **overrides):
+        self.env = make(recipe, sets=[*sets, "games.count=1", "games.lanes=1"], **overrides)
+        k = self.env.num_envs
+        self.observation_space = self.env.observation_space if k > 1 else self.env.single_observation_space
+        self.action_space = self.env.action_space if k > 1 else self.env.single_action_space
+        self._k, self._started = k, False
+        self._heads = len(self.env.single_action_space.nvec)
+
+    def _one(self, obs):
+        return obs if self._k > 1 else {key: (v[0] if key != "n_ent" else int(v[0])) for key, v in obs.items()}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        if not self._started:
+            self._started = True
+            obs, info = self.env.reset(seed=seed)
+        else:
+            obs, _, _, _, info = self.env.step(np.zeros((self._k, self._heads), np.int64))
+        return self._one(obs), self._info(info)
+
+    def step(self, action):
+        obs, rew, term, trunc, info = self.env.step(np.asarray(action).reshape(self._k, self._heads))
+        return self._one(obs), float(rew.sum()), bool(term.any()), bool(trunc.any()), self._info(info)
+
+    def _info(self, info: dict) -> dict:
+        return {k: (v if self._k > 1 else v[0]) for k, v in info.items() if not k.startswith("_")}
+
+    def close(self):
+        self.env.close()

@@ -1,0 +1,132 @@
+"""`W3VectorEnv`: a recipe's agent rows as a gymnasium.vector.VectorEnv, and the
+EnvPool-style `send`/`recv` over the same rows.
+
+Sub-environment i is table row i: every agent side of every lane of every game process
+of the recipe, in the recipe's order (group, process, lane, side). Autoreset is
+NEXT_STEP, which is what the games do: a lane posts its terminal observation (DONE, or
+TRUNCATED) and waits for an answer it ignores, then posts the first observation of the
+next episode. So the step after a terminated/truncated one ignores its action for that
+sub-env and returns the new episode's first observation, with reward 0.
+
+A game that ends mid-episode (killed, crashed, hung, a bad row: the supervisor restarts
+it) ends its rows' episodes as truncated, once, with their last observation and reward
+0, and `infos["cut"]` True; the next step gives the restarted game's first observation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from w3async.env import spaces as sp
+from w3async.env.run import EnvRun, env_recipe
+
+
+class W3VectorEnv(VectorEnv):
+    """The recipe's games as a vector env (make() builds it; close() ends the run)."""
+
+    metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": []}
+
+    def __init__(self, recipe, *, run_dir=None, keep_run: bool = False, batch_size: int | None = None,
+                 step_timeout_s: float | None = None):
+        self.run = EnvRun(recipe, run_dir, keep_run)
+        self.recipe = self.run.recipe
+        self.spec_ = self.run.spec
+        self.num_envs = sum(g.count * g.lanes * g.sides for g in self.recipe.games)
+        self.single_observation_space = sp.observation_space(self.spec_)
+        self.single_action_space = sp.action_space(self.spec_)
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        self.batch_size = batch_size or self.num_envs
+        if not 1 <= self.batch_size <= self.num_envs:
+            raise ValueError(f"batch_size={batch_size}: must be 1..{self.num_envs} (the recipe's agent rows)")
+        self.step_timeout_s = step_timeout_s
+        self._all = np.arange(self.num_envs)
+        self._started = False
+        self.closed = False
+
+    # ---- gymnasium.vector.VectorEnv --------------------------------------------------------
+
+    def reset(self, *, seed: int | list[int] | None = None, options: dict | None = None):
+        """The first observation of every row. The first call starts the run; a later one
+        ends every game and restarts it (each counts in the recipe's restart budget).
+        `seed` seeds the spaces' sampling; the games' seeds come from the recipe
+        (W3D_SEED, else the supervisor's seed per start)."""
+        if seed is not None:
+            s = seed if isinstance(seed, int) else seed[0]
+            self.single_action_space.seed(s)
+            self.action_space.seed(s)
+            self.observation_space.seed(s)
+        if not self._started:
+            self.run.start()
+            self._started = True
+        else:
+            self.run.restart_games(self.step_timeout_s)
+        self.run.wait_rows(self._all, self.step_timeout_s)
+        with self.run.bridge.cond:
+            obs, st = self.run.take(self._all)
+        return obs, self._infos(st)
+
+    def step(self, actions):
+        self.send(actions, self._all)
+        return self.recv_rows(self._all)
+
+    def close_extras(self, **kwargs: Any) -> None:
+        self.stats = self.run.close()
+
+    # ---- EnvPool-style -------------------------------------------------------------------
+
+    def send(self, actions, env_ids=None) -> None:
+        """Answer these sub-envs (default: all) with these actions, one row of
+        `len(head_sizes)` choices each. Returns at once."""
+        ids = self._all if env_ids is None else np.asarray(env_ids, np.int64)
+        a = np.asarray(actions)
+        if a.shape != (len(ids), len(self.spec_.head_sizes)):
+            raise ValueError(f"actions of shape {a.shape}: expected ({len(ids)}, {len(self.spec_.head_sizes)}), "
+                             f"one choice per action head for each env id")
+        self.run.bridge.give(ids, a)
+
+    def recv(self, timeout_s: float | None = None):
+        """The next `batch_size` sub-envs that are ready, oldest first: (obs, rewards,
+        terminations, truncations, infos), infos["env_id"] their ids."""
+        b = self.run.bridge
+        b.wait(lambda: len(b.ready()) >= self.batch_size, timeout_s or self.step_timeout_s)
+        with b.cond:
+            ready = b.ready()
+            rows = ready[np.argsort(b.stamp[ready], kind="stable")[: self.batch_size]]
+            obs, st = self.run.take(rows)
+        return obs, st["reward"], st["terminated"], st["truncated"], self._infos(st, rows)
+
+    def recv_rows(self, env_ids, timeout_s: float | None = None):
+        """The next step of exactly these sub-envs (each sent an action, or just ended),
+        waiting for all of them."""
+        rows = np.asarray(env_ids, np.int64)
+        self.run.wait_rows(rows, timeout_s or self.step_timeout_s)
+        with self.run.bridge.cond:
+            obs, st = self.run.take(rows)
+        return obs, st["reward"], st["terminated"], st["truncated"], self._infos(st, rows)
+
+    def _infos(self, st: dict, rows: np.ndarray | None = None) -> dict:
+        info = {k: st[k] for k in ("cut", "episode", "step", "slot")}
+        if rows is not None:
+            info["env_id"] = rows.astype(np.int64)
+        for k in list(info):
+            info["_" + k] = np.ones(len(st["cut"]), bool)
+        return info
+
+    @property
+    def restarts_seen(self) -> int:
+        """Rows whose episode a game's end cut so far."""
+        return self.run.bridge.restarts if self.run.bridge else 0
+
+
+def make(recipe, *, sets=(), run_dir=None, keep_run: bool = False, batch_size: int | None = None,
+         step_timeout_s: float | None = None, **overrides) -> W3VectorEnv:
+    """A recipe's games as a gymnasium VectorEnv (docs/env.md). `recipe`: a name in
+    recipes/ ("env-duel"), a path, or a Recipe; `sets` and keywords override its keys
+    (`games__count=2` is `--set games.count=2`)."""
+    return W3VectorEnv(env_recipe(recipe, sets, **overrides), run_dir=run_dir, keep_run=keep_run,
+                       batch_size=batch_size, step_timeout_s=step_timeout_s)
