@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issues 13 and 26's device check, in one go on one GPU machine, from a fresh clone (docs/performance.md,
-# "inference"): the CUDA tests (learner, GRU path, sampling, the engine's rounds, the CUDA runner's
+# "Inference rounds"): the CUDA tests (learner, GRU path, sampling, the engine's rounds, the CUDA runner's
 # own code), then bench/device_check.py in the run's own configuration (one net, three nets, three
 # nets with GRU: graphs, capture time and memory after capture, latency per bucket and rows against
 # eager, syncs, no capture after start, memory over 10,000 rounds; the finisher's CPU; noise between

@@ -5,7 +5,7 @@ on) and prints a markdown table of the win rate against each level over the last
 --window episodes at every --every minutes; with --svg it also draws the curve as a
 small SVG (no plotting library needed).
 
-    python bench/training_curve.py runs/fgself-main --svg docs/fgself-curve.svg
+    python bench/training_curve.py runs/fgself-main --svg docs/experiments/figures/fgself-curve.svg
 
 After the table, issue 12's figures of a run (`checks`): per level the win rate over the
 last 100 evaluation games; for easy the minute the last 50 first reached 85% and the
