@@ -36,17 +36,16 @@ from w3async.recipes import Recipe, recipe_to_dict
 from w3async.run_folder import RunFolder
 from w3async.runtime import procs
 from w3async.runtime.answerer import Answerer, Counters, RunControl, RunFailure
-from w3async.runtime.inject import InjectedRuntime
 from w3async.runtime.keeper import GameKeeper
-from w3async.runtime.native import NativeRuntime
 from w3async.runtime.policies import PolicyAnswerer, policy_answerer
 from w3async.runtime.runfolder import RunError, RunLock, cleanup_previous_run
+from w3async.runtime.runtimes import slot_runtimes
 from w3async.runtime.sandbox import Sandbox
 from w3async.runtime.shutdown import shut_down
 from w3async.runtime.slots import Slot, SlotState
 from w3async.runtime.stackdump import StackDump
 from w3async.runtime.watching import RunWatch
-from w3async.runtime.wine import WineConfig, WineError, WineRuntime, program_bits
+from w3async.runtime.wine import WineError
 from w3async.sync.gather import make_gatherer
 from w3async.sync.table import Table, segment_name
 
@@ -140,15 +139,8 @@ class Supervisor:
                                "(`w3async run` gives it w3async.cluster.link.ClusterLink)")
             self.cluster = self._cluster_link(self, row0=self.table.n_rows, slot0=n_games)
         self.gatherer = make_gatherer(self.table, n_games, self.spec.n_types, r.supervisor.gather)
-        for i, (g, row0, nrows) in enumerate(zip(groups, row0s, sizes)):
-            key = f"wine-{i}" if g.runtime == "wine" and r.runtime.prefix == "per-game" else g.runtime
-            if key not in self.runtimes:
-                self.runtimes[key] = NativeRuntime() if g.runtime == "native" else WineRuntime(
-                    WineConfig(wine=r.runtime.wine, cache_dir=r.runtime.cache_dir or None,
-                               fsync=r.runtime.fsync, esync=r.runtime.esync, display=r.runtime.display,
-                               bits=program_bits(r.binary_path(x) for x in groups if x.runtime == "wine")), key)
-            rt = self.runtimes[key]  # an injected group's starts go through the launcher in its prefix
-            rt = InjectedRuntime(rt, g.inject, self.run_dir) if g.inject else rt
+        rts = slot_runtimes(r, groups, self.run_dir, self.runtimes)
+        for i, (g, rt, row0, nrows) in enumerate(zip(groups, rts, row0s, sizes)):
             self.slots.append(Slot(i, g, rt, r.binary_path(g), row0, nrows, RunFolder(self.run_dir).game_log(i)))
         self.sandbox = Sandbox.for_run(r.supervisor.sandbox, self.run_dir, self.events if groups else None)
         self.control = RunControl(self)

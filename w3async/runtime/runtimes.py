@@ -1,0 +1,29 @@
+"""Which runtime starts each game slot: one native runtime, one Wine runtime a prefix (one
+for the run, or one a game with `[runtime] prefix = "per-game"`), and an injected group's
+starts through the launcher in its prefix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from w3async.recipes import Recipe
+from w3async.runtime.gamestart import Runtime
+from w3async.runtime.inject import InjectedRuntime
+from w3async.runtime.native import NativeRuntime
+from w3async.runtime.wine import WineConfig, WineRuntime, program_bits
+
+
+def slot_runtimes(r: Recipe, groups: list, run_dir: Path, runtimes: dict) -> list[Runtime]:
+    """The runtime of each slot (groups: one per slot); `runtimes` gets the shared ones by
+    key (the supervisor closes them)."""
+    bits = program_bits(r.binary_path(x) for x in groups if x.runtime == "wine")
+    out = []
+    for i, g in enumerate(groups):
+        key = f"wine-{i}" if g.runtime == "wine" and r.runtime.prefix == "per-game" else g.runtime
+        if key not in runtimes:
+            runtimes[key] = NativeRuntime() if g.runtime == "native" else WineRuntime(
+                WineConfig(wine=r.runtime.wine, cache_dir=r.runtime.cache_dir or None, fsync=r.runtime.fsync,
+                           esync=r.runtime.esync, display=r.runtime.display, bits=bits), key)
+        rt = runtimes[key]
+        out.append(InjectedRuntime(rt, g.inject, run_dir) if g.inject else rt)
+    return out
