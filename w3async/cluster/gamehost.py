@@ -30,17 +30,15 @@ import numpy as np
 from w3async.cluster import wire
 from w3async.cluster.sweep import machine_id
 from w3async.recipes import recipe_from_dict
-from w3async.runtime.answerer import RunControl, Ticket
+from w3async.runtime.answerer import QuietAnswerer, RunControl, Ticket
 from w3async.runtime.runfolder import RunError
 from w3async.runtime.slots import SlotState
 from w3async.runtime.supervisor import Supervisor
 from w3async.sync.gather import Batch
 
 
-class RemoteAnswerer:
+class RemoteAnswerer(QuietAnswerer):
     """The host supervisor's Answerer: rounds go to the centre, answers come back."""
-
-    failure: str | None = None
 
     def __init__(self, control: RunControl, host: "GameHost"):
         self.control = control
@@ -79,15 +77,6 @@ class RemoteAnswerer:
                 case _:
                     raise TypeError(f"an op from the centre of type {type(op).__name__}: wire.py's Answer, "
                                     "Release or Restart expected")
-
-    def flush_round_stats(self) -> dict | None:
-        return None
-
-    def progress(self) -> str:
-        return ""
-
-    def stop(self) -> None:
-        pass
 
 
 class GameHost:

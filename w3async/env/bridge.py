@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from w3async.runtime.answerer import Ticket
+from w3async.runtime.answerer import QuietAnswerer, Ticket
 from w3async.sync import layout
 from w3async.sync.gather import Batch
 
@@ -33,10 +33,8 @@ class EnvClosed(RuntimeError):
     """The run behind the env ended: the message says why (the supervisor's error)."""
 
 
-class Bridge:
+class Bridge(QuietAnswerer):
     """An Answerer whose rows are answered by a caller on another thread."""
-
-    failure: str | None = None
 
     def __init__(self, control):
         self.control = control
@@ -120,15 +118,6 @@ class Bridge:
     def _answer(self, rows: np.ndarray, seqs: np.ndarray, gens: np.ndarray, actions: np.ndarray) -> None:
         # RunControl drops the rows whose game restarted since they were held (stale).
         self.control.answer(Ticket(rows, gens), seqs, actions, self._versions[: len(rows)])
-
-    def flush_round_stats(self) -> dict | None:
-        return None
-
-    def progress(self) -> str:
-        return ""
-
-    def stop(self) -> None:
-        pass
 
     # ---- the caller's side ---------------------------------------------------------------------
 

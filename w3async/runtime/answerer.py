@@ -229,3 +229,19 @@ class Answerer(Protocol):
 
     def stop(self) -> None:
         """After the games ended (off the loop): finish, save, close."""
+
+
+class QuietAnswerer:
+    """Defaults for an answerer that keeps no round lines, says nothing on the progress
+    line and has nothing to close (the env's bridge, a game host's remote answerer)."""
+
+    failure: str | None = None
+
+    def flush_round_stats(self) -> dict | None:
+        return None
+
+    def progress(self) -> str:
+        return ""
+
+    def stop(self) -> None:
+        pass
