@@ -244,3 +244,27 @@ def test_a_sandboxed_start_writes_only_where_its_recipe_says(tmp_path):
     assert (run / "checkpoint.pt").read_text() == "weights"
     assert "REPLAY_OK" in out.stdout and (run / "replays" / "r.bin").read_text() == "replay\n"
     assert "SCRATCH_OK" in out.stdout  # an existing absolute folder named by an env value
+
+
+@pytest.mark.wine
+@pytest.mark.parametrize("prefix", ["shared", "per-game"])
+async def test_named_objects_are_shared_within_a_prefix_only(tmp_path, null_exe, prefix):
+    """What else the sandbox leaves open within a prefix, measured: Windows named objects live
+    in the prefix's wineserver. Two games each make a named mutex, event and pipe (as a game
+    that keeps itself to one instance does): in a shared prefix the second finds all three
+    the first's; with a prefix per game each has its own."""
+    run = tmp_path / "run"
+    data = null_recipe([{"binary": str(null_exe), "runtime": "wine", "count": 2,
+                         "env": {"W3N_ROGUE": "named", "W3N_ROGUE_STEP": "20"}}],
+                       runtime={"prefix": prefix}, supervisor={"start_timeout_s": 120}, stop={"seconds": 8})
+    sup, stats = await run_recipe(data, run)
+    said = [re.findall(r"null: named mutex (\w+) event (\w+) pipe (\w+)", (run / "games" / f"slot-{i}.log").read_text())
+            for i in (0, 1)]
+    assert all(said), ("a game never tried", said)
+    seen = sorted(tuple(s[0]) for s in said)
+    if prefix == "shared":
+        assert seen == [("own", "own", "own"), ("shared", "shared", "shared")], seen
+    else:
+        assert seen == [("own", "own", "own")] * 2, seen
+    assert all(g["causes"] == {} for g in stats["games"].values()), stats["games"]
+    assert_nothing_left(sup, run)

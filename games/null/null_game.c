@@ -24,7 +24,9 @@
  *                        neighbour paths", and steps on; terminate: lists the processes
  *                        Wine shows it (CreateToolhelp32Snapshot), ends every other
  *                        null_game.exe (OpenProcess, TerminateProcess), prints "null:
- *                        terminated N other games", and steps on
+ *                        terminated N other games", and steps on; named: makes a named
+ *                        mutex, event and pipe and says which another game already had
+ *                        ("null: named mutex shared|own event ... pipe ..."), and steps on
  */
 #include <math.h>
 #include <stdio.h>
@@ -104,6 +106,25 @@ static void null_peek(void)
         opened += null_try_open(path);
     }
     fprintf(stderr, "null: peek opened %d of %d neighbour paths\n", opened, tried);
+}
+
+/* Makes a named mutex, a named event and a named pipe, as a game that
+ * keeps itself to one instance does, and says for each whether another game already had it:
+ * "null: named mutex shared|own event shared|own pipe shared|own". The handles live as long
+ * as the process. */
+static void null_named(void)
+{
+    HANDLE m = CreateMutexA(NULL, FALSE, "w3n-rogue-mutex");
+    int m_shared = m && GetLastError() == ERROR_ALREADY_EXISTS;
+    HANDLE e = CreateEventA(NULL, TRUE, FALSE, "w3n-rogue-event");
+    int e_shared = e && GetLastError() == ERROR_ALREADY_EXISTS;
+    /* Another game's pipe: a client open finds its listening instance. */
+    HANDLE c = CreateFileA("\\\\.\\pipe\\w3n-rogue", GENERIC_READ | GENERIC_WRITE, 0, NULL, OPEN_EXISTING, 0, NULL);
+    int p_shared = c != INVALID_HANDLE_VALUE;
+    CreateNamedPipeA("\\\\.\\pipe\\w3n-rogue", PIPE_ACCESS_DUPLEX, PIPE_TYPE_BYTE, PIPE_UNLIMITED_INSTANCES, 512, 512, 0,
+                     NULL);
+    fprintf(stderr, "null: named mutex %s event %s pipe %s\n", m_shared ? "shared" : "own", e_shared ? "shared" : "own",
+            p_shared ? "shared" : "own");
 }
 #else
 #include <unistd.h>
@@ -220,6 +241,8 @@ static void null_rogue(w3s_conn *c, const char *mode)
         null_peek();
     else if (!strcmp(mode, "terminate"))
         null_terminate_others();
+    else if (!strcmp(mode, "named"))
+        null_named();
 #endif
     else
         fprintf(stderr, "null: unknown rogue mode %s, ignored\n", mode);
