@@ -77,7 +77,9 @@ class Bridge(QuietAnswerer):
         n = b.n
         rows = b.rows[:n].astype(np.int64)
         bucket = b.bucket
-        with self.cond:
+        ticket = self.control.take(rows)  # not gathered again until answered
+        with self.cond:  # the generations with the rows: a caller may answer the moment they show
+            self.gen[rows] = ticket.gens
             self.glob[rows] = b.glob[:n]
             self.ent[rows, :bucket] = b.ent
             self.ent[rows, bucket:] = 0
@@ -93,9 +95,6 @@ class Bridge(QuietAnswerer):
             self.posted[rows] = True
             self.stamp[rows] = next(self._clock)
             self._wake()
-        ticket = self.control.take(rows)  # not gathered again until answered
-        with self.cond:
-            self.gen[rows] = ticket.gens
 
     def rows_reset(self, rows: slice) -> None:
         with self.cond:
