@@ -175,24 +175,20 @@ def test_parallel_refuses_many_lanes():
 @pytest.mark.parametrize("name", RECIPES)
 def test_single_game_env_checkers(name):
     """One game as a gymnasium.Env (w3async.env.single.GameEnv) through gymnasium's own
-    checkers: check_env's reset checks, and the passive checkers on every reset and step
-    of a few episodes. (check_env's step-determinism check cannot pass: reset(seed=)
-    does not reseed the game, docs/env.md.)"""
-    from gymnasium.utils import env_checker as ec
+    check_env, its reset- and step-determinism checks included (reset(seed=) restarts the
+    game with that seed), and the passive checkers on every reset and step of a few
+    episodes."""
+    from gymnasium.utils.env_checker import check_env
     from gymnasium.utils.passive_env_checker import env_reset_passive_checker, env_step_passive_checker
 
     from w3async.env.single import GameEnv
 
     env = GameEnv(name)
     try:
-        ec.check_action_space(env.action_space)
-        ec.check_observation_space(env.observation_space)
-        ec.check_reset_return_type(env)
-        ec.check_reset_options(env)
-        env_reset_passive_checker(env, seed=5)
+        check_env(env, skip_render_check=True)
         ends = 0
         rng = np.random.default_rng(4)
-        obs, _ = env.reset()
+        obs, _ = env_reset_passive_checker(env, seed=5)
         for _ in range(400):
             mask = obs["mask"] if obs["mask"].ndim == 3 else obs["mask"][None]
             act = sample_masked(mask, rng).reshape(env.action_space.shape)
@@ -203,6 +199,41 @@ def test_single_game_env_checkers(name):
                 obs, info = env_reset_passive_checker(env)
                 assert info["step"].max() == 0 if isinstance(info["step"], np.ndarray) else info["step"] == 0
         assert ends > 0
+        slot = env.env.run.thread.sup.slots[0]
+        assert slot.causes["env_reset"] > 0 and slot.restarts == 0  # the seeded resets: not counted
+    finally:
+        env.close()
+
+
+def _trajectory(env, seed, steps):
+    """Observations and rewards of `steps` steps from reset(seed=seed), the actions drawn
+    from a generator seeded alike."""
+    obs, _ = env.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    seen = [obs["glob"].copy()]
+    for _ in range(steps):
+        obs, rew, term, trunc, _ = env.step(sample_masked(obs["mask"], rng))
+        seen += [obs["glob"].copy(), obs["ent"].copy(), rew.copy(), term.copy()]
+    return seen
+
+
+def test_seeded_resets_repeat_episodes_and_cost_no_budget():
+    """reset(seed=s) restarts every game with seeds made from s: the same seed and actions
+    give the same observations and rewards, another seed other ones; a caller's resets,
+    more than the restart budget of 2 here, are not counted against the games."""
+    env = we.make("env-duel", games__count=2, supervisor__restart_budget=2)
+    try:
+        a = _trajectory(env, 11, 60)
+        for _ in range(3):
+            env.reset()  # unseeded resets between: the seeded ones do not depend on history
+        b = _trajectory(env, 11, 60)
+        c = _trajectory(env, 12, 60)
+        assert all(np.array_equal(x, y) for x, y in zip(a, b))
+        assert not all(np.array_equal(x, y) for x, y in zip(a, c))
+        slots = env.run.thread.sup.slots
+        assert [s.restarts for s in slots] == [0, 0]
+        assert [s.causes["env_reset"] for s in slots] == [5, 5]
+        assert not any(str(s.state) == "failed" for s in slots)
     finally:
         env.close()
 

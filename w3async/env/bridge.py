@@ -198,7 +198,10 @@ class SupervisorThread:
         self.bridge: Bridge | None = None
         made = threading.Event()
 
-        def answerer(control):
+        def answerer(control):  # made after the slots, before any game starts
+            if self.seed is not None:
+                for slot in self.sup.slots:
+                    slot.seed = self.seed(slot)
             self.bridge = Bridge(control)
             made.set()
             return self.bridge
@@ -207,6 +210,7 @@ class SupervisorThread:
         self.sup = Supervisor(recipe, run_dir, answerer=answerer, signals=False)
         self.error: str | None = None
         self.stats: dict = {}
+        self.seed = None  # slot -> the W3S_SEED of its first start, or None (set before start())
         self._thread = threading.Thread(target=self._main, name="w3async-supervisor", daemon=True)
         self._made = made
 

@@ -55,10 +55,10 @@ class W3ParallelEnv(ParallelEnv):
         if seed is not None:
             self._act_space.seed(seed)
         if not self._started:
-            self.run.start()
+            self.run.start(seed)
             self._started = True
-        elif any(a in self.agents for a in self.possible_agents):  # lanes still playing: restart the games
-            self.run.restart_games(self.step_timeout_s)
+        elif seed is not None or any(a in self.agents for a in self.possible_agents):
+            self.run.restart_games(self.step_timeout_s, seed)  # lanes still playing, or new seeds: restart
         else:  # every lane ended: answer its end, its next game's first rows follow
             self.run.bridge.give(rows, np.zeros((len(rows), len(self.run.spec.head_sizes)), np.int64))
         self.run.wait_rows(rows, self.step_timeout_s)

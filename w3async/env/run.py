@@ -13,6 +13,7 @@ import numpy as np
 from w3async import games
 from w3async.env import spaces as sp
 from w3async.env.bridge import Bridge, EnvClosed, SupervisorThread
+from w3async.runtime.slots import ASKED
 
 
 def env_recipe(recipe, sets=(), **overrides):
@@ -55,6 +56,19 @@ def _toml(v) -> str:
     return str(v)
 
 
+def game_seeds(seed):
+    """reset(seed=)'s seed as each game's W3S_SEED (slot -> int), or None (a new seed at
+    every start, the supervisor's own): an int gives game i the seed + i * 1000003; a list
+    (one seed per sub-env) gives each game the seed of its first row. The same seed and the
+    same actions give the same episodes (docs/env.md)."""
+    if seed is None:
+        return None
+    if isinstance(seed, (int, np.integer)):
+        return lambda s: (int(seed) + s.index * 1000003) % 2**31
+    seeds = [None if x is None else int(x) % 2**31 for x in seed]
+    return lambda s: seeds[s.row0]
+
+
 class EnvRun:
     """One supervisor run behind an env: started by start(), ended by close()."""
 
@@ -71,11 +85,12 @@ class EnvRun:
         self.last: dict | None = None
         self.closed = False
 
-    def start(self) -> Bridge:
+    def start(self, seed=None) -> Bridge:
         # A caller that exits without close() (an exception, sys.exit) still gets the
         # shutdown: the supervisor's thread is a daemon, stopped without one at exit,
         # which left every game's segment in /dev/shm (8 runs' worth, 2026-12-04).
         atexit.register(self.close)
+        self.thread.seed = game_seeds(seed)
         self.bridge = self.thread.start()
         self.last = sp.empty_obs(self.bridge.n_rows)
         return self.bridge
@@ -92,15 +107,19 @@ class EnvRun:
         b = self.bridge
         b.wait(lambda: bool((b.posted[rows] | b.cut[rows]).all()), timeout_s)
 
-    def restart_games(self, timeout_s: float | None) -> None:
-        """End every game at once and restart it (a reset() after the first), and wait for
-        every row's first post of the new games. What was handed out goes with the games;
-        the cuts are dropped (a reset is no truncation to report)."""
+    def restart_games(self, timeout_s: float | None, seed=None) -> None:
+        """End every game at once and restart it (a reset() after the first; `seed` as
+        game_seeds'), and wait for every row's first post of the new games. What was
+        handed out goes with the games; the cuts are dropped (a reset is no truncation to
+        report). Such restarts are not counted in the restart budget (runtime/slots.py)."""
         sup, b = self.thread.sup, self.bridge
+        seed_of = game_seeds(seed)
 
         def kill_all():
             for s in sup.slots:
-                sup.keeper.kill(s, "env_reset", {})
+                if seed_of is not None:
+                    s.seed = seed_of(s)
+                sup.keeper.kill(s, ASKED, {})
 
         with b.cond:
             b.handed[:] = False

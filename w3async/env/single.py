@@ -6,7 +6,9 @@ The recipe is made to run one process of one lane; its agent rows (one for the d
 against an AI, two for the null game's two sides) are the env's. With one row the spaces
 are the row's (w3async.env.spaces); with several they are batched and the reward is
 their sum. A reset after an episode's end is the game's own: its ended lane's answer,
-then the next episode's first step (no process restart); the first reset starts the run.
+then the next episode's first step (no process restart); the first reset starts the run,
+and a reset with a seed restarts the game with that seed (same seed, same actions: the
+same episode).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ class GameEnv(gym.Env):
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
-        if not self._started:
+        if not self._started or seed is not None:  # a seed: the game restarts with it
             self._started = True
             obs, info = self.env.reset(seed=seed)
         else:

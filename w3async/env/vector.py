@@ -52,19 +52,23 @@ class W3VectorEnv(VectorEnv):
 
     def reset(self, *, seed: int | list[int] | None = None, options: dict | None = None):
         """The first observation of every row. The first call starts the run; a later one
-        ends every game and restarts it (each counts in the recipe's restart budget).
-        `seed` seeds the spaces' sampling; the games' seeds come from the recipe
-        (W3D_SEED, else the supervisor's seed per start)."""
+        ends every game and restarts it (not counted in the restart budget). `seed` seeds
+        the games (each game's W3S_SEED: an int gives game i seed + i * 1000003, a list one
+        per sub-env gives each game its first row's) and the spaces' sampling: the same
+        seed and actions give the same episodes. None: a new seed at every start."""
         if seed is not None:
-            s = seed if isinstance(seed, int) else seed[0]
-            self.single_action_space.seed(s)
-            self.action_space.seed(s)
-            self.observation_space.seed(s)
+            s = seed if isinstance(seed, int) else next((x for x in seed if x is not None), None)
+            if s is not None:
+                self.single_action_space.seed(s)
+                self.action_space.seed(s)
+                self.observation_space.seed(s)
+            if not isinstance(seed, int) and len(seed) != self.num_envs:
+                raise ValueError(f"reset(seed=) with {len(seed)} seeds: one per sub-env ({self.num_envs}), or an int")
         if not self._started:
-            self.run.start()
+            self.run.start(seed)
             self._started = True
         else:
-            self.run.restart_games(self.step_timeout_s)
+            self.run.restart_games(self.step_timeout_s, seed)
         self.run.wait_rows(self._all, self.step_timeout_s)
         with self.run.bridge.cond:
             obs, st = self.run.take(self._all)

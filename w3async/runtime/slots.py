@@ -62,6 +62,7 @@ class Slot:
     short_streak: int = 0  # starts in a row that lived less than min_uptime_s (the backoff's exponent)
     restart_times: collections.deque = field(default_factory=collections.deque)  # counted in the budget
     log_cut: int = 0  # bytes cut from its log (runtime/gamelog.py), every start together
+    seed: int | None = None  # W3S_SEED of its next start only (an env's reset(seed=)); None: a new one each start
 
     @property
     def rows(self) -> slice:
@@ -86,6 +87,12 @@ class RestartDecision:
     fail: str | None = None
 
 
+ASKED = "env_reset"
+"""The cause of a restart the run's caller asked for (an env's reset() ends every game and
+starts it again): at once, counted in neither the budget nor the backoff, as a trainer may
+reset every few hundred steps."""
+
+
 def decide_restart(s: Slot, cause: str, now: float, sv) -> RestartDecision:
     """Count a restart of slot s (cause) in its history and decide. `sv` is the recipe's
     [supervisor] section. A recycle (exit 0) of a start that posted is healthy whatever
@@ -98,6 +105,9 @@ def decide_restart(s: Slot, cause: str, now: float, sv) -> RestartDecision:
     s.causes[cause] += 1
     if cause == "recycle" and s.posted:
         s.recycles += 1
+        s.short_streak = 0
+        return RestartDecision(0.0)
+    if cause == ASKED:  # the caller's own reset, however often: no fault of the game's
         s.short_streak = 0
         return RestartDecision(0.0)
     s.restarts += 1
