@@ -256,3 +256,56 @@ def test_exit_without_close_cleans_up(tmp_path):
     assert not [p for p in pids if _alive(p)]
     assert not list_segments(SHM_PREFIX)
     assert not os.path.exists(run_dir)
+
+
+@pytest.fixture
+def duel_checkpoint(tmp_path):
+    """A checkpoint of an untrained duel network (d_model 16) whose recipe is the duel's."""
+    from .test_eval_modes import checkpoint
+
+    return checkpoint(tmp_path / "opp", seed=3)
+
+
+def test_a_checkpoint_opponent_plays_side_one(duel_checkpoint):
+    """make(opponent=CHECKPOINT): side 1 of each two-sided lane is the checkpoint's, the
+    sub-envs are the side-0 rows; its games advance to their ends (the opponent answers),
+    and, greedy, the same seed and actions give the same episodes (the opponent's actions
+    come from its fixed weights)."""
+    env = we.make("env-duel-selfplay", games__count=2, games__env__W3D_TIME_LIMIT=200, opponent=duel_checkpoint,
+                  opponent_greedy=True)
+    try:
+        assert env.num_envs == 2 and list(env._rows) == [0, 2]
+        a = _trajectory(env, 5, 40)
+        b = _trajectory(env, 5, 40)
+        assert all(np.array_equal(x, y) for x, y in zip(a, b))
+        obs, _ = env.reset(seed=1)
+        rng = np.random.default_rng(0)
+        ended, slots = 0, set()
+        for _ in range(300):
+            obs, rew, term, trunc, info = env.step(sample_masked(obs["mask"], rng))
+            ended += int((term | trunc).sum())
+            slots |= set(info["slot"].tolist())
+            assert not info["cut"].any()
+        assert ended >= 2 and slots == {0, 1}  # both games ran to their ends, one sub-env each
+    finally:
+        env.close()
+
+
+def test_a_checkpoint_opponent_in_the_parallel_env(duel_checkpoint):
+    env = we.parallel_env("env-duel-selfplay", opponent=duel_checkpoint)
+    try:
+        assert env.possible_agents == ["player_0"]
+        parallel_api_test(env, num_cycles=200)
+    finally:
+        env.close()
+
+
+def test_a_bad_opponent_is_refused_naming_it(tmp_path, duel_checkpoint):
+    from w3async.learn.eval_policy import EvalError
+
+    with pytest.raises(ValueError, match="two agent sides"):
+        we.make("env-duel", opponent=duel_checkpoint)
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"not a checkpoint")
+    with pytest.raises(EvalError, match="bad.pt"):
+        we.make("env-duel-selfplay", opponent=bad)

@@ -36,8 +36,9 @@ class EnvClosed(RuntimeError):
 class Bridge(QuietAnswerer):
     """An Answerer whose rows are answered by a caller on another thread."""
 
-    def __init__(self, control):
+    def __init__(self, control, opponent=None):
         self.control = control
+        self.opponent = opponent  # env/opponent.py's Opponent: plays its rows before the caller sees any
         n = control.n_rows
         self.n_rows = n
         self.cond = threading.Condition()
@@ -72,8 +73,18 @@ class Bridge(QuietAnswerer):
 
     def start(self, loop) -> None:
         self.loop = loop
+        if self.opponent is not None:
+            self.opponent.start(loop)
+
+    def stop(self) -> None:
+        if self.opponent is not None:
+            self.opponent.stop()
 
     def submit(self, b: Batch) -> None:
+        if self.opponent is not None:
+            self.opponent.play(b)  # answers its rows; b keeps the caller's
+            if not b.n:
+                return
         n = b.n
         rows = b.rows[:n].astype(np.int64)
         bucket = b.bucket
@@ -97,6 +108,8 @@ class Bridge(QuietAnswerer):
             self._wake()
 
     def rows_reset(self, rows: slice) -> None:
+        if self.opponent is not None:
+            self.opponent.rows_reset(rows)
         with self.cond:
             self.epoch[rows] += 1
             cut = self.in_episode[rows] | self.handed[rows]
@@ -192,7 +205,9 @@ class Bridge(QuietAnswerer):
 class SupervisorThread:
     """The supervisor's event loop on a thread of its own, with a Bridge for answerer."""
 
-    def __init__(self, recipe, run_dir):
+    def __init__(self, recipe, run_dir, opponent: tuple | None = None):
+        """`opponent`: env/opponent.py's Opponent arguments (rows it plays, (network,
+        version), greedy), or None."""
         from w3async.runtime.supervisor import Supervisor  # noqa: PLC0415
 
         self.bridge: Bridge | None = None
@@ -202,7 +217,12 @@ class SupervisorThread:
             if self.seed is not None:
                 for slot in self.sup.slots:
                     slot.seed = self.seed(slot)
-            self.bridge = Bridge(control)
+            other = None
+            if opponent is not None:
+                from w3async.env.opponent import Opponent  # noqa: PLC0415 (torch only with an opponent)
+
+                other = Opponent(control, *opponent)
+            self.bridge = Bridge(control, other)
             made.set()
             return self.bridge
 

@@ -3,7 +3,8 @@
 Agent `player_i` is table row i (with one lane of two agent sides: player_0 and
 player_1, the duel's self-play). The opponents that are not agents come from the
 recipe as in any run: the duel's W3D_SIDES="agent,ai:easy" plays the built-in AI, and
-the env has one agent a lane.
+the env has one agent a lane; or from `opponent=CHECKPOINT` (env/opponent.py), which
+plays side 1 of each two-sided lane: the agents are then the side-0 rows, in order.
 
 An episode is one game of every lane: an agent whose lane ended (terminated, or
 truncated: a time limit, or its game restarted) leaves `agents`; when none is left,
@@ -26,16 +27,18 @@ from w3async.env.run import EnvRun, env_recipe
 class W3ParallelEnv(ParallelEnv):
     metadata = {"name": "w3async", "render_modes": [], "is_parallelizable": True}
 
-    def __init__(self, recipe, *, run_dir=None, keep_run: bool = False, step_timeout_s: float | None = None):
+    def __init__(self, recipe, *, run_dir=None, keep_run: bool = False, step_timeout_s: float | None = None,
+                 opponent=None, opponent_greedy: bool = False):
         many = [f"games[{i}] lanes={g.lanes}" for i, g in enumerate(recipe.games) if g.lanes != 1]
         if many:
             raise ValueError(f"{recipe.path}: {', '.join(many)}: a ParallelEnv needs lanes = 1 in every group "
                              f"(a game process steps its lanes together); set games.lanes=1 and raise games.count")
-        self.run = EnvRun(recipe, run_dir, keep_run)
+        self.run = EnvRun(recipe, run_dir, keep_run, opponent, opponent_greedy)
         self.recipe = self.run.recipe
-        n = sum(g.count * g.lanes * g.sides for g in recipe.games)
-        self.possible_agents = [f"player_{i}" for i in range(n)]
-        self._row = {a: i for i, a in enumerate(self.possible_agents)}
+        self._rows = self.run.rows  # agent i is table row _rows[i] (all rows, less an opponent's)
+        self.possible_agents = [f"player_{i}" for i in range(len(self._rows))]
+        self._row = {a: int(r) for a, r in zip(self.possible_agents, self._rows)}
+        self._agent_of = {r: a for a, r in self._row.items()}
         self.agents: list[str] = []
         self.step_timeout_s = step_timeout_s
         self._obs_space = sp.observation_space(self.run.spec)
@@ -51,7 +54,7 @@ class W3ParallelEnv(ParallelEnv):
         return self._act_space
 
     def reset(self, seed: int | None = None, options: dict | None = None):
-        rows = np.arange(len(self.possible_agents))
+        rows = self._rows
         if seed is not None:
             self._act_space.seed(seed)
         if not self._started:
@@ -84,7 +87,7 @@ class W3ParallelEnv(ParallelEnv):
         return out
 
     def _split(self, obs: dict, rows: np.ndarray) -> dict:
-        return {self.possible_agents[r]: {k: (v[i] if k != "n_ent" else int(v[i])) for k, v in obs.items()}
+        return {self._agent_of[int(r)]: {k: (v[i] if k != "n_ent" else int(v[i])) for k, v in obs.items()}
                 for i, r in enumerate(rows)}
 
     @staticmethod
@@ -97,7 +100,7 @@ class W3ParallelEnv(ParallelEnv):
 
 
 def parallel_env(recipe, *, sets=(), run_dir=None, keep_run: bool = False, step_timeout_s: float | None = None,
-                 **overrides) -> W3ParallelEnv:
+                 opponent=None, opponent_greedy: bool = False, **overrides) -> W3ParallelEnv:
     """A recipe's agent sides as a PettingZoo ParallelEnv (docs/env.md); arguments as make()'s."""
     return W3ParallelEnv(env_recipe(recipe, sets, **overrides), run_dir=run_dir, keep_run=keep_run,
-                         step_timeout_s=step_timeout_s)
+                         step_timeout_s=step_timeout_s, opponent=opponent, opponent_greedy=opponent_greedy)

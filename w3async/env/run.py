@@ -72,7 +72,10 @@ def game_seeds(seed):
 class EnvRun:
     """One supervisor run behind an env: started by start(), ended by close()."""
 
-    def __init__(self, recipe, run_dir: str | Path | None = None, keep_run: bool = False):
+    def __init__(self, recipe, run_dir: str | Path | None = None, keep_run: bool = False, opponent=None,
+                 opponent_greedy: bool = False):
+        """`opponent`: a checkpoint (file or run folder) playing side 1 of every two-sided
+        group (env/opponent.py); `rows` are then the caller's, the others'."""
         self.recipe = recipe
         self.game = games.get(recipe.game)
         self.spec = self.game.spec
@@ -80,7 +83,15 @@ class EnvRun:
         base = Path(tempfile.mkdtemp(prefix="w3async-env-")) if run_dir is None else None
         self.run_dir = base / "run" if base is not None else Path(run_dir)
         self.keep_run = keep_run
-        self.thread = SupervisorThread(recipe, self.run_dir)
+        n = sum(g.count * g.lanes * g.sides for g in recipe.games)
+        played, opp = np.zeros(n, bool), None
+        if opponent is not None:  # loaded here, on the caller's thread: a bad file is said at once
+            from w3async.env.opponent import load_opponent, opponent_rows  # noqa: PLC0415 (torch)
+
+            played = opponent_rows(recipe)
+            opp = (played, load_opponent(opponent, recipe), opponent_greedy)
+        self.rows = np.flatnonzero(~played)  # the caller's table rows: sub-env (agent) i is rows[i]
+        self.thread = SupervisorThread(recipe, self.run_dir, opp)
         self.bridge: Bridge | None = None
         self.last: dict | None = None
         self.closed = False
@@ -125,7 +136,8 @@ class EnvRun:
             b.handed[:] = False
             epochs = b.epoch.copy()
         self.thread.call(kill_all)
-        b.wait(lambda: bool(((b.epoch > epochs) & b.posted).all()), timeout_s)
+        rows = self.rows  # the caller's: an opponent's are answered, never posted here
+        b.wait(lambda: bool(((b.epoch[rows] > epochs[rows]) & b.posted[rows]).all()), timeout_s)
         with b.cond:
             b.cut[:] = False
 

@@ -31,11 +31,14 @@ class W3VectorEnv(VectorEnv):
     metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": []}
 
     def __init__(self, recipe, *, run_dir=None, keep_run: bool = False, batch_size: int | None = None,
-                 step_timeout_s: float | None = None):
-        self.run = EnvRun(recipe, run_dir, keep_run)
+                 step_timeout_s: float | None = None, opponent=None, opponent_greedy: bool = False):
+        self.run = EnvRun(recipe, run_dir, keep_run, opponent, opponent_greedy)
         self.recipe = self.run.recipe
         self.spec_ = self.run.spec
-        self.num_envs = sum(g.count * g.lanes * g.sides for g in self.recipe.games)
+        self._rows = self.run.rows  # sub-env i is table row _rows[i] (all rows, less an opponent's)
+        self._env_of = np.full(int(self._rows.max()) + 1 if len(self._rows) else 0, -1, np.int64)
+        self._env_of[self._rows] = np.arange(len(self._rows))
+        self.num_envs = len(self._rows)
         self.single_observation_space = sp.observation_space(self.spec_)
         self.single_action_space = sp.action_space(self.spec_)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
@@ -64,14 +67,19 @@ class W3VectorEnv(VectorEnv):
                 self.observation_space.seed(s)
             if not isinstance(seed, int) and len(seed) != self.num_envs:
                 raise ValueError(f"reset(seed=) with {len(seed)} seeds: one per sub-env ({self.num_envs}), or an int")
+        if seed is not None and not isinstance(seed, int):  # one per sub-env: per table row
+            per_row = [None] * (int(self._rows.max()) + 1)
+            for i, r in enumerate(self._rows):
+                per_row[r] = seed[i]
+            seed = per_row
         if not self._started:
             self.run.start(seed)
             self._started = True
         else:
             self.run.restart_games(self.step_timeout_s, seed)
-        self.run.wait_rows(self._all, self.step_timeout_s)
+        self.run.wait_rows(self._rows, self.step_timeout_s)
         with self.run.bridge.cond:
-            obs, st = self.run.take(self._all)
+            obs, st = self.run.take(self._rows)
         return obs, self._infos(st)
 
     def step(self, actions):
@@ -91,7 +99,7 @@ class W3VectorEnv(VectorEnv):
         if a.shape != (len(ids), len(self.spec_.head_sizes)):
             raise ValueError(f"actions of shape {a.shape}: expected ({len(ids)}, {len(self.spec_.head_sizes)}), "
                              f"one choice per action head for each env id")
-        self.run.bridge.give(ids, a)
+        self.run.bridge.give(self._rows[ids], a)
 
     def recv(self, timeout_s: float | None = None):
         """The next `batch_size` sub-envs that are ready, oldest first: (obs, rewards,
@@ -102,21 +110,22 @@ class W3VectorEnv(VectorEnv):
             ready = b.ready()
             rows = ready[np.argsort(b.stamp[ready], kind="stable")[: self.batch_size]]
             obs, st = self.run.take(rows)
-        return obs, st["reward"], st["terminated"], st["truncated"], self._infos(st, rows)
+        return obs, st["reward"], st["terminated"], st["truncated"], self._infos(st, self._env_of[rows])
 
     def recv_rows(self, env_ids, timeout_s: float | None = None):
         """The next step of exactly these sub-envs (each sent an action, or just ended),
         waiting for all of them."""
-        rows = np.asarray(env_ids, np.int64)
+        ids = np.asarray(env_ids, np.int64)
+        rows = self._rows[ids]
         self.run.wait_rows(rows, timeout_s or self.step_timeout_s)
         with self.run.bridge.cond:
             obs, st = self.run.take(rows)
-        return obs, st["reward"], st["terminated"], st["truncated"], self._infos(st, rows)
+        return obs, st["reward"], st["terminated"], st["truncated"], self._infos(st, ids)
 
-    def _infos(self, st: dict, rows: np.ndarray | None = None) -> dict:
+    def _infos(self, st: dict, ids: np.ndarray | None = None) -> dict:
         info = {k: st[k] for k in ("cut", "episode", "step", "slot")}
-        if rows is not None:
-            info["env_id"] = rows.astype(np.int64)
+        if ids is not None:
+            info["env_id"] = ids.astype(np.int64)
         for k in list(info):
             info["_" + k] = np.ones(len(st["cut"]), bool)
         return info
@@ -128,9 +137,13 @@ class W3VectorEnv(VectorEnv):
 
 
 def make(recipe, *, sets=(), run_dir=None, keep_run: bool = False, batch_size: int | None = None,
-         step_timeout_s: float | None = None, **overrides) -> W3VectorEnv:
+         step_timeout_s: float | None = None, opponent=None, opponent_greedy: bool = False,
+         **overrides) -> W3VectorEnv:
     """A recipe's games as a gymnasium VectorEnv (docs/env.md). `recipe`: a name in
     recipes/ ("env-duel"), a path, or a Recipe; `sets` and keywords override its keys
-    (`games__count=2` is `--set games.count=2`)."""
+    (`games__count=2` is `--set games.count=2`). `opponent`: a checkpoint (file or run
+    folder) that plays side 1 of every two-sided group (env/opponent.py); the sub-envs are
+    then the other rows."""
     return W3VectorEnv(env_recipe(recipe, sets, **overrides), run_dir=run_dir, keep_run=keep_run,
-                       batch_size=batch_size, step_timeout_s=step_timeout_s)
+                       batch_size=batch_size, step_timeout_s=step_timeout_s, opponent=opponent,
+                       opponent_greedy=opponent_greedy)

@@ -31,6 +31,8 @@ from w3async.sync.table import Table
 # Entity counts are padded up to one of these, so a network sees a few shapes only
 # (CUDA graphs are captured per bucket).
 BUCKETS = (32, 48, 64, 96, 128, 160)
+_ROW_FIELDS = ("rows", "obs_seq", "lane", "side", "episode", "step", "flags", "reward", "n_ent",
+               "state_hash", "discarded", "glob", "mask")  # a Batch's per-row arrays, entities aside
 
 
 class BadRow(NamedTuple):
@@ -86,14 +88,22 @@ class Batch:
         self.type_flat = np.zeros(c * layout.E_MAX, np.int16)
         self.mask = np.zeros((c, layout.N_HEADS, layout.HEAD_MAX), np.uint8)
 
+    def copy_to(self, out: Batch) -> None:
+        """Copy the first n rows into another batch of the same capacity (its bucket too)."""
+        n = out.n = self.n
+        out.bucket = self.bucket
+        for name in _ROW_FIELDS:
+            getattr(out, name)[:n] = getattr(self, name)[:n]
+        out.ent_flat[: n * self.bucket * layout.F_ENT] = self.ent_flat[: n * self.bucket * layout.F_ENT]
+        out.type_flat[: n * self.bucket] = self.type_flat[: n * self.bucket]
+
     def select(self, keep: np.ndarray) -> None:
         """Keep only the rows where keep (n,) is True, in order, in place (the bucket
         stays: padding past each row's n_ent is still zero)."""
         idx = np.flatnonzero(np.asarray(keep[: self.n], bool))
         k = len(idx)
         ent, types = self.ent, self.ent_type
-        for name in ("rows", "obs_seq", "lane", "side", "episode", "step", "flags", "reward", "n_ent",
-                     "state_hash", "discarded", "glob", "mask"):
+        for name in _ROW_FIELDS:
             a = getattr(self, name)
             a[:k] = a[idx]
         ent[:k] = ent[idx]
