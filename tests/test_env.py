@@ -77,10 +77,16 @@ def test_vector_contract(name):
         env.close()
 
 
-def test_killed_game_truncates_its_rows_only():
+@pytest.mark.parametrize("runtime", ["native", "wine"])
+def test_killed_game_truncates_its_rows_only(runtime, request):
     """A game killed mid-episode (SIGKILL to its pid): its two rows end truncated with
-    info cut, once, and then start a new episode at step 0; the other rows go on."""
-    env = we.make("env-null", sets=['games.env.W3N_EPISODE_STEPS="100000"'])
+    info cut, once, and then start a new episode at step 0; the other rows go on. The
+    same for Windows games under Wine behind the env."""
+    sets = ['games.env.W3N_EPISODE_STEPS="100000"']
+    if runtime == "wine":
+        exe = request.getfixturevalue("null_exe")
+        sets += ['games.runtime="wine"', f'games.binary="{exe}"', "games.count=3"]
+    env = we.make("env-null", sets=sets)
     try:
         obs, _ = env.reset()
         rng = np.random.default_rng(1)
