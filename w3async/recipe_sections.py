@@ -150,6 +150,10 @@ class GameGroup:
     becomes the run folder). A folder named by an env value that starts with "{run_dir}"
     or "{run_dir_windows}" (W3D_RECORD_DIR = "{run_dir}/replays"), or that is the
     absolute path of an existing folder, is writable without being listed here."""
+    max_rss_mb: Float = Field(0.0, ge=0, le=2**24)
+    """A game's memory cap: over this many MiB of RSS (its processes together, sampled
+    every supervisor.accounting_s) it is recycled, cause `memory`, counted in the restart
+    budget like a crash. 0: no cap."""
     host: Str = ""
     """Where the group's games run: "" on this machine; a name: on a game host of the
     [cluster], on the Ray node that offers the resource of that name (docs/cluster.md)."""
@@ -223,6 +227,11 @@ class SupervisorSection:
     machine without it), "off"."""
     progress_s: Float = Field(5.0, ge=0, le=YEAR_S)
     """Seconds between console progress lines (0: none)."""
+    accounting_s: Float = Field(2.0, ge=0, le=3600)
+    """Seconds between samples of every game's, Wine's and the supervisor's CPU and memory
+    from /proc (observe/accounting.py, on a thread of its own; 0: none)."""
+    accounting_event_s: Float = Field(60.0, ge=0, le=YEAR_S)
+    """Seconds between `accounting` events in events.jsonl (0: none)."""
 
 
 @dataclass(config=CONFIG)

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from w3async.observe.bins import floats
-from w3async.observe.series import RunSeries
+from w3async.observe.series import SAMPLE_FIELDS, RunSeries
 from w3async.run_folder import RunFolder
 
 
@@ -161,6 +161,9 @@ class RunFiles:
             g.state = "failed"
         elif ev == "bad_row":
             self.bad_rows += 1
+        elif ev == "accounting" and not self.live_sampler and isinstance(rec.get("kinds"), dict):
+            s.add_sample(t, **{f"{fig}:{k}": v.get(fig) for k, v in rec["kinds"].items() if isinstance(v, dict)
+                               for fig in ("cpu", "rss_mb") if f"{fig}:{k}" in SAMPLE_FIELDS})
         elif ev == "shutdown":
             self.shutdown = dict(rec, t=t)
             if not self.live_sampler:

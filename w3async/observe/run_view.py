@@ -66,6 +66,8 @@ class GameView:
     steps: int | None = None  # its rows' sequence numbers summed (None: not known)
     last_step_age_s: float | None = None
     host: str = ""  # the game host it runs on ("": this machine)
+    cpu: float | None = None  # cores its processes used over the last accounting sample (None: not sampled)
+    rss_mb: float | None = None  # their resident memory, MiB
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -93,7 +95,13 @@ class SupervisorSource:
     def games(self) -> list[dict]:
         now = time.monotonic()
         views = [s.view(now) for s in self.sup.slots] + (self.sup.cluster.games_view() if self.sup.cluster else [])
-        return [v.as_dict() for v in views]
+        acct = (self.sup.watch.sample() or {}).get("games", {})
+        out = [v.as_dict() for v in views]
+        for g in out:
+            fig = acct.get(g["slot"]) if not g["host"] else None
+            if fig:
+                g.update(cpu=fig["cpu"], rss_mb=round(fig["rss_mb"], 1))
+        return out
 
 
 def take_snapshot(source: StatusSource, now: float | None = None) -> dict:
@@ -149,6 +157,16 @@ def list_videos(run_dir: Path, most: int = 20) -> list[dict]:
     return [dict(name=n, url=f"/videos/{n}", bytes=st.st_size, saved_at=_iso(st.st_mtime)) for n, st in found[:most]]
 
 
+def _accounting(sample: dict | None) -> dict | None:
+    """/status's `accounting`: the last sample's totals by kind, the supervisor's threads
+    by role and each Wine prefix's sync (None: accounting off, or no sample yet)."""
+    if not sample:
+        return None
+    return dict(sampled_at=_iso(sample["t"]), interval_s=sample["interval_s"], sample_ms=sample["sample_ms"],
+                kinds=sample["kinds"], threads=sample["threads"], prefixes=sample["prefixes"],
+                games={str(k): dict(cpu=v["cpu"], rss_mb=round(v["rss_mb"], 1)) for k, v in sample["games"].items()})
+
+
 class RunView:
     """A run's status from its files and, when live, snapshots of its StatusSource
     (`feed()`, or `sample()` on the source's own loop). One thread uses a view."""
@@ -196,8 +214,10 @@ class RunView:
             (t1, s1, r1), (t2, s2, r2) = self._rates[-2], self._rates[-1]
             dt = max(t2 - t1, 1e-6)
             self._steps_per_s, self._rounds_per_s = (s2 - s1) / dt, (r2 - r1) / dt
+            kinds = (st.get("accounting") or {}).get("kinds") or {}
+            by_kind = {f"{fig}:{k}": v[fig] for k, v in kinds.items() for fig in ("cpu", "rss_mb")}
             self.series.add_sample(now, steps_per_s=self._steps_per_s,
-                                   restarts=sum(g.get("restarts") or 0 for g in snap["games"]))
+                                   restarts=sum(g.get("restarts") or 0 for g in snap["games"]), **by_kind)
         elif self.series.t0 is None:
             self.series.t0 = now
 
@@ -379,6 +399,7 @@ class RunView:
             best=self._folder["best"],
             videos=self._folder["videos"],
             hosts=st.get("hosts") or [],
+            accounting=_accounting(st.get("accounting")),
         )
 
     def latest_replay(self) -> str | None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from w3async import games
+from w3async.observe.accounting import KINDS as ACCOUNTED
 from w3async.observe.bins import Bins, Columns, floats
 
 RESULTS = {"win": 1, "draw": 0, "loss": -1}
@@ -51,7 +52,8 @@ class LevelTally:
                     recent_games=len(r), recent_win_rate=rate(r.count(1), r.count(0), len(r)))
 
 
-SAMPLE_FIELDS = ("steps_per_s", "latency_ms", "latency_p95_ms", "latency_max_ms", "compute_ms", "update_s", "wait_s", "restarts")
+SAMPLE_FIELDS = ("steps_per_s", "latency_ms", "latency_p95_ms", "latency_max_ms", "compute_ms", "update_s", "wait_s",
+                 "restarts") + tuple(f"{fig}:{k}" for fig in ("cpu", "rss_mb") for k in ACCOUNTED)
 
 
 def episode_fields(levels: tuple[str, ...]) -> tuple[str, ...]:
@@ -70,6 +72,8 @@ PLOTS = {
                    ("compute", "samples", "compute_ms", "mean")],
     "update_s": [("update", "samples", "update_s", "mean"), ("wait for data", "samples", "wait_s", "mean")],
     "restarts": [("restarts (total)", "samples", "restarts", "max")],
+    "cores": [(k, "samples", f"cpu:{k}", "mean") for k in ACCOUNTED],
+    "memory_mb": [(k, "samples", f"rss_mb:{k}", "mean") for k in ACCOUNTED],
     "discarded": [("discarded orders per episode", "episodes", "discarded", "mean")],
 }
 

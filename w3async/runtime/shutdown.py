@@ -40,6 +40,7 @@ async def shut_down(host) -> None:
             return None
 
     await step("status server", host.watch.stop_status)
+    await step("accounting", host.watch.stop_accounting, off_loop=True)
     if host.cluster is not None:  # the game hosts end their games, then Ray is left
         await step("game hosts", host.cluster.stop)
     sv = host.recipe.supervisor

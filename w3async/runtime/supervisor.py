@@ -276,7 +276,7 @@ class Supervisor:
             restarts=dict(sum((s.causes for s in self.slots), collections.Counter())),
             games={s.index: dict(pid=s.pid, state=s.state, restarts=s.restarts, recycles=s.recycles, causes=dict(s.causes))
                    for s in self.slots},
-            **({"hosts": self.cluster.hosts()} if self.cluster is not None else {}),
+            **({"hosts": self.cluster.hosts()} if self.cluster is not None else {}), accounting=self.watch.sample(),
         )
 
     # ---- lifecycle ----------------------------------------------------------------
@@ -411,6 +411,7 @@ class Supervisor:
     async def _start(self, tasks: list) -> None:
         if self.recipe.status.enabled:
             await self.watch.start_status()
+        self.watch.start_accounting()
         await self._loop.run_in_executor(None, self.answerer.start, self._loop)
         if self.cluster is not None:  # Ray, the game hosts (their games start there)
             await self.cluster.start(tasks)

@@ -1,17 +1,20 @@
-"""What a run shows while it runs: the status server, inference.jsonl's round lines once
-a second, and the console's progress line.
+"""What a run shows while it runs: the status server, the per-process accounting
+(observe/accounting.py), inference.jsonl's round lines once a second, and the console's
+progress line.
 
 `RunWatch` starts and stops the status server (observe/status.py) for its host, the
 Supervisor, and runs the two once-a-while tasks the supervisor starts with the games.
 It works through the host's public members only (recipe, events, answerer, keeper,
-agent_steps, started_monotonic, stop_requested).
+agent_steps, started_monotonic, stop_requested, slots, loop, barrier).
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
+from w3async.observe.accounting import Accounted, Accounting, thread_roles
 from w3async.observe.logs import console
 from w3async.runtime.runfolder import RunError
 
@@ -22,6 +25,64 @@ class RunWatch:
     def __init__(self, host):
         self.host = host
         self.status_server = None  # observe.status.StatusServer while it serves
+        self.accounting: Accounting | None = None  # the /proc sampler while the run runs
+        self._event_at = 0.0
+        self._syncs_said: set[tuple[str, int]] = set()
+
+    # ---- accounting ----------------------------------------------------------------
+
+    def start_accounting(self) -> None:
+        """Sample the games', Wine's and our own CPU and memory (supervisor.accounting_s)."""
+        h = self.host
+        every = h.recipe.supervisor.accounting_s
+        if not every:
+            return
+        loop, loop_tid = h.loop, threading.get_native_id()
+
+        def games() -> list[Accounted]:  # on the sampler's thread: plain reads of the slots
+            return [Accounted(s.index, s.proc.pid if s.proc is not None and s.proc.returncode is None else None,
+                              s.group.max_rss_mb) for s in h.slots]
+
+        def prefixes() -> list[str]:
+            return [p for rt in list(h.runtimes.values()) for p in rt.prefixes()]
+
+        def over_cap(slot: int, pid: int, rss_mb: float, cap_mb: float) -> None:
+            loop.call_soon_threadsafe(h.barrier, "memory cap", self._over_cap, h.slots[slot], pid, rss_mb, cap_mb)
+
+        def sampled(sample: dict) -> None:
+            loop.call_soon_threadsafe(h.barrier, "accounting", self._sampled, sample)
+
+        self.accounting = Accounting(games, prefixes, every, over_cap, sampled, lambda: thread_roles(loop_tid))
+        self.accounting.start()
+
+    def stop_accounting(self) -> None:
+        if self.accounting is not None:
+            self.accounting.stop()
+
+    def sample(self) -> dict | None:
+        """The accounting's latest sample (None: off, or not two samples yet)."""
+        return self.accounting.latest() if self.accounting is not None else None
+
+    def _over_cap(self, s, pid: int, rss_mb: float, cap_mb: float) -> None:
+        if s.proc is not None and s.proc.pid == pid and s.proc.returncode is None:  # not a later start's
+            self.host.keeper.kill(s, "memory", dict(rss_mb=round(rss_mb, 1), max_rss_mb=cap_mb))
+
+    def _sampled(self, sample: dict) -> None:
+        """On the loop: an `accounting` event every accounting_event_s; a prefix's sync once."""
+        h = self.host
+        for p in sample["prefixes"]:
+            key = (p["prefix"], p["wineserver_pid"])
+            if key not in self._syncs_said:
+                self._syncs_said.add(key)
+                h.events.info("wine_sync", **p)
+        every = h.recipe.supervisor.accounting_event_s
+        now = time.monotonic()
+        if every and now - self._event_at >= every:
+            self._event_at = now
+            h.events.info("accounting", kinds=sample["kinds"], threads=sample["threads"],
+                          games={str(k): v for k, v in sample["games"].items()}, sample_ms=sample["sample_ms"])
+
+    # ---- the status server -----------------------------------------------------------
 
     async def start_status(self) -> None:
         """Serve the run's status (recipe's [status]); RunError when the port is taken."""

@@ -7,7 +7,7 @@ window.w3Status = { plots: {}, refreshes: 0, errors: [], viewer: {} };
 
 const REFRESH_MS = 2000;
 const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd"];
-const PLOT_NAMES = ["steps_per_s", "win_rate", "latency_ms", "update_s", "restarts", "discarded"];
+const PLOT_NAMES = ["steps_per_s", "win_rate", "latency_ms", "update_s", "restarts", "discarded", "cores", "memory_mb"];
 
 function fmt(v, digits) {
   if (v === null || v === undefined) return "–";
@@ -157,7 +157,7 @@ function showGames(games) {
   const rows = games.map((g) => {
     const causes = Object.entries(g.causes || {}).map(([k, v]) => `${k} ${v}`).join(", ");
     return tableRow([g.slot, g.host || "here", g.pid, g.runtime, g.role, g.lanes, g.state, g.steps, g.restarts, causes,
-      g.last_step_age_s]);
+      g.last_step_age_s, fmt(g.cpu, 2), fmt(g.rss_mb, 1)]);
   });
   document.querySelector("#games tbody").replaceChildren(...rows);
 }
