@@ -200,7 +200,7 @@ async def test_dashboard_in_headless_chromium(tmp_path, null_native, duel_replay
             await page.call("Page.navigate", url=f"http://127.0.0.1:{port}/")
             plots = await page.wait_for(
                 "(() => { const p = window.w3Status && window.w3Status.plots; const n = ['steps_per_s', 'win_rate', "
-                "'latency_ms', 'update_s', 'restarts', 'discarded'].map(k => (p || {})[k] || 0); "
+                "'latency_ms', 'update_s', 'restarts', 'discarded', 'cores', 'memory_mb'].map(k => (p || {})[k] || 0); "
                 "return n.every(x => x >= 2) && p && window.w3Status.viewer.loaded ? window.w3Status.plots : null; })()",
                 timeout=45)
             assert all(v >= 2 for v in plots.values()), plots
@@ -228,6 +228,11 @@ async def test_dashboard_in_headless_chromium(tmp_path, null_native, duel_replay
             assert "agent steps" in text and "vs ai:easy" in text
             assert await page.js("document.getElementById('run-state').textContent") == "live"
             assert await page.js("document.querySelectorAll('#games tbody tr').length") == 3
+            # the accounting's columns: each game's cores and RSS (MiB)
+            cells = await page.js("[...document.querySelectorAll('#games tbody tr')].map(r => "
+                                  "[...r.children].slice(-2).map(c => c.textContent))")
+            assert all(c != "–" and float(c) >= 0 for row in cells for c in row) and any(
+                float(row[1]) > 0 for row in cells), cells
             assert await page.js("window.w3Status.errors.length") == 0
             # the evaluation videos: a link each, which serves the mp4
             await page.wait_for("(window.w3Status.videos || []).length >= 1", timeout=10)

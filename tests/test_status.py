@@ -43,7 +43,7 @@ T0 = 1_790_000_000.0  # a fixed start: the logs' times are T0 + offsets
 
 STATUS_KEYS = {
     "schema", "time", "run", "steps", "games", "inference", "learner", "league", "evaluation", "episodes", "checkpoint",
-    "best", "hosts", "videos"}
+    "best", "hosts", "videos", "accounting"}
 SUB_KEYS = {
     "run": {"name", "dir", "recipe", "pid", "started", "uptime_s", "live", "ended", "error"},
     "steps": {"agent_steps", "per_s", "per_s_60s"},
@@ -316,7 +316,8 @@ async def test_page_static_and_series(served):
             assert "http://" not in await s.text() and "https://" not in await s.text()
     r = await client.get("/series")
     body = await r.json()
-    assert set(body["plots"]) == {"steps_per_s", "win_rate", "latency_ms", "update_s", "restarts", "discarded"}
+    assert set(body["plots"]) == {"steps_per_s", "win_rate", "latency_ms", "update_s", "restarts", "discarded", "cores",
+                                  "memory_mb"}
     for name, lines in body["plots"].items():
         for ln in lines:
             assert len(ln["t"]) == len(ln["y"]) and set(ln) == {"label", "t", "y"}

@@ -26,7 +26,10 @@
  *                        null_game.exe (OpenProcess, TerminateProcess), prints "null:
  *                        terminated N other games", and steps on; named: makes a named
  *                        mutex, event and pipe and says which another game already had
- *                        ("null: named mutex shared|own event ... pipe ..."), and steps on
+ *                        ("null: named mutex shared|own event ... pipe ..."), and steps on;
+ *                        burn (Linux): forks a helper that spins on the CPU for good, and
+ *                        steps on; hog: takes W3N_HOG_MB (default 64) MiB, writes every
+ *                        page, and steps on (accounting tests)
  */
 #include <math.h>
 #include <stdio.h>
@@ -236,6 +239,21 @@ static void null_rogue(w3s_conn *c, const char *mode)
         exit(3);
     else if (!strcmp(mode, "hang"))
         null_sleep_forever();
+    else if (!strcmp(mode, "hog")) {
+        const char *mb = getenv("W3N_HOG_MB");
+        size_t n = (size_t)(mb ? atol(mb) : 64) << 20;
+        static volatile char *held; /* kept: a block never read may be optimised away */
+        held = malloc(n);
+        for (size_t i = 0; held && i < n; i += 4096)
+            held[i] = 1; /* every page written: resident, not only reserved */
+    }
+#ifndef _WIN32
+    else if (!strcmp(mode, "burn")) {
+        if (fork() == 0)
+            for (volatile unsigned long i = 0;; i++)
+                ;
+    }
+#endif
 #ifdef _WIN32
     else if (!strcmp(mode, "peek"))
         null_peek();

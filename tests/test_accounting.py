@@ -1,0 +1,151 @@
+"""Per-process accounting (observe/accounting.py) with real games: a game's CPU-burning
+helper and its memory are the game's, as /proc says; a game over its RSS cap is recycled
+with cause `memory`; the figures reach /games, /status, /metrics and the events; a Wine
+prefix's wineserver and its sync are found."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+
+from w3async.observe.run_view import RunView, SupervisorSource
+from w3async.observe.status_metrics import metrics_text
+from w3async.recipes import recipe_from_dict
+from w3async.runtime.supervisor import Supervisor
+
+from .test_supervisor import assert_nothing_left, events, null_recipe
+
+
+def _tree(root: int) -> list[int]:
+    """root and its descendants, from /proc (the test's own walk)."""
+    kids: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    ppid = int(f.read().rpartition(")")[2].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            kids.setdefault(ppid, []).append(int(name))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo += kids.get(pid, [])
+    return out
+
+
+def _vmrss_mb(pids: list[int]) -> float:
+    """VmRSS of /proc/<pid>/status, summed (another file than the sampler reads)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                total += next((int(x.split()[1]) for x in f if x.startswith("VmRSS:")), 0) / 1024
+        except OSError:
+            pass
+    return total
+
+
+async def _run_with_peek(data: dict, run_dir, at_s: float, peek):
+    sup = Supervisor(recipe_from_dict(data), run_dir)
+    seen = {}
+
+    async def later():
+        await asyncio.sleep(at_s)
+        seen.update(peek(sup))
+
+    task = asyncio.ensure_future(later())
+    stats = await sup.run()
+    await task
+    return sup, stats, seen
+
+
+async def test_a_games_burning_helper_and_memory_are_its_own(tmp_path, null_native):
+    """Slot 0 forks a helper that spins; slot 1 takes 96 MiB; slot 2 is plain. The helper's
+    CPU is slot 0's (one more process than slot 2, most of a core), each game's RSS is
+    within 10% of /proc's VmRSS of its processes, and the figures reach /games, /status,
+    /metrics and the `accounting` events."""
+    rogue = {"W3N_ROGUE_STEP": "5", "W3N_CHECK": "0"}
+    data = null_recipe([{"binary": str(null_native), "count": 1, "env": dict(rogue, W3N_ROGUE="burn")},
+                        {"binary": str(null_native), "count": 1, "env": dict(rogue, W3N_ROGUE="hog", W3N_HOG_MB="96")},
+                        {"binary": str(null_native), "count": 1, "env": {"W3N_CHECK": "0"}}],
+                       supervisor={"accounting_s": 0.5, "accounting_event_s": 1, "policy": "random"},
+                       stop={"seconds": 6})
+
+    def peek(sup):
+        sample = sup.watch.sample()
+        trees = {s.index: _tree(s.proc.pid) for s in sup.slots}
+        view = RunView(sup.run_dir, SupervisorSource(sup))
+        view.sample()
+        view.refresh()
+        st = view.status()
+        return dict(sample=sample, rss={i: _vmrss_mb(t) for i, t in trees.items()}, trees=trees,
+                    games=view.games(), status=st, metrics=metrics_text(st))
+
+    sup, stats, seen = await _run_with_peek(data, tmp_path / "run", 4.5, peek)
+    games = seen["sample"]["games"]
+    assert games[0]["procs"] == games[2]["procs"] + 1 == len(seen["trees"][0])  # the helper counted with its game
+    assert games[0]["cpu"] > 0.3 and games[0]["cpu"] > 3 * games[2]["cpu"], games
+    for i in range(3):
+        assert abs(games[i]["rss_mb"] - seen["rss"][i]) <= 0.1 * seen["rss"][i], (i, games[i], seen["rss"])
+    assert games[1]["rss_mb"] >= 96
+    by_slot = {g["slot"]: g for g in seen["games"]}
+    assert by_slot[1]["rss_mb"] >= 96 and by_slot[0]["cpu"] > 0.3
+    acct = seen["status"]["accounting"]
+    assert acct["kinds"]["games"]["procs"] == sum(len(t) for t in seen["trees"].values())
+    assert acct["kinds"]["supervisor"]["rss_mb"] > 10 and "loop" in acct["threads"]
+    m = seen["metrics"]
+    assert 'w3async_game_cpu_cores{slot="0"}' in m and 'w3async_memory_rss_bytes{kind="games"}' in m
+    assert 'w3async_thread_cpu_cores{role="loop"}' in m and 'w3async_cpu_cores{kind="supervisor",mode="user"}' in m
+    recs = [e for e in events(tmp_path / "run") if e["event"] == "accounting"]
+    assert len(recs) >= 2 and recs[-1]["games"]["1"]["rss_mb"] >= 96
+    assert stats["restarts"] == {}  # no cap: nothing recycled
+    assert_nothing_left(sup, tmp_path / "run")
+
+
+async def test_a_game_over_its_rss_cap_is_recycled_with_cause_memory(tmp_path, null_native):
+    """A game that takes 128 MiB in a group capped at 64 is recycled, cause `memory`,
+    counted like any restart; a game of another group under no cap is left alone."""
+    data = null_recipe([{"binary": str(null_native), "count": 1, "max_rss_mb": 64,
+                         "env": {"W3N_ROGUE": "hog", "W3N_HOG_MB": "128", "W3N_ROGUE_STEP": "5"}},
+                        {"binary": str(null_native), "count": 1, "env": {"W3N_ROGUE": "hog", "W3N_HOG_MB": "128",
+                                                                        "W3N_ROGUE_STEP": "5"}}],
+                       supervisor={"accounting_s": 0.3}, stop={"seconds": 5})
+    sup = Supervisor(recipe_from_dict(data), tmp_path / "run")
+    stats = await sup.run()
+    assert stats["games"][0]["causes"].get("memory", 0) >= 2 and set(stats["games"][0]["causes"]) == {"memory"}
+    assert stats["games"][0]["restarts"] >= 2  # counted in the budget
+    assert stats["games"][1]["causes"] == {}
+    kills = [e for e in events(tmp_path / "run") if e["event"] == "game_kill"]
+    assert kills and all(e["cause"] == "memory" and e["slot"] == 0 and e["rss_mb"] > 64 == e["max_rss_mb"]
+                         for e in kills)
+    assert_nothing_left(sup, tmp_path / "run")
+
+
+@pytest.mark.wine
+async def test_a_wine_prefixs_wineserver_and_sync(tmp_path, null_exe):
+    """Two Wine games of one prefix: its wineserver (and Wine's services) are kinds of
+    their own, not a game's; the prefix's sync is read from the wineserver: Debian's Wine
+    8.0 has no esync, fsync or ntsync, so "server"; said once in a `wine_sync` event."""
+    data = null_recipe([{"binary": str(null_exe), "runtime": "wine", "count": 2}],
+                       supervisor={"accounting_s": 0.5, "start_timeout_s": 120}, stop={"seconds": 6})
+
+    def peek(sup):
+        return dict(sample=sup.watch.sample(), trees={s.index: _tree(s.proc.pid) for s in sup.slots},
+                    prefixes=[p for rt in sup.runtimes.values() for p in rt.prefixes()])
+
+    sup, stats, seen = await _run_with_peek(data, tmp_path / "run", 5.0, peek)
+    sample = seen["sample"]
+    [pf] = sample["prefixes"]
+    assert pf["prefix"] == seen["prefixes"][0] and pf["sync"] == "server"
+    with open(f"/proc/{pf['wineserver_pid']}/comm") as f:
+        assert f.read().startswith("wineserver")
+    assert sample["kinds"]["wineserver"]["procs"] == 1 and sample["kinds"]["wineserver"]["rss_mb"] > 1
+    games_pids = {p for t in seen["trees"].values() for p in t}
+    assert pf["wineserver_pid"] not in games_pids
+    said = [e for e in events(tmp_path / "run") if e["event"] == "wine_sync"]
+    assert len(said) == 1 and said[0]["sync"] == "server"
+    assert_nothing_left(sup, tmp_path / "run")
