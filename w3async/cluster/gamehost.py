@@ -208,14 +208,22 @@ class GameHost:
             self.round_trip_ms = round(1000 * float(np.median(rt)), 3)
         c = sup.counters if sup is not None else None
         now = time.monotonic()
+        sample = (sup.watch.sample() if sup is not None else None) or {}
+        acct = sample.get("games", {})
         return dict(name=self.name, incarnation=self.incarnation, pid=os.getpid(), node=_node_id(),
                     machine=self.machine, made=self._made(),
                     games=len(slots), games_up=up, restarts=sum(s.restarts for s in slots),
                     agent_steps=c.agent_steps if c else 0, bad_rows=c.bad_rows if c else 0,
                     waiting=sup.control.waiting_rows() if sup is not None and sup.control and not self.ended else 0,
                     round_trip_ms=self.round_trip_ms,
-                    failure=self.failure, centre_lost=self.centre_lost, ended=self.ended, time=time.time(), slots=[
-                        dict(s.view(now).as_dict(), state=str(s.state)) for s in slots])
+                    failure=self.failure, centre_lost=self.centre_lost, ended=self.ended, time=time.time(),
+                    accounting=sample.get("kinds"), slots=[
+                        dict(s.view(now).as_dict(), state=str(s.state), **_figures(acct.get(s.index))) for s in slots])
+
+
+def _figures(fig: dict | None) -> dict:
+    """A slot's accounting figures for /games (none before the host's second sample)."""
+    return dict(cpu=fig["cpu"], rss_mb=round(fig["rss_mb"], 1)) if fig else {}
 
 
 def _node_id() -> str:

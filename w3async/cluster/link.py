@@ -380,7 +380,7 @@ class ClusterLink:
                             deaths=h.deaths, agent_steps=s.get("agent_steps", 0), steps_per_s=round(h.rate[2], 1),
                             round_trip_ms=s.get("round_trip_ms"), rows=[h.row0, h.row0 + h.nrows],
                             bytes_per_row=round(h.bytes_in / h.rows_in, 1) if h.rows_in else None,
-                            failure=s.get("failure")))
+                            failure=s.get("failure"), accounting=s.get("accounting")))
         return out
 
     def games_view(self) -> list[GameView]:
@@ -391,7 +391,8 @@ class ClusterLink:
             slots = h.state.get("slots") or []
             for i, g in enumerate(h.games):
                 s = slots[i] if h.up and i < len(slots) else {}  # the host's Slot.view(), as a dict
-                state = {k: s[k] for k in ("pid", "state", "restarts", "causes", "steps", "last_step_age_s") if k in s}
+                state = {k: s[k] for k in ("pid", "state", "restarts", "causes", "steps", "last_step_age_s", "cpu",
+                                           "rss_mb") if k in s}
                 out.append(game_view(g.index, g.group, host=h.name, **state))
         return out
 
