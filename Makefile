@@ -47,6 +47,7 @@ bench: setup $(VENV)/.cluster
 	  if [ -f bench/$$b.py ]; then echo "== bench/$$b.py"; $(PY) bench/$$b.py || exit 1; fi; \
 	done
 	@echo "== bench/step_sync.py --sandbox"; $(PY) bench/step_sync.py --sandbox
+	@echo "== bench/step_sync.py --accounting"; $(PY) bench/step_sync.py --accounting
 
 clean:
 	rm -rf build $(VENV) w3async/sync/_rows*.so

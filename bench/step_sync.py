@@ -12,6 +12,7 @@ check-mode answers, so both sides do the same work.
     python bench/step_sync.py                 # the table
     python bench/step_sync.py --gather        # C against numpy on the gather/answer work
     python bench/step_sync.py --sandbox       # sandboxed against unsandboxed games, and start times
+    python bench/step_sync.py --accounting    # per-process accounting on against off, and Wine's sync
 """
 
 from __future__ import annotations
@@ -62,22 +63,26 @@ async def _measure(sup: Supervisor, warm_s: float, window_s: float) -> dict:
     s0, r0, c0, t0 = sup.agent_steps, sup.rounds, cpu_s(), time.monotonic()
     await asyncio.sleep(window_s)
     s1, r1, c1, t1 = sup.agent_steps, sup.rounds, cpu_s(), time.monotonic()
+    acct = sup.watch.accounting
+    sample = sup.watch.sample() or {}
     sup.request_stop()
     await task
     steps = s1 - s0
     return dict(steps_s=steps / (t1 - t0), cpu_us=(c1 - c0) / max(steps, 1) * 1e6,
-                rows_round=steps / max(r1 - r0, 1), restarts=sum(s.restarts for s in sup.slots))
+                rows_round=steps / max(r1 - r0, 1), restarts=sum(s.restarts for s in sup.slots),
+                sample_ms=acct.sample_ms if acct else 0.0, syncs=[p["sync"] for p in sample.get("prefixes", [])])
 
 
 def run_supervisor(runtime: str, count: int, lanes: int, warm_s: float, window_s: float, gather: str = "c",
-                   round_ms: float = 0.0, sandbox: str = "preferred", measure=_measure, prefix: str = "shared") -> dict:
+                   round_ms: float = 0.0, sandbox: str = "preferred", measure=_measure, prefix: str = "shared",
+                   accounting_s: float = 2.0) -> dict:
     import uvloop  # noqa: PLC0415
 
     binary = NULL if runtime == "native" else NULL_EXE
     data = {"name": "bench", "game": "null",
             "games": [{"binary": str(binary), "runtime": runtime, "count": count, "lanes": lanes}],
             "supervisor": {"progress_s": 0, "gather": gather, "start_timeout_s": 180, "round_period_ms": round_ms,
-                           "sandbox": sandbox},
+                           "sandbox": sandbox, "accounting_s": accounting_s},
             "status": {"enabled": False}, "runtime": {"prefix": prefix}}
     run_dir = Path(tempfile.mkdtemp(prefix="w3a-bench-"))
     try:
@@ -154,6 +159,30 @@ def bench_sandbox(repeats: int, warm_s: float, window_s: float, wine: bool) -> N
             row.append(f"{mode:>9}: {statistics.median(r['first_s'] for r in rs):.3f} / "
                        f"{statistics.median(r['restart_s'] for r in rs):.3f}")
         print(f"{runtime:<8} " + "   ".join(row), flush=True)
+
+
+def bench_accounting(repeats: int, warm_s: float, window_s: float, wine: bool) -> None:
+    """Per-process accounting off, at its default 2 s and at 0.5 s, in one run
+    (interleaved); what a sample costs; each Wine prefix's sync as found."""
+    configs = [("native", 8, 4)] + ([("wine", 8, 1)] if wine else [])
+    modes = (0.0, 2.0, 0.5)
+    print(f"accounting: null games, {repeats} runs each (interleaved), median; window {window_s:.0f} s")
+    hdr = (f"{'runtime':<8} {'games':>5} {'lanes':>5} {'off steps/s':>12} {'every 2 s':>10} {'ratio':>6} "
+           f"{'every 0.5 s':>12} {'ratio':>6} {'sample ms':>10} {'sync':>8}")
+    print(hdr)
+    print("-" * len(hdr))
+    for runtime, count, lanes in configs:
+        runs = {m: [] for m in modes}
+        for _ in range(repeats):
+            for m in modes:
+                runs[m].append(run_supervisor(runtime, count, lanes, warm_s, window_s, accounting_s=m))
+        st = {m: statistics.median(r["steps_s"] for r in runs[m]) for m in modes}
+        sample_ms = statistics.median(r["sample_ms"] for m in modes[1:] for r in runs[m])
+        syncs = sorted({x for m in modes for r in runs[m] for x in r["syncs"]}) or ["-"]
+        print(f"{runtime:<8} {count:>5} {lanes:>5} {st[0.0]:>12,.0f} {st[2.0]:>10,.0f} {st[0.0] / st[2.0]:>5.3f}x "
+              f"{st[0.5]:>12,.0f} {st[0.0] / st[0.5]:>5.3f}x {sample_ms:>10.2f} {','.join(syncs):>8}", flush=True)
+    print("(off/on ratio: above 1 means accounting costs steps; a Wine prefix's sync is read from its\n"
+          " wineserver: this machine's Wine offers one mode only, so there is no second to compare)")
 
 
 # ---- gymnasium's AsyncVectorEnv over the same null games ------------------------------
@@ -303,7 +332,11 @@ def main() -> int:
     p.add_argument("--gather", action="store_true", help="only the C vs numpy gather/answer table")
     p.add_argument("--sandbox", action="store_true", help="only sandboxed against unsandboxed games, start times")
     p.add_argument("--prefix", action="store_true", help="with --sandbox: only a Wine prefix shared against per game")
+    p.add_argument("--accounting", action="store_true", help="only accounting on against off, and Wine's sync")
     a = p.parse_args()
+    if a.accounting:
+        bench_accounting(a.repeats, a.warm, a.window, bool(not a.no_wine and shutil.which("wine") and NULL_EXE.exists()))
+        return 0
     if a.sandbox:
         wine = bool(not a.no_wine and shutil.which("wine") and NULL_EXE.exists())
         if not a.prefix:
