@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from w3async import compose
 from w3async.learn import checkpoint
 from w3async.sync import layout
 from w3async.learn.checkpoint import CheckpointLoadError, CheckpointWriteError, load_latest, save_checkpoint
@@ -256,7 +257,7 @@ async def test_a_resume_that_cannot_load_everything_stops_before_writing(tmp_pat
     (they were overwritten with zeroed counters), and so does recipe.json (it was replaced
     by the refused recipe, here one with another stop, until 2026-12-02)."""
     from w3async.recipes import recipe_from_dict
-    from w3async.runtime.supervisor import RunError, Supervisor
+    from w3async.runtime.supervisor import RunError
 
     from w3async.sync.table import list_segments
 
@@ -266,7 +267,7 @@ async def test_a_resume_that_cannot_load_everything_stops_before_writing(tmp_pat
     run_dir = tmp_path / "run"
     data = learn_recipe(count=2, stop={"updates": 4, "seconds": 120}, league={"snapshot_every": 2},
                         status={"enabled": False})
-    await Supervisor(recipe_from_dict(data), run_dir).run()
+    await compose.supervisor(recipe_from_dict(data), run_dir).run()
     ckpt = load_latest(run_dir)
     assert ckpt["learner"]["version"] >= 4 and len(ckpt["league"]["snapshots"]) >= 2
     if damage == "missing_snapshot":
@@ -291,7 +292,7 @@ async def test_a_resume_that_cannot_load_everything_stops_before_writing(tmp_pat
     before = {d: _tree_bytes(run_dir / d) for d in ("checkpoints", "league")}
     logs = {n: (run_dir / n).read_bytes() for n in ("learner.jsonl", "episodes.jsonl", "inference.jsonl", "recipe.json")}
     data["stop"] = {"updates": 8, "seconds": 120}
-    sup = Supervisor(recipe_from_dict(data), run_dir)
+    sup = compose.supervisor(recipe_from_dict(data), run_dir)
     with pytest.raises(RunError, match=rf"{bad.name}: .*{cause}") as e:
         await sup.run()
     assert "\n" not in str(e.value) and len(str(e.value)) < 600, str(e.value)
@@ -314,8 +315,9 @@ def ckpt_time(ckpt: dict) -> str:
 FULL_DISK_DRIVER = textwrap.dedent("""
     import asyncio, hashlib, json, resource, signal, sys
     from pathlib import Path
+    from w3async import compose
     from w3async.recipes import recipe_from_dict
-    from w3async.runtime.supervisor import RunError, Supervisor
+    from w3async.runtime.supervisor import RunError
 
     data, run_dir, limit = json.loads(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write over the limit fails with EFBIG instead
@@ -337,7 +339,7 @@ FULL_DISK_DRIVER = textwrap.dedent("""
         out["good"] = digest()
 
     async def main():
-        sup = Supervisor(recipe_from_dict(data), run_dir)
+        sup = compose.supervisor(recipe_from_dict(data), run_dir)
         armer = asyncio.create_task(arm())
         try:
             await sup.run()

@@ -152,7 +152,8 @@ async def test_a_run_resumes_from_an_older_checkpoint_only_when_asked(tmp_path, 
     the older one, says so in its `resume` record, and its later checkpoints load (the
     refused file's weights were never loaded, so never saved)."""
     from w3async.recipes import recipe_from_dict
-    from w3async.runtime.supervisor import RunError, Supervisor
+    from w3async import compose
+    from w3async.runtime.supervisor import RunError
 
     from .test_supervisor import events
     from .test_training import learn_recipe
@@ -160,7 +161,7 @@ async def test_a_run_resumes_from_an_older_checkpoint_only_when_asked(tmp_path, 
     run_dir = tmp_path / "run"
     data = learn_recipe(count=2, stop={"updates": 4, "seconds": 120}, league={"snapshot_every": 2},
                         status={"enabled": False})
-    await Supervisor(recipe_from_dict(data), run_dir).run()
+    await compose.supervisor(recipe_from_dict(data), run_dir).run()
     ckpts = sorted((run_dir / "checkpoints").glob("ckpt-*.pt"))
     assert len(ckpts) >= 2
     bad = Path(load_latest(run_dir)["path"])
@@ -169,9 +170,9 @@ async def test_a_run_resumes_from_an_older_checkpoint_only_when_asked(tmp_path, 
     bad.write_bytes(bytes(whole))
     data["stop"] = {"updates": 8, "seconds": 120}
     with pytest.raises(RunError, match=rf"{bad.name}: truncated or corrupt: its digest does not match"):
-        await Supervisor(recipe_from_dict(data), run_dir).run()
+        await compose.supervisor(recipe_from_dict(data), run_dir).run()
     data["checkpoint"]["fallback"] = True
-    await Supervisor(recipe_from_dict(data), run_dir).run()
+    await compose.supervisor(recipe_from_dict(data), run_dir).run()
     resumes = [e for e in events(run_dir) if e["event"] == "resume"]
     assert resumes and [r["path"] for r in resumes[-1]["refused"]] == [str(bad)]
     assert resumes[-1]["checkpoint"] != str(bad)

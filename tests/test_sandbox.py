@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from w3async import compose
 from w3async.runtime import procs
 from w3async.runtime.sandbox import unavailable
 from w3async.sync.table import list_segments
@@ -173,7 +174,7 @@ async def test_a_prefix_per_game_gives_each_windows_game_its_own_wineserver(tmp_
 
     data = null_recipe([{"binary": str(null_exe), "runtime": "wine", "count": 2}], runtime={"prefix": "per-game"},
                        supervisor={"start_timeout_s": 120}, stop={"seconds": 60})
-    sup = Supervisor(recipe_from_dict(data), tmp_path / "run")
+    sup = compose.supervisor(recipe_from_dict(data), tmp_path / "run")
     task = asyncio.ensure_future(sup.run())
     for _ in range(1200):
         await asyncio.sleep(0.1)

@@ -20,6 +20,7 @@ import os
 import numpy as np
 import pytest
 
+from w3async import compose
 from w3async.cluster import wire
 from w3async.recipes import recipe_from_dict
 from w3async.runtime.supervisor import Supervisor
@@ -66,7 +67,8 @@ class Deferred:
 
 async def _set_up(tmp_path, answerer=None, cluster=None, **sections) -> Supervisor:
     data = null_recipe([{"binary": NULL, "count": 2, "lanes": 1}], **sections)  # two rows a game (two sides)
-    sup = Supervisor(recipe_from_dict(data), tmp_path / "run", answerer=answerer, signals=False, cluster=cluster)
+    sup = compose.supervisor(recipe_from_dict(data), tmp_path / "run", answerer=answerer, signals=False,
+                             cluster=cluster)
     await sup.setup()
     for s in sup.slots:
         sup.gatherer.attach_game(s.index, s.rows, _bell(s.index))

@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 import torch
 
+from w3async import compose
 from w3async.learn.checkpoint import load_latest
 from w3async.recipes import recipe_from_dict
-from w3async.runtime.supervisor import Supervisor
+from w3async.runtime.supervisor import RunError, Supervisor
 
 from .conftest import REPO
 from .test_supervisor import assert_nothing_left, events
@@ -73,7 +74,7 @@ every_updates = {every_updates}
 
 
 async def run(data: dict, run_dir: Path) -> tuple[Supervisor, dict]:
-    sup = Supervisor(recipe_from_dict(data), run_dir)
+    sup = compose.supervisor(recipe_from_dict(data), run_dir)
     return sup, await sup.run()
 
 
@@ -117,7 +118,7 @@ async def test_resume_is_exact(tmp_path, null_native):
     ckpt = load_latest(run_dir)
     assert ckpt is not None and ckpt["learner"]["version"] >= 4
     # A supervisor set up on the same folder resumes exactly what was saved.
-    sup = Supervisor(recipe_from_dict(data), run_dir)
+    sup = compose.supervisor(recipe_from_dict(data), run_dir)
     await sup.setup()  # the checkpoint is loaded (or the run refused) as the training side is made
     try:
         tr = sup.answerer
@@ -174,7 +175,7 @@ async def test_learner_failure_stops_the_run_with_a_resumable_checkpoint(tmp_pat
 
     monkeypatch.setattr(learner_mod.Learner, "run_update", failing)
     data = learn_recipe(stop={"seconds": 60})
-    sup = Supervisor(recipe_from_dict(data), tmp_path / "run")
+    sup = compose.supervisor(recipe_from_dict(data), tmp_path / "run")
     with pytest.raises(RunError, match="learner failed: RuntimeError\\('injected learner fault'\\)"):
         await sup.run()
     assert [e for e in events(tmp_path / "run") if e["event"] == "learner_failed"]
@@ -254,7 +255,7 @@ async def test_league_and_game_churn_never_breaks_a_round(tmp_path, null_native,
         status={"enabled": False},
         stop={"seconds": 300})  # a cap only: the run stops after ROUNDS rounds
     run_dir = tmp_path / "run"
-    sup = Supervisor(recipe_from_dict(data), run_dir)
+    sup = compose.supervisor(recipe_from_dict(data), run_dir)
     kills = []
     ROUNDS, KILL_EVERY = 2500, 30  # a game SIGKILLed every 30 rounds
 
@@ -388,3 +389,23 @@ async def test_learner_lines_carry_the_schedules_kl_limit_and_value_norm(tmp_pat
         assert {"kl_stopped", "minibatches", "minibatches_planned", "grad_norm", "value_mean", "value_std"} <= set(u)
         assert u["minibatches"] <= u["minibatches_planned"] and u["value_std"] > 0
     assert load_latest(tmp_path / "run")["counters"]["seconds"] > 0
+
+
+async def test_the_learner_comes_only_from_the_composition_root(tmp_path):
+    """runtime/ imports nothing of learn/ nor cluster/ (w3async/compose.py picks the
+    answerer and the cluster link): a Supervisor made without it refuses a network
+    policy with a message that says where the learner comes from, before any game."""
+    import ast
+
+    pkg = REPO / "w3async" / "runtime"
+    found = []
+    for f in sorted(pkg.glob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            found += [f"{f.name}: {n}" for n in names if n.startswith(("w3async.learn", "w3async.cluster",
+                                                                       "w3async.compose"))]
+    assert found == []
+    with pytest.raises(RunError, match=r"network.*w3async\.compose\.supervisor"):
+        await Supervisor(recipe_from_dict(learn_recipe(count=1)), tmp_path / "run").run()
+    assert not [e for e in events(tmp_path / "run") if e["event"] == "game_start"]

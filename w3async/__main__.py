@@ -119,7 +119,8 @@ def _run(args) -> int:
     for sig in _SIGNALS:  # from here to the exit: no default handler (see the module's docstring)
         signal.signal(sig, _note_signal)
     from w3async.runtime.preflight import preflight  # noqa: PLC0415 (fast --help)
-    from w3async.runtime.supervisor import RunError, Supervisor  # noqa: PLC0415
+    from w3async import compose  # noqa: PLC0415 (fast --help)
+    from w3async.runtime.supervisor import RunError  # noqa: PLC0415
 
     path = resolve_recipe_path(args.recipe)
     try:
@@ -148,13 +149,10 @@ def _run(args) -> int:
         new_loop = uvloop.new_event_loop
     except ImportError:
         new_loop = asyncio.new_event_loop
-    link = None
-    if recipe.cluster is not None:  # game hosts through Ray: the one place that imports the cluster side
-        if importlib.util.find_spec("ray") is None:
-            return _error(path, ["[cluster] needs Ray, the package's cluster extra: pip install -e '.[cluster]' "
-                                 "(make run installs it for a recipe with [cluster])"])
-        from w3async.cluster.link import ClusterLink as link  # noqa: PLC0415, N813
-    sup = Supervisor(recipe, run_dir, cluster=link, keep_signals=True)
+    if recipe.cluster is not None and importlib.util.find_spec("ray") is None:  # game hosts through Ray
+        return _error(path, ["[cluster] needs Ray, the package's cluster extra: pip install -e '.[cluster]' "
+                             "(make run installs it for a recipe with [cluster])"])
+    sup = compose.supervisor(recipe, run_dir, keep_signals=True)  # its answerer and cluster link chosen there
 
     async def main() -> dict:
         await sup.setup()  # the supervisor's handlers from here; RunError when set-up fails

@@ -58,7 +58,9 @@ class Supervisor:
     the signal handlers; `await run()` sets up if that was not done, starts the games and
     returns when the run ends, after `close()`; `await close()` is the shutdown (idempotent).
     `policy`, when given, answers every batch instead of the recipe's policy; `answerer`,
-    when given, makes the answerer from the run's RunControl (either replaces the recipe's).
+    when given, makes the answerer from the run's RunControl (either replaces the recipe's;
+    the learner for `policy = "network"` comes only this way: w3async/compose.py, the
+    composition root, picks it, and runtime/ imports nothing of learn/).
     `signals` False: no SIGINT/SIGTERM handlers (a game host, on a thread of a Ray actor).
     `keep_signals` True (the CLI, which owns the process): after the shutdown the handlers
     stay, ignoring the signals, instead of being removed; removal sets the default ones
@@ -81,7 +83,7 @@ class Supervisor:
         self.events: JsonLog | None = None
         self.lock: RunLock | None = None
         self.runtimes: dict[str, object] = {}
-        self.answerer: Answerer | None = None  # a fixed policy, or learn.training.Training
+        self.answerer: Answerer | None = None  # a fixed policy, or what the composition root made (compose.py)
         self.control: RunControl | None = None  # the answerer's handle on the run
         self.counters = Counters()
         self.error: str | None = None
@@ -144,14 +146,13 @@ class Supervisor:
             self.slots.append(Slot(i, g, rt, r.binary_path(g), row0, nrows, RunFolder(self.run_dir).game_log(i)))
         self.sandbox = Sandbox.for_run(r.supervisor.sandbox, self.run_dir, self.events if groups else None)
         self.control = RunControl(self)
-        if self._make_answerer is not None:  # e.g. learn/evaluate.py's, for `w3async eval`
-            self.answerer = self._make_answerer(self.control)
+        if self._make_answerer is not None:  # the composition root's choice (w3async/compose.py)
+            self.answerer = self._make_answerer(self.control)  # the learner loads its checkpoint here, or refuses
         elif self._policy is not None:
             self.answerer = PolicyAnswerer(self.control, self._policy)
         elif r.supervisor.policy == "network":
-            from w3async.learn.training import Training  # noqa: PLC0415 (torch only where a network answers)
-
-            self.answerer = Training(self.control)  # loads the latest checkpoint, or refuses the run
+            raise RunError("supervisor.policy = \"network\" is answered by the learner, which this supervisor was "
+                           "not given: make the run with w3async.compose.supervisor() (python -m w3async run does)")
         else:
             self.answerer = policy_answerer(self.control, r.supervisor.policy)
         # Only now, the checkpoint loaded: a resume refused above (weights of another network,

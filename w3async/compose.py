@@ -1,0 +1,58 @@
+"""The composition root: what a run is made of, chosen in one place.
+
+The runtime package (w3async.runtime) runs games and answers them through whatever
+answerer it is handed; it imports nothing of the learner (w3async.learn) nor of the
+cluster (w3async.cluster), which sit above it. This module, above all three, picks for a
+recipe:
+
+- the answerer: a given one, a given fixed policy, the learner (`policy = "network"`:
+  learn.training.Training, which loads the latest checkpoint or refuses the run), or the
+  recipe's fixed policy ("check", "random");
+- the cluster link (cluster.link.ClusterLink) for a recipe with a [cluster] section;
+
+and hands them to the Supervisor. `python -m w3async run`, `w3async eval`, the env's
+supervisor thread and the game hosts make their runs here or pass their own answerer.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from w3async.runtime.answerer import Answerer, RunControl
+from w3async.runtime.policies import PolicyAnswerer, policy_answerer
+from w3async.runtime.supervisor import Supervisor
+
+MakeAnswerer = Callable[[RunControl], Answerer]
+
+
+def answerer_for(recipe, policy: Callable | None = None, answerer: MakeAnswerer | None = None) -> MakeAnswerer:
+    """What makes the run's answerer from its RunControl (called in the supervisor's
+    set-up, after the slots and before any game starts)."""
+    if answerer is not None:
+        return answerer
+    if policy is not None:
+        return lambda control: PolicyAnswerer(control, policy)
+    if recipe.supervisor.policy == "network":
+        from w3async.learn.training import Training  # noqa: PLC0415 (torch only where a network answers)
+
+        return Training
+    return lambda control: policy_answerer(control, recipe.supervisor.policy)
+
+
+def cluster_link_for(recipe) -> Callable | None:
+    """The class that links a run to its game hosts, for a recipe with [cluster] (Ray
+    imported only then)."""
+    if recipe.cluster is None:
+        return None
+    from w3async.cluster.link import ClusterLink  # noqa: PLC0415
+
+    return ClusterLink
+
+
+def supervisor(recipe, run_dir: Path, *, policy: Callable | None = None, answerer: MakeAnswerer | None = None,
+               **kw) -> Supervisor:
+    """A Supervisor for the recipe with its answerer and cluster link chosen here; `kw`
+    as the Supervisor's (signals, keep_signals, cluster to replace the recipe's link)."""
+    kw.setdefault("cluster", cluster_link_for(recipe))
+    return Supervisor(recipe, run_dir, answerer=answerer_for(recipe, policy, answerer), **kw)
