@@ -218,6 +218,9 @@ def test_games_on_two_simulated_hosts_survive_a_host_kill_and_stop_cleanly(tmp_p
         # each host samples its own processes (observe/accounting.py): its games' figures and its totals
         assert all(g["rss_mb"] > 0 and g["cpu"] is not None for g in games if g["host"] == "node2"), games
         assert hosts["node2"]["accounting"]["games"]["procs"] >= 2
+        ray = json.loads(urllib.request.urlopen(
+            (run_dir / "status.url").read_text().strip().rstrip("/") + "/status", timeout=5).read())["accounting"]["kinds"]["ray"]
+        assert ray["procs"] >= 3 and ray["rss_mb"] > 50  # raylet, gcs_server, the hosts' workers, ...
         lost = [e for e in events(run_dir) if e["event"] == "host_lost"]
         assert [e["host"] for e in lost] == ["node1"]
         # A host that stops answering for a while, alive (SIGSTOP): cut, then its games start again.

@@ -51,13 +51,15 @@ class Accounting:
 
     def __init__(self, games: Callable[[], list[Accounted]], prefixes: Callable[[], list[str]] = list,
                  interval_s: float = 2.0, on_over_cap: Callable[[int, int, float, float], None] | None = None,
-                 on_sample: Callable[[dict], None] | None = None, threads: Callable[[], dict] | None = None):
+                 on_sample: Callable[[dict], None] | None = None, threads: Callable[[], dict] | None = None,
+                 ray: bool = False):
         """`games()`: the slots now, `prefixes()`: the run's Wine prefixes (both called on
         the sampler's thread); `on_over_cap(slot, pid, rss_mb, cap_mb)` and
         `on_sample(sample)` are called on it too (hand them to the loop); `threads()`:
-        {native thread id: role} of this process."""
+        {native thread id: role} of this process; `ray`: count Ray's processes too (a run
+        with game hosts)."""
         self.games, self.prefixes, self.interval_s = games, prefixes, interval_s
-        self.on_over_cap, self.on_sample, self.threads = on_over_cap, on_sample, threads
+        self.on_over_cap, self.on_sample, self.threads, self.ray = on_over_cap, on_sample, threads, ray
         self._latest: dict | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -112,7 +114,7 @@ class Accounting:
         t0 = time.perf_counter()
         games = self.games()
         got = self._ask(dict(games=[[g.slot, g.pid] for g in games], prefixes=self.prefixes(), me=os.getpid(),
-                             also=[self._reader.pid] if self._reader is not None else []))
+                             also=[self._reader.pid] if self._reader is not None else [], ray=self.ray))
         if got is None:
             return None
         if "error" in got:

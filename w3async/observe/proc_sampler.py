@@ -3,9 +3,10 @@
     python -m w3async.observe.proc_sampler      # one JSON request a line on stdin, one reply a line
 
 A request names the run's processes: {"games": [[slot, pid], ...], "prefixes": [...],
-"me": the supervisor's pid, "also": [its helpers' pids]}. The reply: each game's CPU
+"me": the supervisor's pid, "also": [its helpers' pids], "ray": a run with game hosts}. The reply: each game's CPU
 (user and system, in cores over the time since the last request) and RSS with every
-descendant; the same by kind (`games`, `wineserver`, `wine-services`, `supervisor`); the
+descendant; the same by kind (`games`, `wineserver`, `wine-services`, `supervisor`, and
+`ray` for a run with game hosts: Ray's daemons and workers); the
 supervisor's threads' cores by thread id; each Wine prefix's sync. Reading /proc takes a
 few hundred system calls a sample: in the supervisor's process each would hand the GIL
 back and forth with the loop (a 2 s sample cost 2.5% of the steps, and 114 ms of wall
@@ -24,7 +25,8 @@ TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 PAGE_MB = os.sysconf("SC_PAGE_SIZE") / 2**20
 WINE_SERVICES = ("services.exe", "winedevice.exe", "plugplay.exe", "explorer.exe", "rpcss.exe", "svchost.exe",
                  "conhost.exe", "wineboot.exe", "winemenubuilder", "tabtip.exe", "start.exe")
-KINDS = ("games", "wineserver", "wine-services", "supervisor")
+KINDS = ("games", "wineserver", "wine-services", "supervisor", "ray")
+RAY_DAEMONS = ("raylet", "gcs_server")
 
 
 @dataclass
@@ -100,8 +102,10 @@ class ProcSampler:
         self._last: tuple[float, dict[int, tuple[int, int, int]], dict[int, int]] | None = None
         self._prefix_of: dict[tuple[int, int], str | None] = {}  # (pid, start) -> its WINEPREFIX
         self._sync: dict[tuple[int, int], str] = {}  # a wineserver's (pid, start) -> its sync
+        self._ray: dict[tuple[int, int], bool] = {}  # (pid, start) -> one of Ray's processes
 
-    def sample(self, games: list[tuple[int, int | None]], prefixes: list[str], me: int, also: list[int]) -> dict | None:
+    def sample(self, games: list[tuple[int, int | None]], prefixes: list[str], me: int, also: list[int],
+               ray: bool = False) -> dict | None:
         """The figures since the last call (None on the first)."""
         now = time.monotonic()
         procs = read_procs()
@@ -120,12 +124,12 @@ class ProcSampler:
                 return u * TICK_S / dt, s * TICK_S / dt
             return (u - before[1]) * TICK_S / dt, (s - before[2]) * TICK_S / dt
 
-        out = self._figures(procs, cores, games, set(prefixes), [me, *also])
+        out = self._figures(procs, cores, games, set(prefixes), [me, *also], ray)
         out["threads"] = {tid: round((t - last[2].get(tid, 0)) * TICK_S / dt, 4) for tid, t in tasks.items()}
         out["interval_s"] = round(dt, 3)
         return out
 
-    def _figures(self, procs, cores, games, prefixes, mine) -> dict:
+    def _figures(self, procs, cores, games, prefixes, mine, ray: bool) -> dict:
         children: dict[int, list[int]] = {}
         for pid, p in procs.items():
             children.setdefault(p.ppid, []).append(pid)
@@ -160,9 +164,29 @@ class ProcSampler:
         for pid in mine:  # the supervisor and its helpers (this sampler)
             if pid in procs:
                 _add(kinds["supervisor"], cores(pid), procs[pid].rss_mb)
+        if ray:  # a run with game hosts: Ray's daemons and workers (the hosts' own processes among them)
+            for pid, p in procs.items():
+                if pid not in mine and self._is_ray(pid, p):
+                    _add(kinds["ray"], cores(pid), p.rss_mb)
+            self._ray = {k: v for k, v in self._ray.items() if k[0] in procs}
         self._prefix_of = {k: v for k, v in self._prefix_of.items() if k[0] in procs}
         return dict(games=per_game, kinds={k: _rounded(v) for k, v in kinds.items()},
                     prefixes=sorted(servers.values(), key=lambda s: s["prefix"]))
+
+    def _is_ray(self, pid: int, p: _Proc) -> bool:
+        """raylet, gcs_server, a `ray::` worker, or a Python process running Ray's code
+        (its dashboard, log monitor, agents): read once per process."""
+        key = (pid, p.start)
+        if key not in self._ray:
+            hit = p.comm in RAY_DAEMONS or p.comm.startswith("ray::")
+            if not hit and p.comm.startswith("python"):
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        hit = b"/ray/" in f.read()
+                except OSError:
+                    hit = False
+            self._ray[key] = hit
+        return self._ray[key]
 
     def _prefix(self, pid: int, start: int) -> str | None:
         key = (pid, start)
@@ -213,7 +237,8 @@ def main() -> int:
     for line in sys.stdin:
         try:
             req = json.loads(line)
-            out = sampler.sample([tuple(g) for g in req["games"]], req["prefixes"], req["me"], req.get("also", []))
+            out = sampler.sample([tuple(g) for g in req["games"]], req["prefixes"], req["me"], req.get("also", []),
+                                 bool(req.get("ray")))
         except Exception as e:  # noqa: BLE001 (said to the supervisor, which keeps running)
             out = {"error": f"{type(e).__name__}: {e}"}
         sys.stdout.write(json.dumps(out) + "\n")

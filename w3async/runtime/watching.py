@@ -52,7 +52,8 @@ class RunWatch:
         def sampled(sample: dict) -> None:
             loop.call_soon_threadsafe(h.barrier, "accounting", self._sampled, sample)
 
-        self.accounting = Accounting(games, prefixes, every, over_cap, sampled, lambda: thread_roles(loop_tid))
+        self.accounting = Accounting(games, prefixes, every, over_cap, sampled, lambda: thread_roles(loop_tid),
+                                     ray=h.recipe.cluster is not None)
         self.accounting.start()
 
     def stop_accounting(self) -> None:
