@@ -119,7 +119,7 @@ class ClusterLink:
                 num_cpus=0, resources={h.name: 0.001}, max_restarts=self.config.host_restarts, max_task_retries=0,
             ).remote(h.name, recipes[h.name], str(self.sup.run_dir / "hosts" / h.name), self.config.lost_after_s)
             self.sup.events.info("host_start", host=h.name, rows=[h.row0, h.row0 + h.nrows], games=len(h.games))
-            tasks.append(self.sup._task(self._pump(h), f"game host {h.name}"))
+            tasks.append(self.sup.task(self._pump(h), f"game host {h.name}"))
 
     def _connect(self) -> None:
         os.environ.setdefault("RAY_IGNORE_UNHANDLED_ERRORS", "1")  # ops to a dead host fail, by design

@@ -215,7 +215,7 @@ class Supervisor:
             return
         self._fault(f"loop: {context.get('message')}", e)
 
-    def _task(self, coro, where: str) -> asyncio.Task:
+    def task(self, coro, where: str) -> asyncio.Task:
         """A task whose error goes through the barrier the moment it happens."""
         t = asyncio.create_task(coro)
 
@@ -417,7 +417,7 @@ class Supervisor:
         if self.cluster is not None:  # Ray, the game hosts (their games start there)
             await self.cluster.start(tasks)
             self.install_signals()
-        tasks.append(self._task(self.watch.log_rounds(), "round statistics"))
+        tasks.append(self.task(self.watch.log_rounds(), "round statistics"))
         for s in self.slots:
             if self._stop.is_set():
                 return  # a signal or a fault during the spawns: stop starting games
@@ -427,7 +427,7 @@ class Supervisor:
                 self.obs_readers.add(s.runtime.obs.fd)
                 self._loop.add_reader(s.runtime.obs.fd, self.barrier, "obs doorbell", self._on_obs, s.runtime.obs)
             await asyncio.sleep(0)  # let a signal in between two spawns
-        tasks += [self._task(self.keeper.watch(), "hang watch"), self._task(self.watch.progress(), "progress")]
+        tasks += [self.task(self.keeper.watch(), "hang watch"), self.task(self.watch.progress(), "progress")]
 
     def _on_signal(self, sig: int) -> None:
         if self._shutdown_done:  # the shutdown record is written: nothing left to stop or hurry
