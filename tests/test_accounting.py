@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import time
 
 import pytest
 
@@ -148,4 +150,30 @@ async def test_a_wine_prefixs_wineserver_and_sync(tmp_path, null_exe):
     assert pf["wineserver_pid"] not in games_pids
     said = [e for e in events(tmp_path / "run") if e["event"] == "wine_sync"]
     assert len(said) == 1 and said[0]["sync"] == "server"
+    assert_nothing_left(sup, tmp_path / "run")
+
+
+async def test_a_killed_reader_is_replaced_and_the_run_goes_on(tmp_path, null_native):
+    """The /proc reader SIGKILLed mid-run: the next sample starts a new one, the figures
+    come back, the games never notice; at the end no reader is left."""
+    data = null_recipe([{"binary": str(null_native), "count": 2}], supervisor={"accounting_s": 0.3},
+                       stop={"seconds": 5})
+    seen = {}
+    sup = Supervisor(recipe_from_dict(data), tmp_path / "run")
+
+    async def later():
+        await asyncio.sleep(2.0)
+        seen["first"] = sup.watch.accounting._reader.pid
+        os.kill(seen["first"], signal.SIGKILL)
+        seen["killed_at"] = time.time()
+        await asyncio.sleep(2.0)
+        acct = sup.watch.accounting
+        seen.update(second=acct._reader.pid, sample=acct.latest())
+
+    task = asyncio.ensure_future(later())
+    stats = await sup.run()
+    await task
+    assert seen["second"] != seen["first"] and seen["sample"]["t"] > seen["killed_at"]
+    assert seen["sample"]["games"][0]["procs"] >= 1 and stats["restarts"] == {}
+    assert not os.path.exists(f"/proc/{seen['first']}") and not os.path.exists(f"/proc/{seen['second']}")  # reaped
     assert_nothing_left(sup, tmp_path / "run")
