@@ -74,7 +74,8 @@ async def test_a_games_burning_helper_and_memory_are_its_own(tmp_path, null_nati
     data = null_recipe([{"binary": str(null_native), "count": 1, "env": dict(rogue, W3N_ROGUE="burn")},
                         {"binary": str(null_native), "count": 1, "env": dict(rogue, W3N_ROGUE="hog", W3N_HOG_MB="96")},
                         {"binary": str(null_native), "count": 1, "env": {"W3N_CHECK": "0"}}],
-                       supervisor={"accounting_s": 0.5, "accounting_event_s": 1, "policy": "random"},
+                       supervisor={"accounting_s": 0.5, "accounting_event_s": 1, "policy": "random",
+                                   "round_period_ms": 5},  # the loop takes no core from the helper
                        stop={"seconds": 6})
 
     def peek(sup):
