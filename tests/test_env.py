@@ -315,3 +315,23 @@ def test_a_bad_opponent_is_refused_naming_it(tmp_path, duel_checkpoint):
     bad.write_bytes(b"not a checkpoint")
     with pytest.raises(EvalError, match="bad.pt"):
         we.make("env-duel-selfplay", opponent=bad)
+
+
+@pytest.mark.wine
+def test_an_injected_windows_game_behind_the_env(wine):
+    """The standalone duel (duel_rt.exe, a game not built for w3async) driven by injection
+    under Wine, behind the VectorEnv: steps inside the spaces, its games' steps advance,
+    and close() leaves no segment."""
+    env = we.make("duel-injected", games__count=2, step_timeout_s=120)
+    try:
+        obs, infos = env.reset()
+        rng = np.random.default_rng(6)
+        for _ in range(60):
+            obs, rew, term, trunc, infos = env.step(sample_masked(obs["mask"], rng))
+            _check_batch(env, obs, rew, term, trunc, infos)
+            assert np.isfinite(rew).all()
+        assert env.num_envs == 2 and (infos["step"] > 0).any() and set(infos["slot"].tolist()) == {0, 1}
+        assert [str(s.runtime.name) for s in env.run.thread.sup.slots] == ["injected"] * 2
+    finally:
+        env.close()
+    assert not list_segments(SHM_PREFIX)
