@@ -68,8 +68,8 @@ async def _run_with_peek(data: dict, run_dir, at_s: float, peek):
 async def test_a_games_burning_helper_and_memory_are_its_own(tmp_path, null_native):
     """Slot 0 forks a helper that spins; slot 1 takes 96 MiB; slot 2 is plain. The helper's
     CPU is slot 0's (one more process than slot 2, most of a core), each game's RSS is
-    within 10% of /proc's VmRSS of its processes, and the figures reach /games, /status,
-    /metrics and the `accounting` events."""
+    within 10% of /proc's VmRSS of its processes (1 MiB for the small ones), and the
+    figures reach /games, /status, /metrics and the `accounting` events."""
     rogue = {"W3N_ROGUE_STEP": "5", "W3N_CHECK": "0"}
     data = null_recipe([{"binary": str(null_native), "count": 1, "env": dict(rogue, W3N_ROGUE="burn")},
                         {"binary": str(null_native), "count": 1, "env": dict(rogue, W3N_ROGUE="hog", W3N_HOG_MB="96")},
@@ -92,8 +92,9 @@ async def test_a_games_burning_helper_and_memory_are_its_own(tmp_path, null_nati
     games = seen["sample"]["games"]
     assert games[0]["procs"] == games[2]["procs"] + 1 == len(seen["trees"][0])  # the helper counted with its game
     assert games[0]["cpu"] > 0.3 and games[0]["cpu"] > 3 * games[2]["cpu"], games
-    for i in range(3):
-        assert abs(games[i]["rss_mb"] - seen["rss"][i]) <= 0.1 * seen["rss"][i], (i, games[i], seen["rss"])
+    for i in range(3):  # the sample and the test's read are up to one interval apart: a few pages move
+        assert abs(games[i]["rss_mb"] - seen["rss"][i]) <= max(0.1 * seen["rss"][i], 1.0), (i, games[i], seen["rss"])
+    assert abs(games[1]["rss_mb"] - seen["rss"][1]) <= 0.1 * seen["rss"][1]  # the 96 MiB game: within 10%
     assert games[1]["rss_mb"] >= 96
     by_slot = {g["slot"]: g for g in seen["games"]}
     assert by_slot[1]["rss_mb"] >= 96 and by_slot[0]["cpu"] > 0.3

@@ -72,20 +72,20 @@ class StatusCollector:
         yield _m("best_score", "gauge", "best.pt's score: mean over levels of the win rate over each level's window",
                  [({}, best["score"] if best else None)])
         yield _m("best_update", "gauge", "the update best.pt was taken at", [({}, best["updates"] if best else None)])
-        acct = st.get("accounting")
-        if acct:  # the last /proc sample (observe/accounting.py)
-            kinds = sorted(acct["kinds"].items())
-            yield _m("cpu_cores", "gauge", "cores used over the last accounting sample, by kind of process",
-                     [({"kind": k, "mode": m}, v[f"cpu_{m}"]) for k, v in kinds for m in ("user", "sys")])
-            yield _m("memory_rss_bytes", "gauge", "resident memory by kind of process",
-                     [({"kind": k}, v["rss_mb"] * 2**20) for k, v in kinds])
-            yield _m("processes", "gauge", "processes by kind", [({"kind": k}, v["procs"]) for k, v in kinds])
-            yield _m("game_cpu_cores", "gauge", "cores a game's processes used over the last sample",
-                     [({"slot": k}, v["cpu"]) for k, v in acct["games"].items()])
-            yield _m("game_memory_rss_bytes", "gauge", "a game's processes' resident memory",
-                     [({"slot": k}, v["rss_mb"] * 2**20) for k, v in acct["games"].items()])
-            yield _m("thread_cpu_cores", "gauge", "cores the supervisor's threads used, by role",
-                     [({"role": k}, v) for k, v in acct["threads"].items()])
+        acct = st.get("accounting") or {}  # the last /proc sample (observe/accounting.py); none: no samples
+        kinds = sorted((acct.get("kinds") or {}).items())
+        per_game = (acct.get("games") or {}).items()
+        yield _m("cpu_cores", "gauge", "cores used over the last accounting sample, by kind of process",
+                 [({"kind": k, "mode": m}, v[f"cpu_{m}"]) for k, v in kinds for m in ("user", "sys")])
+        yield _m("memory_rss_bytes", "gauge", "resident memory by kind of process",
+                 [({"kind": k}, v["rss_mb"] * 2**20) for k, v in kinds])
+        yield _m("processes", "gauge", "processes by kind", [({"kind": k}, v["procs"]) for k, v in kinds])
+        yield _m("game_cpu_cores", "gauge", "cores a game's processes used over the last sample",
+                 [({"slot": k}, v["cpu"]) for k, v in per_game])
+        yield _m("game_memory_rss_bytes", "gauge", "a game's processes' resident memory",
+                 [({"slot": k}, v["rss_mb"] * 2**20) for k, v in per_game])
+        yield _m("thread_cpu_cores", "gauge", "cores the supervisor's threads used, by role",
+                 [({"role": k}, v) for k, v in (acct.get("threads") or {}).items()])
 
 
 def _m(name: str, kind: str, help_: str, samples: list[tuple[dict, object]]) -> Metric:
