@@ -14,7 +14,7 @@ from w3async.games.null import NULL_SPEC
 from w3async.observe.replay_view import ReplayError, replay_view
 from w3async.observe.series import RunSeries
 from w3async.recipes import RecipeError, load_recipe, recipe_from_dict
-from w3async.runtime.supervisor import Supervisor
+from w3async import compose
 
 from .games import third
 
@@ -116,7 +116,7 @@ async def test_a_third_game_from_the_tests_folder_runs_through_the_supervisor(tm
     """The third game's spec is the one in force: its 4 type ids pass the row checks
     where the null game's binary posts 4 types, and the null game's 8 do not."""
     run = tmp_path / "run"
-    sup = Supervisor(recipe_from_dict(third_recipe(null_native, types=4, seconds=3)), run)
+    sup = compose.supervisor(recipe_from_dict(third_recipe(null_native, types=4, seconds=3)), run)
     stats = await sup.run()
     assert sup.spec is third.THIRD_SPEC
     assert stats["agent_steps"] > 0 and stats["bad_rows"] == 0 and stats["restarts"] == {}
@@ -129,7 +129,7 @@ async def test_a_third_game_from_the_tests_folder_runs_through_the_supervisor(tm
     assert not [x for x in logs if "answer check failed" in x]
 
     run8 = tmp_path / "run8"
-    stats = await Supervisor(recipe_from_dict(third_recipe(null_native, types=8, seconds=2)), run8).run()
+    stats = await compose.supervisor(recipe_from_dict(third_recipe(null_native, types=8, seconds=2)), run8).run()
     bad = [e for e in events(run8) if e["event"] == "bad_row"]
     assert stats["bad_rows"] > 0 and bad and all(e["field"] == "ent_type" for e in bad), bad[:3]
 
@@ -212,7 +212,7 @@ def test_a_spec_file_beside_the_recipe_and_every_problem_at_once(tmp_path):
 async def test_a_declared_game_runs_through_the_supervisor(tmp_path, null_native):
     """The declared spec is the one in force: its 4 type ids pass the row checks."""
     run = tmp_path / "run"
-    sup = Supervisor(recipe_from_dict(mine_recipe(null_native, 2)), run)
+    sup = compose.supervisor(recipe_from_dict(mine_recipe(null_native, 2)), run)
     stats = await sup.run()
     assert sup.spec.name == "mine" and sup.spec.n_types == 4
     assert stats["agent_steps"] > 0 and stats["bad_rows"] == 0 and stats["restarts"] == {}
@@ -232,7 +232,7 @@ async def test_a_declared_game_trains_and_plans_its_evaluation(tmp_path, null_na
                                                                         MINE_OPPONENT="bot:easy")))
     data["game"], data["spec"] = "mine", json.loads(json.dumps(MINE))
     run = tmp_path / "run"
-    sup = Supervisor(recipe_from_dict(data), run)
+    sup = compose.supervisor(recipe_from_dict(data), run)
     await sup.run()
     eps = [json.loads(x) for x in (run / "episodes.jsonl").read_text().splitlines()]
     assert {e.get("opponent") for e in eps if e.get("event") == "episode"} >= {"self", "bot:easy"}
