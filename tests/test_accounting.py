@@ -101,6 +101,7 @@ async def test_a_games_burning_helper_and_memory_are_its_own(tmp_path, null_nati
     acct = seen["status"]["accounting"]
     assert acct["kinds"]["games"]["procs"] == sum(len(t) for t in seen["trees"].values())
     assert acct["kinds"]["supervisor"]["rss_mb"] > 10 and "loop" in acct["threads"]
+    assert "executor" in acct["threads"] and not [r for r in acct["threads"] if r.startswith("asyncio_")]
     m = seen["metrics"]
     assert 'w3async_game_cpu_cores{slot="0"}' in m and 'w3async_memory_rss_bytes{kind="games"}' in m
     assert 'w3async_thread_cpu_cores{role="loop"}' in m and 'w3async_cpu_cores{kind="supervisor",mode="user"}' in m

@@ -140,7 +140,9 @@ class Accounting:
 
 def thread_roles(loop_tid: int) -> dict[int, str]:
     """{native thread id: role} of this process: the loop's thread, then each other by its
-    Python name (the inference worker, the learner, the status server, ...)."""
-    roles = {t.native_id: t.name for t in threading.enumerate() if t.native_id is not None}
+    Python name (the inference worker, the learner, the status server, ...); the
+    loop's default executor's threads (asyncio_0, asyncio_1, ...) as one, `executor`."""
+    roles = {t.native_id: ("executor" if t.name.startswith("asyncio_") else t.name)  # the loop's default executor's
+             for t in threading.enumerate() if t.native_id is not None}                # one-off jobs, summed as one role
     roles[loop_tid] = "loop"
     return roles
