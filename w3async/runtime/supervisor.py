@@ -41,9 +41,10 @@ from w3async.runtime.policies import PolicyAnswerer, policy_answerer
 from w3async.runtime.runfolder import RunError, RunLock, cleanup_previous_run
 from w3async.runtime.runtimes import slot_runtimes
 from w3async.runtime.sandbox import Sandbox
-from w3async.runtime.shutdown import shut_down
+from w3async.runtime import shutdown
 from w3async.runtime.slots import Slot, SlotState
 from w3async.runtime.stackdump import StackDump
+from w3async.runtime.teardown import Teardown
 from w3async.runtime.watching import RunWatch
 from w3async.runtime.wine import WineError
 from w3async.sync.gather import make_gatherer
@@ -57,17 +58,14 @@ class Supervisor:
     table and the answerer (a checkpoint is loaded there, or the run refused) and installs
     the signal handlers; `await run()` sets up if that was not done, starts the games and
     returns when the run ends, after `close()`; `await close()` is the shutdown (idempotent).
-    `policy`, when given, answers every batch instead of the recipe's policy; `answerer`,
-    when given, makes the answerer from the run's RunControl (either replaces the recipe's;
-    the learner for `policy = "network"` comes only this way: w3async/compose.py, the
-    composition root, picks it, and runtime/ imports nothing of learn/).
-    `signals` False: no SIGINT/SIGTERM handlers (a game host, on a thread of a Ray actor).
-    `keep_signals` True (the CLI, which owns the process): after the shutdown the handlers
-    stay, ignoring the signals, instead of being removed; removal sets the default ones
-    (KeyboardInterrupt, SIGTERM's kill), and a signal that came then, during the event
-    loop runner's own teardown, exited 1 with two tracebacks (issue 25).
+    `policy` / `answerer` (a maker taking the run's RunControl), when given, replace the recipe's
+    policy; the learner (`policy = "network"`) comes only as `answerer`, from w3async/compose.py.
+    `signals` False: no SIGINT/SIGTERM handlers (a game host, on a Ray actor's thread).
+    `keep_signals` True (the CLI, which owns the process): after the shutdown the handlers stay,
+    ignoring the signals; removed, the default ones came back, and a signal in the event loop
+    runner's own teardown exited 1 with two tracebacks (issue 25).
     `cluster`, for a recipe with [cluster]: the class that links the run to its game hosts
-    (w3async.cluster.link.ClusterLink; the cluster package sits above this one)."""
+    (w3async.cluster.link.ClusterLink, above this package)."""
 
     def __init__(self, recipe: Recipe, run_dir: Path, policy: Callable | None = None,
                  answerer: Callable[[RunControl], Answerer] | None = None, signals: bool = True,
@@ -89,6 +87,7 @@ class Supervisor:
         self.error: str | None = None
         self.leftovers: dict = {}
         self.sandbox: Sandbox | None = None  # around every game start (runtime/sandbox.py); None: off
+        self.teardown = Teardown()  # the closes, registered as each part is set up (shutdown.py)
         self._set_up = self._closed = False
         self._signals = signals
         self._keep_signals = keep_signals
@@ -118,7 +117,9 @@ class Supervisor:
     def _setup(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.lock = RunLock(self.run_dir)
+        self.teardown.push_raw(self.lock.release)  # each part registers its close as it is set up
         self.events = JsonLog(RunFolder(self.run_dir).events)
+        shutdown.register_record(self, self.teardown)
         self.stack_dump = StackDump.install(self.run_dir, self._loop) if self._signals else None  # SIGUSR1
         if self.lock.previous.get("pid"):
             # We hold the lock, so the supervisor that wrote it is dead (killed, or the
@@ -135,6 +136,7 @@ class Supervisor:
         self.lock.write(pid=os.getpid(), started=time.time(), shm=name, pgids=[], born=self.keeper.born)
         # (A run whose games all run on game hosts keeps one row here, of no game.)
         self.table = Table(name, max(n_rows, 1), games=list(zip(row0s, sizes)), run_id=os.getpid())
+        shutdown.register_table(self, self.teardown)
         if r.cluster is not None:  # rows after the table's: the game hosts' (cluster/link.py)
             if self._cluster_link is None:
                 raise RunError("the recipe has a [cluster] section, and this supervisor no cluster link "
@@ -155,6 +157,7 @@ class Supervisor:
                            "not given: make the run with w3async.compose.supervisor() (python -m w3async run does)")
         else:
             self.answerer = policy_answerer(self.control, r.supervisor.policy)
+        shutdown.register_answerer(self, self.teardown)
         # Only now, the checkpoint loaded: a resume refused above (weights of another network,
         # a missing snapshot) left the run's recipe.json replaced by the recipe it refused.
         made_by = provenance()  # {version, commit, dirty}: the package's version and git commit
@@ -398,7 +401,7 @@ class Supervisor:
             if self.lock is not None:  # set-up got as far as owning the run folder
                 self._stopping = True
                 self._stop.set()
-                await shut_down(self)
+                await self.teardown.aclose()  # shutdown.py's steps, in reverse of their set-up
         finally:
             self._shutdown_done = True
             if self._signals_installed and not self._keep_signals:
