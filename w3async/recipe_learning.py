@@ -3,11 +3,11 @@ pydantic dataclasses, frozen, like the runtime sections of recipe_sections.py.
 
 They import no torch, so that a recipe loads without it; w3async.learn takes them as
 they are (learn.network.NetConfig is this NetConfig), built once by the recipe or by
-hand (`LearnerConfig(lr=1e-3)`). Each key's type and bounds are its annotation (strict
-scalars, finite floats, durations at most a year, seeds >= 0); what spans keys
-(n_heads divides d_model, lr_min <= lr) and the schedules' names are __post_init__'s,
-which pydantic runs after the fields: one ValueError "LearnerConfig: ...", reported by
-a recipe as "[learner] LearnerConfig: ...".
+hand (`LearnerConfig(lr=1e-3)`). The annotations hold each key's type (strict scalars,
+finite floats) and the bounds every section's keys share (durations at most a year,
+seeds >= 0); __post_init__, which pydantic runs after them, holds the sections' own
+checks, every broken one named in one ValueError ("LearnerConfig: lr=0 must be > 0;
+gamma=2 must be in [0, 1]"), which a recipe reports as "[learner] LearnerConfig: ...".
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ from w3async.recipe_checks import CONFIG, Bool, Float, Int, Str, year_in
 class NetConfig:
     """The network's size; the recipe's `network` section."""
 
-    d_model: Int = Field(64, ge=8)
+    d_model: Int = 64
     """Width of every token and of the pooled state."""
-    n_heads: Int = Field(4, ge=1)
+    n_heads: Int = 4
     """Attention heads per block (d_model must divide by it)."""
-    n_layers: Int = Field(2, ge=0)
+    n_layers: Int = 2
     """Attention blocks over the entity set."""
-    ff_mult: Int = Field(2, ge=1)
+    ff_mult: Int = 2
     """Feed-forward width as a multiple of d_model."""
     gru: Bool = False
     """A GRU cell after pooling, its state kept per table row (reset on FIRST)."""
@@ -38,48 +38,58 @@ class NetConfig:
     so exploration is not an army re-ordered at random every half second."""
 
     def __post_init__(self) -> None:
-        if self.d_model % self.n_heads:
-            raise ValueError(f"NetConfig: n_heads={self.n_heads} must divide d_model={self.d_model}")
+        errors = []
+        if self.d_model < 8:
+            errors.append(f"d_model={self.d_model} must be >= 8")
+        if self.n_heads < 1 or self.d_model % self.n_heads:
+            errors.append(f"n_heads={self.n_heads} must be >= 1 and divide d_model={self.d_model}")
+        if self.n_layers < 0:
+            errors.append(f"n_layers={self.n_layers} must be >= 0")
+        if self.ff_mult < 1:
+            errors.append(f"ff_mult={self.ff_mult} must be >= 1")
+        if errors:
+            raise ValueError("NetConfig: " + "; ".join(errors))
+
 
 
 @dataclass(frozen=True, config=CONFIG)
 class LearnerConfig:
     """The recipe's `learner` section."""
 
-    lr: Float = Field(3e-4, gt=0)
+    lr: Float = 3e-4
     """Adam's learning rate."""
-    adam_eps: Float = Field(1e-5, gt=0)
+    adam_eps: Float = 1e-5
     """Adam's epsilon (CleanRL's 1e-5, not torch's 1e-8)."""
-    gamma: Float = Field(0.99, ge=0, le=1)
+    gamma: Float = 0.99
     """Discount per step."""
-    gae_lambda: Float = Field(0.95, ge=0, le=1)
+    gae_lambda: Float = 0.95
     """GAE's lambda: bias (0) against variance (1) of the advantages."""
-    clip_coef: Float = Field(0.2, ge=0)
+    clip_coef: Float = 0.2
     """PPO's ratio clip epsilon."""
     vf_clip: Float | None = 0.2
     """Value clipping around the collected value; None for the plain squared error."""
-    ent_coef: Float = Field(0.01, ge=0)
+    ent_coef: Float = 0.01
     """Weight of the entropy bonus."""
-    vf_coef: Float = Field(0.5, ge=0)
+    vf_coef: Float = 0.5
     """Weight of the value loss."""
-    max_grad_norm: Float = Field(0.5, gt=0)
+    max_grad_norm: Float = 0.5
     """Gradients are clipped to this global norm."""
-    update_epochs: Int = Field(2, ge=1)
+    update_epochs: Int = 2
     """Passes over each batch."""
-    minibatch_seqs: Int = Field(8, ge=1)
+    minibatch_seqs: Int = 8
     """Sequences per minibatch (a minibatch is minibatch_seqs * seq_len steps)."""
     norm_adv: Bool = True
     """Normalise advantages per minibatch."""
-    entity_pad: Int = Field(8, ge=0)
+    entity_pad: Int = 8
     """Minibatches pad entities up to a multiple of this; 0 pads to the inference buckets
     (32, 48, 64, ...). Eager CPU updates run any shape, so fine padding only saves work
     (attention and the per-entity layers cost per padded entity); a graphed GPU update
     would want the few bucket shapes."""
-    update_pause_ms: Float = Field(0.0, ge=0, le=year_in("update_pause_ms"))
+    update_pause_ms: Float = Field(0.0, le=year_in("update_pause_ms"))
     """Sleep after each minibatch so that inference rounds get the CPU/GPU (measured in a Warcraft III harness under Wine: 4-8 ms)."""
-    num_threads: Int = Field(1, ge=1)
+    num_threads: Int = 1
     """torch threads of the learner's thread (on 2 cores: 1 here, 1 for inference)."""
-    thread_nice: Int = Field(0, ge=0, le=19)
+    thread_nice: Int = 0
     """Nice of the thread that runs run_update (Linux sets it per thread; 0 leaves it).
     A positive value lets the inference worker and the loop take the CPU first, and the
     learner the rest (measured in a Warcraft III harness under Wine: niced games let the server and learner go first)."""
@@ -92,14 +102,14 @@ class LearnerConfig:
     lr_schedule: Str = "constant"
     """"constant" (lr throughout) or "linear": lr decays linearly to lr_min over the
     schedule's horizon (schedule_updates, else the run's stop limit) and stays there."""
-    lr_min: Float = Field(0.0, ge=0)
+    lr_min: Float = 0.0
     """The floor of the linear lr schedule."""
     ent_schedule: Str = "constant"
     """"constant" (ent_coef throughout) or "linear": ent_coef decays linearly to
     ent_coef_min over the same horizon."""
-    ent_coef_min: Float = Field(0.0, ge=0)
+    ent_coef_min: Float = 0.0
     """The floor of the linear entropy schedule."""
-    schedule_updates: Int = Field(0, ge=0)
+    schedule_updates: Int = 0
     """The schedules' horizon in updates; 0: the run's stop limit (stop.updates, else the
     run's time over stop.minutes/seconds, counted across resumes: Training.progress)."""
     norm_value: Bool = False
@@ -108,14 +118,32 @@ class LearnerConfig:
     turned back into returns for GAE. False: the value head predicts returns as they are."""
 
     def __post_init__(self) -> None:
-        errors = [f"{k}={getattr(self, k)!r} must be 'constant' or 'linear'"
-                  for k in ("lr_schedule", "ent_schedule") if getattr(self, k) not in ("constant", "linear")]
+        errors = []
+        for k in ("lr", "adam_eps", "max_grad_norm"):
+            if not getattr(self, k) > 0:
+                errors.append(f"{k}={getattr(self, k)} must be > 0")
+        for k in ("gamma", "gae_lambda"):
+            if not 0 <= getattr(self, k) <= 1:
+                errors.append(f"{k}={getattr(self, k)} must be in [0, 1]")
+        if self.entity_pad < 0:
+            errors.append(f"entity_pad={self.entity_pad} must be >= 0")
+        for k in ("update_epochs", "minibatch_seqs", "num_threads"):
+            if getattr(self, k) < 1:
+                errors.append(f"{k}={getattr(self, k)} must be >= 1")
+        if not 0 <= self.thread_nice <= 19:
+            errors.append(f"thread_nice={self.thread_nice} must be in 0..19")
+        for k in ("lr_schedule", "ent_schedule"):
+            if getattr(self, k) not in ("constant", "linear"):
+                errors.append(f"{k}={getattr(self, k)!r} must be 'constant' or 'linear'")
         if self.target_kl is not None and not self.target_kl > 0:
             errors.append(f"target_kl={self.target_kl} must be > 0 (or unset: no limit)")
         if self.lr_min > self.lr:
             errors.append(f"lr_min={self.lr_min} must be <= lr={self.lr}")
         if self.ent_coef_min > self.ent_coef:
             errors.append(f"ent_coef_min={self.ent_coef_min} must be <= ent_coef={self.ent_coef}")
+        for k in ("clip_coef", "ent_coef", "vf_coef", "update_pause_ms", "lr_min", "ent_coef_min", "schedule_updates"):
+            if getattr(self, k) < 0:
+                errors.append(f"{k}={getattr(self, k)} must be >= 0")
         if errors:
             raise ValueError("LearnerConfig: " + "; ".join(errors))
 
@@ -124,25 +152,41 @@ class LearnerConfig:
 class TrajConfig:
     """The recipe's trajectory settings."""
 
-    seq_len: Int = Field(16, ge=1)
+    seq_len: Int = 16
     """Steps per sequence (the learner's time axis; the GRU unrolls over it)."""
-    seqs_per_batch: Int = Field(32, ge=1)
+    seqs_per_batch: Int = 32
     """Sequences per learner batch: a batch is seq_len * seqs_per_batch steps."""
-    queue_batches: Int = Field(1, ge=1)
+    queue_batches: Int = 1
     """Finished batches that may wait for the learner; staleness grows with it."""
+
+    def __post_init__(self) -> None:
+        errors = [f"{k}={getattr(self, k)} must be >= 1" for k in ("seq_len", "seqs_per_batch", "queue_batches")
+                  if getattr(self, k) < 1]
+        if errors:
+            raise ValueError("TrajConfig: " + "; ".join(errors))
 
 
 @dataclass(frozen=True, config=CONFIG)
 class LeagueConfig:
     """The recipe's `league` section."""
 
-    snapshot_every: Int = Field(10, ge=1)
+    snapshot_every: Int = 10
     """A snapshot every this many updates."""
-    latest_share: Float = Field(0.5, ge=0, le=1)
+    latest_share: Float = 0.5
     """Share of self-play episodes against the current policy; the rest against a past snapshot."""
-    max_snapshots: Int = Field(50, ge=1)
+    max_snapshots: Int = 50
     """Opponents are sampled from the newest this many snapshots (older files stay on disk)."""
     seed: Int = Field(0, ge=0)
     """Seeds the opponent sampler."""
 
+    def __post_init__(self) -> None:
+        errors = []
+        if self.snapshot_every < 1:
+            errors.append(f"snapshot_every={self.snapshot_every} must be >= 1")
+        if not 0.0 <= self.latest_share <= 1.0:
+            errors.append(f"latest_share={self.latest_share} must be in [0, 1]")
+        if self.max_snapshots < 1:
+            errors.append(f"max_snapshots={self.max_snapshots} must be >= 1")
+        if errors:
+            raise ValueError("LeagueConfig: " + "; ".join(errors))
 
