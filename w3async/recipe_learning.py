@@ -18,6 +18,20 @@ from pydantic.dataclasses import dataclass
 from w3async.recipe_checks import CONFIG, Bool, Float, Int, Str, year_in
 
 
+def _below(cfg: object, floor: float, *keys: str) -> list[str]:
+    return [f"{k}={getattr(cfg, k)} must be >= {floor}" for k in keys if getattr(cfg, k) < floor]
+
+
+def _outside(cfg: object, lo: float, hi: float, text: str, *keys: str) -> list[str]:
+    return [f"{k}={getattr(cfg, k)} must be in {text}" for k in keys if not lo <= getattr(cfg, k) <= hi]
+
+
+def _refuse(cfg: object, errors: list[str]) -> None:
+    """One ValueError naming every broken key: "LearnerConfig: lr=0 must be > 0; ..."."""
+    if errors:
+        raise ValueError(f"{type(cfg).__name__}: " + "; ".join(errors))
+
+
 @dataclass(frozen=True, config=CONFIG)
 class NetConfig:
     """The network's size; the recipe's `network` section."""
@@ -38,17 +52,9 @@ class NetConfig:
     so exploration is not an army re-ordered at random every half second."""
 
     def __post_init__(self) -> None:
-        errors = []
-        if self.d_model < 8:
-            errors.append(f"d_model={self.d_model} must be >= 8")
-        if self.n_heads < 1 or self.d_model % self.n_heads:
-            errors.append(f"n_heads={self.n_heads} must be >= 1 and divide d_model={self.d_model}")
-        if self.n_layers < 0:
-            errors.append(f"n_layers={self.n_layers} must be >= 0")
-        if self.ff_mult < 1:
-            errors.append(f"ff_mult={self.ff_mult} must be >= 1")
-        if errors:
-            raise ValueError("NetConfig: " + "; ".join(errors))
+        heads = ([f"n_heads={self.n_heads} must be >= 1 and divide d_model={self.d_model}"]
+                 if self.n_heads < 1 or self.d_model % self.n_heads else [])
+        _refuse(self, [*_below(self, 8, "d_model"), *heads, *_below(self, 0, "n_layers"), *_below(self, 1, "ff_mult")])
 
 
 
@@ -118,34 +124,21 @@ class LearnerConfig:
     turned back into returns for GAE. False: the value head predicts returns as they are."""
 
     def __post_init__(self) -> None:
-        errors = []
-        for k in ("lr", "adam_eps", "max_grad_norm"):
-            if not getattr(self, k) > 0:
-                errors.append(f"{k}={getattr(self, k)} must be > 0")
-        for k in ("gamma", "gae_lambda"):
-            if not 0 <= getattr(self, k) <= 1:
-                errors.append(f"{k}={getattr(self, k)} must be in [0, 1]")
-        if self.entity_pad < 0:
-            errors.append(f"entity_pad={self.entity_pad} must be >= 0")
-        for k in ("update_epochs", "minibatch_seqs", "num_threads"):
-            if getattr(self, k) < 1:
-                errors.append(f"{k}={getattr(self, k)} must be >= 1")
-        if not 0 <= self.thread_nice <= 19:
-            errors.append(f"thread_nice={self.thread_nice} must be in 0..19")
-        for k in ("lr_schedule", "ent_schedule"):
-            if getattr(self, k) not in ("constant", "linear"):
-                errors.append(f"{k}={getattr(self, k)!r} must be 'constant' or 'linear'")
+        errors = [f"{k}={getattr(self, k)} must be > 0" for k in ("lr", "adam_eps", "max_grad_norm")
+                  if not getattr(self, k) > 0]
+        errors += _outside(self, 0, 1, "[0, 1]", "gamma", "gae_lambda") + _below(self, 0, "entity_pad")
+        errors += _below(self, 1, "update_epochs", "minibatch_seqs", "num_threads")
+        errors += _outside(self, 0, 19, "0..19", "thread_nice")
+        errors += [f"{k}={getattr(self, k)!r} must be 'constant' or 'linear'" for k in ("lr_schedule", "ent_schedule")
+                   if getattr(self, k) not in ("constant", "linear")]
         if self.target_kl is not None and not self.target_kl > 0:
             errors.append(f"target_kl={self.target_kl} must be > 0 (or unset: no limit)")
         if self.lr_min > self.lr:
             errors.append(f"lr_min={self.lr_min} must be <= lr={self.lr}")
         if self.ent_coef_min > self.ent_coef:
             errors.append(f"ent_coef_min={self.ent_coef_min} must be <= ent_coef={self.ent_coef}")
-        for k in ("clip_coef", "ent_coef", "vf_coef", "update_pause_ms", "lr_min", "ent_coef_min", "schedule_updates"):
-            if getattr(self, k) < 0:
-                errors.append(f"{k}={getattr(self, k)} must be >= 0")
-        if errors:
-            raise ValueError("LearnerConfig: " + "; ".join(errors))
+        _refuse(self, errors + _below(self, 0, "clip_coef", "ent_coef", "vf_coef", "update_pause_ms", "lr_min",
+                                      "ent_coef_min", "schedule_updates"))
 
 
 @dataclass(frozen=True, config=CONFIG)
@@ -160,10 +153,7 @@ class TrajConfig:
     """Finished batches that may wait for the learner; staleness grows with it."""
 
     def __post_init__(self) -> None:
-        errors = [f"{k}={getattr(self, k)} must be >= 1" for k in ("seq_len", "seqs_per_batch", "queue_batches")
-                  if getattr(self, k) < 1]
-        if errors:
-            raise ValueError("TrajConfig: " + "; ".join(errors))
+        _refuse(self, _below(self, 1, "seq_len", "seqs_per_batch", "queue_batches"))
 
 
 @dataclass(frozen=True, config=CONFIG)
@@ -180,13 +170,6 @@ class LeagueConfig:
     """Seeds the opponent sampler."""
 
     def __post_init__(self) -> None:
-        errors = []
-        if self.snapshot_every < 1:
-            errors.append(f"snapshot_every={self.snapshot_every} must be >= 1")
-        if not 0.0 <= self.latest_share <= 1.0:
-            errors.append(f"latest_share={self.latest_share} must be in [0, 1]")
-        if self.max_snapshots < 1:
-            errors.append(f"max_snapshots={self.max_snapshots} must be >= 1")
-        if errors:
-            raise ValueError("LeagueConfig: " + "; ".join(errors))
+        _refuse(self, [*_below(self, 1, "snapshot_every"), *_outside(self, 0, 1, "[0, 1]", "latest_share"),
+                       *_below(self, 1, "max_snapshots")])
 
