@@ -6,16 +6,12 @@ recipe's messages. Used by recipes.py (the one way in); nothing else imports thi
 - `problems_of(error, ...)`: one pydantic ValidationError entry -> today's messages,
   "KEY = VALUE: why", the key dotted from the entry's loc (`games[1].lanes`,
   `supervisor.hang_timeout_s`);
-- `mirror(cls)`: a learning section (a frozen stdlib dataclass of w3async.learn, which
-  holds its own __post_init__ checks) as a strict pydantic dataclass, with the bounds
-  its keys' names imply (durations at most a year, seeds >= 0);
 - `check_ranges`: what spans fields (the table's rows over every group).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import re
 import types
@@ -24,7 +20,6 @@ from typing import Annotated, Any, Callable
 
 import annotated_types
 from pydantic import AfterValidator, ConfigDict, Strict
-from pydantic.dataclasses import dataclass as pydantic_dataclass
 from pydantic_core import PydanticCustomError
 
 YEAR_S = 365 * 86400
@@ -209,6 +204,8 @@ def problems_of(err: dict, model: type, where: str) -> list[str]:
         return [f"unknown key {name!r} (known: {', '.join(known)})"]
     if kind == "recipe_env":
         return [name + p for p in err["ctx"]["problems"]]
+    if kind == "value_error" and loc:  # a section's own checks across its keys (__post_init__)
+        return [f"[{name}] {err['ctx']['error']}"]
     if kind == "recipe":
         return [f"{name} = {value!r}: {err['ctx']['why']}"]
     if kind in _TYPE_NAMES:
@@ -239,37 +236,6 @@ def drop(data: dict, loc: tuple) -> bool:
         return False
     del d[loc[-1]]
     return True
-
-
-# ---- the learning side's sections ------------------------------------------------------------
-
-
-def _implied(key: str, tp: Any) -> list:
-    """Bounds a key's name implies, whatever its section."""
-    if tp in (int, float) and _duration_unit(key) is not None:
-        return [annotated_types.Le(year_in(key))]
-    if key == "seed":
-        return [annotated_types.Ge(0)]
-    return []
-
-
-_STRICT = {int: Int, float: Float, bool: Bool, str: Str}
-
-
-@functools.cache
-def mirror(cls: type) -> type:
-    """A learning section's dataclass as a pydantic dataclass: the same fields and
-    defaults, strict, finite, unknown keys refused, with the bounds of _implied. The
-    section's own __post_init__ checks run when the real class is built from it."""
-    hints = typing.get_type_hints(cls)
-    fields = []
-    for f in dataclasses.fields(cls):
-        tp = _base_type(hints[f.name])
-        ann = Annotated[(_STRICT.get(tp, tp), *_implied(f.name, tp))] if _implied(f.name, tp) else _STRICT.get(tp, tp)
-        default = (dataclasses.field(default_factory=f.default_factory) if f.default is dataclasses.MISSING
-                   else dataclasses.field(default=f.default))
-        fields.append((f.name, ann, default))
-    return pydantic_dataclass(dataclasses.make_dataclass(cls.__name__, fields), config=CONFIG)
 
 
 # ---- across fields -------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""The recipe's schema: one pydantic dataclass per section (recipes.py loads them).
+"""The recipe's schema: one pydantic dataclass per section (recipes.py loads them); the
+learning sections ([network], [learner], [trajectories], [league]) are in recipe_learning.py.
 
 Each key's type, bounds and single-value choices are its annotation; its docstring is
 what the key means. recipes.py is the one way in: it reads the TOML, applies `--set`,
@@ -29,6 +30,7 @@ from w3async.recipe_checks import (
     game_groups,
     year_in,
 )
+from w3async.recipe_learning import LearnerConfig, LeagueConfig, NetConfig, TrajConfig
 from w3async.recipe_spec import SpecSection
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -344,14 +346,14 @@ class Recipe:
     spec: SpecSection | None = None
     """[spec] or spec = "FILE.toml": the recipe's own game, declared under `game`
     (recipe_spec.py, docs/games.md); None: `game` names a registered game."""
-    network: object = None
-    """network.NetConfig ([network]): the policy's size."""
-    learner: object = None
-    """learner.LearnerConfig ([learner]): PPO's hyper-parameters and pacing."""
-    trajectories: object = None
-    """trajectories.TrajConfig ([trajectories]): sequence length, batch, queue."""
-    league: object = None
-    """league.LeagueConfig ([league]): snapshots and opponents."""
+    network: NetConfig = Field(default_factory=NetConfig)
+    """[network]: the policy's size."""
+    learner: LearnerConfig = Field(default_factory=LearnerConfig)
+    """[learner]: PPO's hyper-parameters and pacing."""
+    trajectories: TrajConfig = Field(default_factory=TrajConfig)
+    """[trajectories]: sequence length, batch, queue."""
+    league: LeagueConfig = Field(default_factory=LeagueConfig)
+    """[league]: snapshots and opponents."""
     path: str = dataclasses.field(default="", init=False)
     """Where the recipe was read from (set by load_recipe; not a key of the file)."""
 

@@ -33,7 +33,6 @@ from w3async.recipe_checks import (  # noqa: F401 (MAX_ROWS, YEAR_S, _base_type:
     _base_type,
     check_ranges,
     drop,
-    mirror,
     problems_of,
 )
 from w3async.recipe_sections import (  # noqa: F401 (the sections: recipes.py is their way in)
@@ -51,6 +50,7 @@ from w3async.recipe_sections import (  # noqa: F401 (the sections: recipes.py is
     StopSection,
     SupervisorSection,
 )
+from w3async.recipe_learning import LearnerConfig, LeagueConfig, NetConfig, TrajConfig
 from w3async.recipe_spec import SpecSection
 
 
@@ -66,19 +66,15 @@ class RecipeError(ValueError):
         return type(self), (self.path, self.problems)
 
 
+_LEARNING = {"network": NetConfig, "learner": LearnerConfig, "trajectories": TrajConfig, "league": LeagueConfig}
 _SECTIONS = {"runtime": RuntimeSection, "supervisor": SupervisorSection, "stop": StopSection,
              "inference": InferenceSection, "checkpoint": CheckpointSection, "evaluation": EvaluationSection,
-             "status": StatusSection, "cluster": ClusterSection}
+             "status": StatusSection, "cluster": ClusterSection, **_LEARNING}
 
 
 def _learning_sections() -> dict:
-    """The learning side's typed sections (imported late: they pull in torch)."""
-    from w3async.learn.learner import LearnerConfig  # noqa: PLC0415
-    from w3async.learn.league import LeagueConfig  # noqa: PLC0415
-    from w3async.learn.network import NetConfig  # noqa: PLC0415
-    from w3async.learn.trajectories import TrajConfig  # noqa: PLC0415
-
-    return {"network": NetConfig, "learner": LearnerConfig, "trajectories": TrajConfig, "league": LeagueConfig}
+    """The learning side's sections (recipe_learning.py: no torch)."""
+    return dict(_LEARNING)
 
 
 def _validate(model: type, data: dict, where: str, problems: list[str]) -> Any:
@@ -172,7 +168,7 @@ def _walk(text: str, cls: type, done: list[str], rest: list[str]) -> str | None:
 
 def _check_path(text: str, parts: list[str]) -> str | None:
     """Does the --set path name a value of the recipe's schema? A problem, or None."""
-    sections = {**_SECTIONS, **_learning_sections()}
+    sections = _SECTIONS
     head, rest = parts[0], parts[1:]
     if head == "games":
         if not rest:
@@ -312,28 +308,16 @@ def recipe_from_dict(data: dict, path: str = "<dict>") -> Recipe:
 
 def _build(data: dict, path: str, problems: list[str]) -> Recipe:
     """The recipe from the raw dict; a message per problem appended to problems."""
-    learning = _learning_sections()
     declared = data.get("spec") is not None  # None: a resolved recipe of a registered game
     # The game a [spec] declares is not in the registry yet: its name is checked by
     # recipe_spec.declare, not by the registry's choice.
-    skip = {*learning, "spec", *(("game",) if declared else ())}
+    skip = {"spec", *(("game",) if declared else ())}
     recipe = _validate(Recipe, {k: v for k, v in data.items() if k not in skip}, "", problems)
     recipe.path = path
     if declared:
         _declare(recipe, data, path, problems)
     else:
         recipe_spec.check_name(recipe.game, problems)
-    for key, cls in learning.items():
-        section = data.get(key, {})
-        if not isinstance(section, dict):
-            problems.append(f"{key} = {section!r}: expected a table [{key}]")
-            section = {}
-        checked = _validate(mirror(cls), section, key, problems)
-        try:  # the section's own checks (__post_init__)
-            setattr(recipe, key, cls(**{f.name: getattr(checked, f.name) for f in dataclasses.fields(cls)}))
-        except (ValueError, TypeError) as e:
-            problems.append(f"[{key}] {e}")
-            setattr(recipe, key, cls())
     check_ranges(recipe, problems)
     return recipe
 

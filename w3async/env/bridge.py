@@ -208,7 +208,14 @@ class SupervisorThread:
     def __init__(self, recipe, run_dir, opponent: tuple | None = None):
         """`opponent`: env/opponent.py's Opponent arguments (rows it plays, (network,
         version), greedy), or None."""
+        import torch  # noqa: F401, PLC0415 (see below)
+
         from w3async.runtime.supervisor import Supervisor  # noqa: PLC0415
+
+        # torch imported on this (the caller's) thread: the run's thread imports it on first
+        # use, and a torch first imported on that daemon thread crashed the process at exit
+        # (SIGSEGV after an uncaught exception, test_env's exit without close()). A recipe
+        # no longer imports torch when it loads, so it is done here.
 
         self.bridge: Bridge | None = None
         made = threading.Event()

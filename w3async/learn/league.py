@@ -27,32 +27,7 @@ import numpy as np
 
 from w3async.learn.checkpoint import CheckpointLoadError, atomic_save, describe, read_file
 from w3async.run_folder import RunFolder
-
-
-
-@dataclass(frozen=True)
-class LeagueConfig:
-    """The recipe's `league` section."""
-
-    snapshot_every: int = 10
-    """A snapshot every this many updates."""
-    latest_share: float = 0.5
-    """Share of self-play episodes against the current policy; the rest against a past snapshot."""
-    max_snapshots: int = 50
-    """Opponents are sampled from the newest this many snapshots (older files stay on disk)."""
-    seed: int = 0
-    """Seeds the opponent sampler."""
-
-    def __post_init__(self) -> None:
-        errors = []
-        if self.snapshot_every < 1:
-            errors.append(f"snapshot_every={self.snapshot_every} must be >= 1")
-        if not 0.0 <= self.latest_share <= 1.0:
-            errors.append(f"latest_share={self.latest_share} must be in [0, 1]")
-        if self.max_snapshots < 1:
-            errors.append(f"max_snapshots={self.max_snapshots} must be >= 1")
-        if errors:
-            raise ValueError("LeagueConfig: " + "; ".join(errors))
+from w3async.recipe_learning import LeagueConfig  # the recipe's [league] section
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,6 @@ has one allowed choice, which costs log-probability 0).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
@@ -35,39 +34,7 @@ from torch import Tensor, nn
 
 from w3async.sync import layout
 from w3async.games.spec import GameSpec
-
-
-@dataclass(frozen=True)
-class NetConfig:
-    """The network's size; the recipe's `network` section."""
-
-    d_model: int = 64
-    """Width of every token and of the pooled state."""
-    n_heads: int = 4
-    """Attention heads per block (d_model must divide by it)."""
-    n_layers: int = 2
-    """Attention blocks over the entity set."""
-    ff_mult: int = 2
-    """Feed-forward width as a multiple of d_model."""
-    gru: bool = False
-    """A GRU cell after pooling, its state kept per table row (reset on FIRST)."""
-    noop_bias: float = 0.0
-    """Initial logit bias of each head's "change nothing" choice (GameSpec.noop): with 3,
-    a fresh duel policy keeps its orders about a third of the steps instead of 1 in 39,
-    so exploration is not an army re-ordered at random every half second."""
-
-    def __post_init__(self) -> None:
-        errors = []
-        if self.d_model < 8:
-            errors.append(f"d_model={self.d_model} must be >= 8")
-        if self.n_heads < 1 or self.d_model % self.n_heads:
-            errors.append(f"n_heads={self.n_heads} must be >= 1 and divide d_model={self.d_model}")
-        if self.n_layers < 0:
-            errors.append(f"n_layers={self.n_layers} must be >= 0")
-        if self.ff_mult < 1:
-            errors.append(f"ff_mult={self.ff_mult} must be >= 1")
-        if errors:
-            raise ValueError("NetConfig: " + "; ".join(errors))
+from w3async.recipe_learning import NetConfig  # the recipe's [network] section
 
 
 class Obs(NamedTuple):

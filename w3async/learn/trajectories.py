@@ -47,26 +47,9 @@ import numpy as np
 
 from w3async.sync import layout
 from w3async.sync.gather import BUCKETS, Batch
+from w3async.recipe_learning import TrajConfig  # the recipe's [trajectories] section
 
 _IDLE, _STEP, _TERMINAL = 0, 1, 2  # what a row's next answer completes
-
-
-@dataclass(frozen=True)
-class TrajConfig:
-    """The recipe's trajectory settings."""
-
-    seq_len: int = 16
-    """Steps per sequence (the learner's time axis; the GRU unrolls over it)."""
-    seqs_per_batch: int = 32
-    """Sequences per learner batch: a batch is seq_len * seqs_per_batch steps."""
-    queue_batches: int = 1
-    """Finished batches that may wait for the learner; staleness grows with it."""
-
-    def __post_init__(self) -> None:
-        errors = [f"{k}={getattr(self, k)} must be >= 1" for k in ("seq_len", "seqs_per_batch", "queue_batches")
-                  if getattr(self, k) < 1]
-        if errors:
-            raise ValueError("TrajConfig: " + "; ".join(errors))
 
 
 @dataclass
