@@ -57,7 +57,6 @@ class NetConfig:
         _refuse(self, [*_below(self, 8, "d_model"), *heads, *_below(self, 0, "n_layers"), *_below(self, 1, "ff_mult")])
 
 
-
 @dataclass(frozen=True, config=CONFIG)
 class LearnerConfig:
     """The recipe's `learner` section."""
