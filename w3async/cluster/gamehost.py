@@ -178,7 +178,10 @@ class GameHost:
             self.sup.request_stop()
             await asyncio.shield(self._run)
         sup = self.sup
-        return dict(failure=self.failure, leftovers=sup.leftovers if sup else {}, state=self.state())
+        # A host stopped before its supervisor set anything up (an incarnation stopped
+        # before the centre's first poll started its run) made nothing: nothing is left.
+        left = sup.leftovers if sup is not None and sup.leftovers else dict(processes=[], wine=[])
+        return dict(failure=self.failure, leftovers=left, state=self.state())
 
     def restart_games(self) -> None:
         """End every game and start it again (its rows reset, their generation bumped)."""

@@ -28,8 +28,12 @@ from w3async.runtime.teardown import Teardown
 
 def register_record(host, td: Teardown) -> None:
     """The events log is open: the shutdown record is written (and the log closed) after
-    every later close (the run lock, registered before, is released after it)."""
+    every later close (the run lock, registered before, is released after it). Just
+    before it, for a run whose set-up stopped before its table (a game host's incarnation
+    stopped while it started): Wine, the strays and the leftover check all the same, so
+    every record says what was left."""
     td.push_raw(_record, host, td)
+    td.push("remains", _remains_unless_done, host, td)
 
 
 def register_table(host, td: Teardown) -> None:
@@ -98,6 +102,11 @@ async def _remains(host, td: Teardown) -> None:
     leftovers = await td.step("leftover check", host.keeper.leftovers) or dict(processes=None, wine=None)
     leftovers.update(wine_sigkilled=killed_wine, strays_killed=strays)
     host.leftovers = leftovers
+
+
+async def _remains_unless_done(host, td: Teardown) -> None:
+    if not host.leftovers:  # the table's close did not run them
+        await _remains(host, td)
 
 
 async def _remove_readers(host, td: Teardown) -> None:
