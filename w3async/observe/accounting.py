@@ -99,6 +99,12 @@ class Accounting:
     def _ask(self, request: dict) -> dict:
         r = self._reader
         if r is None or r.poll() is not None:  # not started, or it died: a new one
+            if r is not None:  # its pipes, or an fd pair leaks per dead reader
+                for f in (r.stdin, r.stdout):
+                    try:
+                        f.close()
+                    except OSError:  # a write it never read (BrokenPipeError at the flush)
+                        pass
             r = self._reader = subprocess.Popen(
                 [sys.executable, "-m", "w3async.observe.proc_sampler"], stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, text=True, close_fds=True)
