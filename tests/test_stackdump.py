@@ -1,6 +1,7 @@
 """SIGUSR1 on a running supervisor (a real `w3async run` process, learning on the null
 game): every thread's stack, by name, to runs/<run>/threads.txt and stderr, and the run
-goes on; and the run's recipe.json and first event carry the package's version and git
+goes on, through a burst of 400 signals too (a dump taken from the signal handler itself
+once ended a run by SIGSEGV after 74); and the run's recipe.json and first event carry the package's version and git
 commit."""
 
 from __future__ import annotations
@@ -35,9 +36,13 @@ def test_sigusr1_dumps_every_thread_by_name(tmp_path, null_native):
         p.send_signal(signal.SIGUSR1)
         while time.time() < deadline and _read(run / DUMP_FILE).count(b'"w3s-learner"') < 1:
             time.sleep(0.2)
-        p.send_signal(signal.SIGUSR1)  # a second dump: the handlers stay
+        p.send_signal(signal.SIGUSR1)  # a second dump: the handler stays
         while time.time() < deadline and _read(run / DUMP_FILE).count(b'"w3s-learner"') < 2:
             time.sleep(0.2)
+        assert _read(run / DUMP_FILE).count(b"--- threads of pid") == 2
+        for _ in range(400):  # signals close together (the kernel may merge some)
+            p.send_signal(signal.SIGUSR1)
+            time.sleep(0.01)
         assert p.poll() is None  # the run goes on
     finally:
         p.send_signal(signal.SIGTERM)
@@ -46,8 +51,7 @@ def test_sigusr1_dumps_every_thread_by_name(tmp_path, null_native):
     dump = (run / DUMP_FILE).read_text()
     for name in THREADS:
         assert f'"{name}"' in dump, (name, dump[:3000])
-    assert dump.count("--- threads of pid") == 2
-    assert "(most recent call first)" in dump  # faulthandler's part, written at the signal
+    assert dump.count("--- threads of pid") > 2  # the burst's dumps too
     assert '"w3s-learner"' in err and "learner_thread.py" in dump  # stderr, and the stacks themselves
     made = json.loads((run / "recipe.json").read_text())["w3async"]
     start = events(run)[0]
