@@ -40,7 +40,6 @@ sys.path.insert(0, str(REPO))
 
 from tests.test_status import T0, line  # noqa: E402 (the docs/logs.md line writer)
 from w3async.observe.http_limits import Limits  # noqa: E402
-from w3async.observe.run_view import SupervisorSource  # noqa: E402
 from w3async.observe.status import StatusServer  # noqa: E402
 
 LEVELS = ("ai:easy", "ai:normal", "ai:hard")
@@ -192,7 +191,8 @@ async def load(games: int, window: float, pairs: int, n_clients: int, limits: Li
             "games": [{"binary": str(REPO / "build" / "native" / "null_game"), "count": games, "lanes": 2, "nice": 10}],
             "supervisor": {"progress_s": 0}, "status": {"enabled": False}, "stop": {"seconds": 0}}
     sup = Supervisor(recipe_from_dict(data), run)
-    server = StatusServer(SupervisorSource(sup), sample_s=1.0, limits=limits)
+    await sup.setup()  # its parts exist from set-up on (the watch among them)
+    server = StatusServer(sup.watch.status_source(), sample_s=1.0, limits=limits)
     await server.start()
     task = asyncio.create_task(sup.run())
     kinds = [("no clients", None, 0), (f"{n_clients} x /status", "status", n_clients),

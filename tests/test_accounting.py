@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from w3async.observe.run_view import RunView, SupervisorSource
+from w3async.observe.run_view import RunView
 from w3async.observe.status_metrics import metrics_text
 from w3async.recipes import recipe_from_dict
 from w3async.runtime.supervisor import Supervisor
@@ -81,7 +81,7 @@ async def test_a_games_burning_helper_and_memory_are_its_own(tmp_path, null_nati
     def peek(sup):
         sample = sup.watch.sample()
         trees = {s.index: _tree(s.proc.pid) for s in sup.slots}
-        view = RunView(sup.run_dir, SupervisorSource(sup))
+        view = RunView(sup.run_dir, sup.watch.status_source())
         view.sample()
         view.refresh()
         st = view.status()

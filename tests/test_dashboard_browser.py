@@ -24,7 +24,6 @@ import aiohttp
 import pytest
 
 from w3async.recipes import recipe_from_dict
-from w3async.observe.run_view import SupervisorSource
 from w3async.observe.status import StatusServer
 from w3async.runtime.supervisor import Supervisor
 
@@ -181,7 +180,8 @@ async def test_dashboard_in_headless_chromium(tmp_path, null_native, duel_replay
             "supervisor": {"progress_s": 0, "backoff_s": 0.05, "backoff_max_s": 0.2}, "stop": {"seconds": 120}}
     sup = Supervisor(recipe_from_dict(data), run)
     replay = run / "replays" / "eval-0001.w3dr"  # served only from inside the run folder
-    source = SupervisorSource(sup)
+    await sup.setup()  # its parts exist from set-up on (the watch among them)
+    source = sup.watch.status_source()
     source.latest_replay_path = lambda: str(replay)  # the null game records none: the source names the duel's
     server = StatusServer(source, sample_s=0.5)
     port = await server.start()

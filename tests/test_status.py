@@ -32,7 +32,7 @@ from w3async.observe.series import RunSeries
 from w3async.observe.logs import JsonLog
 from w3async.observe.http_limits import Limits, connection_cap
 from w3async.observe.replay_view import ReplayError, replay_view
-from w3async.observe.run_view import GAME_KEYS, RunView, SupervisorSource
+from w3async.observe.run_view import GAME_KEYS, RunView
 from w3async.observe.status import StatusError, StatusServer
 from w3async.observe.status_metrics import metrics_text
 from w3async.runtime.supervisor import Supervisor
@@ -651,9 +651,10 @@ async def test_live_null_run_served(tmp_path, null_native, capsys):
     the run's counters agree with the server's after it ends."""
     data = {"name": "statustest", "game": "null",
             "games": [{"binary": str(null_native), "count": 3, "lanes": 2}],
-            "supervisor": {"progress_s": 0}, "stop": {"seconds": 3}}
-    sup = Supervisor(recipe_from_dict(data), tmp_path / "run")
-    server = StatusServer(SupervisorSource(sup), sample_s=0.25)
+            "supervisor": {"progress_s": 0}, "status": {"enabled": False}, "stop": {"seconds": 3}}
+    sup = Supervisor(recipe_from_dict(data), tmp_path / "run")  # this test's server is the run's only one
+    await sup.setup()  # its parts exist from set-up on (the watch among them)
+    server = StatusServer(sup.watch.status_source(), sample_s=0.25)
     port = await server.start()
     task = asyncio.create_task(sup.run())
     seen, cli = [], []
@@ -788,7 +789,7 @@ async def test_half_open_and_idle_connections_are_closed(tmp_path):
     """Connections that send nothing, or headers that never end, or that stay idle after
     an answer are closed by the server, which goes on answering."""
     write_logs(tmp_path / "run")
-    server = StatusServer(FakeSource(tmp_path / "run"), limits=Limits(idle_timeout_s=0.5))
+    server = StatusServer(FakeSource(tmp_path / "run"), limits=Limits(idle_timeout_s=2.0))
     port = await server.start()
     conns = []
     try:
@@ -913,7 +914,8 @@ async def test_a_real_run_keeps_stepping_under_100_clients(tmp_path, null_native
     data = {"name": "statusload", "game": "null", "games": [{"binary": str(null_native), "count": 2, "lanes": 2}],
             "supervisor": {"progress_s": 0}, "status": {"enabled": False}, "stop": {"seconds": 60}}
     sup = Supervisor(recipe_from_dict(data), tmp_path / "run")
-    server = StatusServer(SupervisorSource(sup), sample_s=0.25)
+    await sup.setup()  # its parts exist from set-up on (the watch among them)
+    server = StatusServer(sup.watch.status_source(), sample_s=0.25)
     port = await server.start()
     task = asyncio.create_task(sup.run())
     clients = await asyncio.create_subprocess_exec(sys.executable, "-c", CLIENTS, server.url, "100", "status",

@@ -384,3 +384,45 @@ def test_every_runtime_is_a_runtime(tmp_path):
     assert not isinstance(object(), Runtime)
     keeper = (REPO / "w3async" / "runtime" / "keeper.py").read_text()
     assert ".inject" not in keeper and 'name == "native"' not in keeper and "getattr(" not in keeper
+
+
+def test_no_part_of_a_run_receives_the_supervisor_whole():
+    """The Supervisor hands its parts the run's context and the pieces each names
+    (runtime/life.py): no call in supervisor.py passes `self`, and no part's constructor
+    or shutdown step takes a supervisor-like parameter."""
+    import ast
+    import inspect
+
+    from w3async.cluster.link import ClusterLink
+    from w3async.observe.run_view import SupervisorSource
+    from w3async.runtime import shutdown
+    from w3async.runtime.answerer import RunControl
+    from w3async.runtime.keeper import GameKeeper
+    from w3async.runtime.watching import RunWatch
+
+    tree = ast.parse((REPO / "w3async/runtime/supervisor.py").read_text())
+    passed = [f"line {n.lineno}" for n in ast.walk(tree) if isinstance(n, ast.Call)
+              and any(isinstance(a, ast.Name) and a.id == "self" for a in [*n.args, *(k.value for k in n.keywords)])]
+    assert passed == [], f"supervisor.py passes itself at {passed}"
+    parts = [GameKeeper.__init__, RunWatch.__init__, RunControl.__init__, ClusterLink.__init__,
+             SupervisorSource.__init__, shutdown.register_record, shutdown.register_table, shutdown.register_answerer]
+    for fn in parts:
+        names = set(inspect.signature(fn).parameters)
+        assert not names & {"sup", "host", "supervisor"}, (fn.__qualname__, names)
+
+
+async def test_a_run_refused_after_its_table_leaves_nothing_and_says_so(tmp_path, null_native):
+    """A [cluster] recipe given to a Supervisor without a cluster link is refused after its
+    table exists and before any part that starts games: the refusal names the fix, the
+    segment is unlinked, and the shutdown record says nothing was left."""
+    data = null_recipe([{"binary": str(null_native), "count": 1, "lanes": 1},
+                        {"binary": str(null_native), "count": 1, "lanes": 1, "host": "node1"}],
+                       cluster={"local_nodes": 1})
+    sup = Supervisor(recipe_from_dict(data), tmp_path / "run")
+    with pytest.raises(RunError, match=r"\[cluster\] section, and this supervisor no cluster link"):
+        await sup.run()
+    assert not [s for s in list_segments() if s.startswith(sup.table.name)]
+    record = [e for e in events(tmp_path / "run") if e["event"] == "shutdown"]
+    assert len(record) == 1 and record[0]["leftovers"]["processes"] == [] and record[0]["shutdown_errors"] == []
+    assert "cluster link" in record[0]["error"]
+    assert not [e for e in events(tmp_path / "run") if e["event"] in ("game_start", "run_start")]

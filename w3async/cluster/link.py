@@ -37,7 +37,8 @@ from w3async.cluster.sweep import HostTraces, machine_id, sweep, sweep_on_node
 from w3async.observe.logs import console
 from w3async.observe.run_view import GameView, game_view
 from w3async.recipes import RecipeError, recipe_from_dict, recipe_to_dict
-from w3async.runtime.answerer import GameRows
+from w3async.runtime.answerer import Answerer, GameRows, RunControl
+from w3async.runtime.life import RunContext
 from w3async.runtime.runfolder import RunError
 from w3async.sync.gather import Batch
 
@@ -75,14 +76,19 @@ class HostLink:
 class ClusterLink:
     """The game hosts of one run: started with the run, polled, answered, stopped."""
 
-    def __init__(self, sup, row0: int, slot0: int):
-        self.sup = sup
-        self.config = sup.recipe.cluster
+    def __init__(self, ctx: RunContext, row0: int, slot0: int):
+        """`ctx`: the run's context (runtime/life.py); its rows from row0, its slots from slot0.
+        The run's control and answerer come with bind(), once they are made (they count
+        this link's rows)."""
+        self.ctx = ctx
+        self.config = ctx.recipe.cluster
+        self.control: RunControl | None = None
+        self.answerer: Answerer | None = None
         self.hosts_: list[HostLink] = []
         row, slot = row0, slot0
-        for name in dict.fromkeys(g.host for g in sup.recipe.games if g.host):
+        for name in dict.fromkeys(g.host for g in ctx.recipe.games if g.host):
             start, games = row, []
-            for g in (g for g in sup.recipe.games if g.host == name):
+            for g in (g for g in ctx.recipe.games if g.host == name):
                 for _ in range(g.count):
                     games.append(GameRows(slot, row, g.lanes * g.sides, g))
                     row, slot = row + g.lanes * g.sides, slot + 1
@@ -94,6 +100,10 @@ class ClusterLink:
         self._ray = None
         self._stopping = False
         self._flush_scheduled = False
+
+    def bind(self, control: RunControl, answerer: Answerer) -> None:
+        """The run's control and answerer: the hosts' rounds and resets go to them."""
+        self.control, self.answerer = control, answerer
 
     # ---- start and stop -------------------------------------------------------------
 
@@ -117,9 +127,9 @@ class ClusterLink:
         for h in self.hosts_:
             h.actor = actor_class.options(
                 num_cpus=0, resources={h.name: 0.001}, max_restarts=self.config.host_restarts, max_task_retries=0,
-            ).remote(h.name, recipes[h.name], str(self.sup.run_dir / "hosts" / h.name), self.config.lost_after_s)
-            self.sup.events.info("host_start", host=h.name, rows=[h.row0, h.row0 + h.nrows], games=len(h.games))
-            tasks.append(self.sup.task(self._pump(h), f"game host {h.name}"))
+            ).remote(h.name, recipes[h.name], str(self.ctx.run_dir / "hosts" / h.name), self.config.lost_after_s)
+            self.ctx.events.info("host_start", host=h.name, rows=[h.row0, h.row0 + h.nrows], games=len(h.games))
+            tasks.append(self.ctx.task(self._pump(h), f"game host {h.name}"))
 
     def _connect(self) -> None:
         os.environ.setdefault("RAY_IGNORE_UNHANDLED_ERRORS", "1")  # ops to a dead host fail, by design
@@ -142,7 +152,7 @@ class ClusterLink:
     def _host_recipe(self, h: HostLink) -> dict:
         """The host's own recipe: its groups (run there as local ones), no status, no
         stop condition (the centre stops it), no cluster."""
-        d = recipe_to_dict(self.sup.recipe)
+        d = recipe_to_dict(self.ctx.recipe)
         d.pop("path", None)
         d["games"] = [dict(g, host="") for g in d["games"] if g["host"] == h.name]
         d.update(cluster=None, status=dict(d["status"], enabled=False), stop={}, name=f"{d['name']}-{h.name}")
@@ -169,12 +179,12 @@ class ClusterLink:
         for h, r in zip(live, results):
             if isinstance(r, BaseException):  # dead or unreachable: the sweep below ends what it made
                 cause = _first_line(r) if str(r) else "no answer to stop"
-                self.sup.events.warning("host_stop", host=h.name, fault=cause, failure=None, leftovers=None)
+                self.ctx.events.warning("host_stop", host=h.name, fault=cause, failure=None, leftovers=None)
                 console(f"w3async: game host {h.name} could not stop its games ({cause}): the centre sweeps them")
                 continue
             stopped.add(h.name)
             left = (r.get("leftovers") or {}).get("processes")
-            self.sup.events.info("host_stop", host=h.name, failure=r.get("failure"), leftovers=r.get("leftovers"))
+            self.ctx.events.info("host_stop", host=h.name, failure=r.get("failure"), leftovers=r.get("leftovers"))
             if left:
                 left_by[h.name] = left
         for h in live:
@@ -191,7 +201,7 @@ class ClusterLink:
                 if end:
                     end()
             except Exception as e:  # noqa: BLE001 (a node already gone: its processes were ended with it)
-                self.sup.events.warning("cluster_stop", what=what, fault=_first_line(e))
+                self.ctx.events.warning("cluster_stop", what=what, fault=_first_line(e))
         if errors:
             raise RunError("; ".join(errors))
 
@@ -199,9 +209,9 @@ class ClusterLink:
         """Each host's stop(): its reply or its error, in order. A host that has not
         answered in stop_timeout_s + 15 s, or by a second signal (the shutdown hurried),
         counts as not answering; the sweep ends what it made."""
-        timeout = self.sup.recipe.supervisor.stop_timeout_s + 15.0
+        timeout = self.ctx.recipe.supervisor.stop_timeout_s + 15.0
         asks = [asyncio.ensure_future(asyncio.wait_for(_awaitable(h.actor.stop.remote()), timeout)) for h in live]
-        while asks and not all(a.done() for a in asks) and not self.sup.hurrying:
+        while asks and not all(a.done() for a in asks) and not self.ctx.life.hurrying:
             await asyncio.wait(asks, timeout=0.1, return_when=asyncio.ALL_COMPLETED)
         out = []
         for a in asks:
@@ -219,7 +229,7 @@ class ClusterLink:
         t, loop = h.traces, asyncio.get_running_loop()
         here = t.machine == machine_id() or not t.machine
         if here:
-            t.learn(dict(made=_read_lock(self.sup.run_dir / "hosts" / h.name)))
+            t.learn(dict(made=_read_lock(self.ctx.run_dir / "hosts" / h.name)))
         if not t.shms or (stopped and not here):
             return None
         try:
@@ -228,12 +238,12 @@ class ClusterLink:
             else:
                 done = await asyncio.wait_for(_awaitable(sweep_on_node(self._ray, t.node, t.as_dict())), SWEEP_S)
         except Exception as e:  # noqa: BLE001 (its node is gone: nothing there can be reached)
-            self.sup.events.warning("host_unswept", host=h.name, node=t.node, cause=_first_line(e), **t.as_dict())
+            self.ctx.events.warning("host_unswept", host=h.name, node=t.node, cause=_first_line(e), **t.as_dict())
             console(f"w3async: game host {h.name}: what it made could not be swept "
                     f"({_first_line(e)}): segments {sorted(t.shms)}, process groups {sorted(t.pgids)}")
             return None
         if done["killed"] or done["unlinked"] or done["wine_killed"] or done["left"] or not stopped:
-            self.sup.events.info("host_sweep", host=h.name, node=t.node, here=here, **done)
+            self.ctx.events.info("host_sweep", host=h.name, node=t.node, here=here, **done)
         return done
 
     # ---- the polls ----------------------------------------------------------------
@@ -257,7 +267,7 @@ class ClusterLink:
                     h.lost_since = time.monotonic()
                 spent = h.deaths >= self.config.host_restarts and h.lost_since
                 if spent and time.monotonic() - h.lost_since > self.config.lost_after_s:
-                    self.sup.fail(f"game host {h.name} died again after {h.deaths} restart(s) "
+                    self.ctx.life.fail(f"game host {h.name} died again after {h.deaths} restart(s) "
                                   f"(cluster.host_restarts = {self.config.host_restarts}): {cause}")
                     return
                 await asyncio.sleep(pause)
@@ -265,7 +275,7 @@ class ClusterLink:
                 continue
             pause = 0.1
             if not self._stopping:
-                self.sup.barrier(f"game host {h.name}", self._take, h, items, state)
+                self.ctx.barrier(f"game host {h.name}", self._take, h, items, state)
 
     def _take(self, h: HostLink, items: list, state: dict) -> None:
         if state.get("centre_lost") and not self._stopping:
@@ -277,16 +287,16 @@ class ClusterLink:
                 if h.up:
                     self._cut(h, "restarted")
             h.incarnation, h.seq, h.ops, h.acked, h.lost_since = state["incarnation"], 0, [], 0, 0.0
-            self.sup.events.info("host_up", host=h.name, node=state["node"], pid=state["pid"], deaths=h.deaths)
+            self.ctx.events.info("host_up", host=h.name, node=state["node"], pid=state["pid"], deaths=h.deaths)
         elif not h.up:
             # The same host, unreachable for a while: the centre cut its episodes and
             # dropped the answers on their way, so its held rows would wait for ever.
             # Its games start again, as after a death; their resets come back numbered.
             h.ops.append(wire.Restart())
             self._schedule_flush()
-            self.sup.events.info("host_back", host=h.name, node=state["node"], pid=state["pid"])
+            self.ctx.events.info("host_back", host=h.name, node=state["node"], pid=state["pid"])
         h.up = True
-        answerer, control = self.sup.answerer, self.sup.control
+        answerer, control = self.answerer, self.control
         for n, msg in items:
             if n <= h.acked:
                 continue  # taken from an earlier reply
@@ -310,7 +320,7 @@ class ClusterLink:
         h.state = state
         h.traces.learn(state)
         if state["failure"]:
-            self.sup.fail(f"game host {h.name}: {state['failure']}")
+            self.ctx.life.fail(f"game host {h.name}: {state['failure']}")
 
     def _make_again(self, h: HostLink, state: dict) -> None:
         """The host stopped its games, not polled for lost_after_s (the centre was stopped
@@ -322,7 +332,7 @@ class ClusterLink:
         if h.up:
             self._cut(h, f"the host stopped its games: {state['failure']}")
         h.lost_since = time.monotonic()
-        self.sup.events.warning("host_remake", host=h.name, cause=state["failure"])
+        self.ctx.events.warning("host_remake", host=h.name, cause=state["failure"])
         self._ray.kill(h.actor, no_restart=False)
 
     def _cut(self, h: HostLink, cause: str) -> None:
@@ -330,8 +340,8 @@ class ClusterLink:
         here, cut, and what was on its way to it is dropped."""
         h.ops, h.up = [], False
         for g in h.games:
-            self.sup.control.rows_reset(slice(g.row0, g.row0 + g.nrows))
-        self.sup.events.warning("host_lost", host=h.name, cause=cause)
+            self.control.rows_reset(slice(g.row0, g.row0 + g.nrows))
+        self.ctx.events.warning("host_lost", host=h.name, cause=cause)
         console(f"w3async: game host {h.name} lost ({cause}): its games' open episodes are cut; Ray restarts it")
 
     # ---- answers ------------------------------------------------------------------
@@ -348,7 +358,7 @@ class ClusterLink:
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            self.sup.loop.call_soon(self._flush)
+            self.ctx.loop.call_soon(self._flush)
 
     def answer(self, rows, gen, obs_seq, actions, versions) -> None:
         """Answers for a host's rows, each naming the host's generation of its round."""

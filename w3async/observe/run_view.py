@@ -19,7 +19,7 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Callable, Protocol, runtime_checkable
 
 from w3async import games
 from w3async.procstat import alive
@@ -83,19 +83,18 @@ GAME_KEYS = tuple(f.name for f in fields(GameView))
 
 
 class SupervisorSource:
-    """StatusSource over a Supervisor (reads its slots; changes nothing)."""
+    """StatusSource over a live run (reads its slots; changes nothing): its folder, the
+    supervisor's stats(), its slots, its cluster link (or None) and the accounting's
+    latest sample (a callable; None: no sample). Made by the run's watch (runtime/watching.py)."""
 
-    def __init__(self, sup):
-        self.sup = sup
-        self.run_dir = Path(sup.run_dir)
-
-    def stats(self) -> dict:
-        return self.sup.stats()
+    def __init__(self, run_dir: Path, stats: Callable[[], dict], slots: list, cluster, accounting: Callable):
+        self.run_dir = Path(run_dir)
+        self.stats, self._slots, self._cluster, self._accounting = stats, slots, cluster, accounting
 
     def games(self) -> list[dict]:
         now = time.monotonic()
-        views = [s.view(now) for s in self.sup.slots] + (self.sup.cluster.games_view() if self.sup.cluster else [])
-        acct = (self.sup.watch.sample() or {}).get("games", {})
+        views = [s.view(now) for s in self._slots] + (self._cluster.games_view() if self._cluster else [])
+        acct = (self._accounting() or {}).get("games", {})
         out = [v.as_dict() for v in views]
         for g in out:
             fig = acct.get(g["slot"]) if not g["host"] else None

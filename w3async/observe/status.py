@@ -1,6 +1,6 @@
 """The status server: /status, /metrics, /games, the dashboard and its replay viewer.
 
-    server = StatusServer(SupervisorSource(supervisor), host="127.0.0.1", port=8765)
+    server = StatusServer(supervisor.watch.status_source(), host="127.0.0.1", port=8765)
     port = await server.start()     # in the supervisor's loop, after set-up
     ...
     await server.stop()             # at shutdown, before the loop ends

@@ -16,12 +16,13 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Callable, Protocol
 
 import numpy as np
 
 from w3async.games.spec import GameSpec
 from w3async.observe.logs import JsonLog
+from w3async.runtime.life import RunContext
 from w3async.sync.gather import Batch
 
 
@@ -62,32 +63,36 @@ class RunControl:
     """What an answerer may do to the run. Made by the supervisor; every method is
     called on the loop's thread."""
 
-    def __init__(self, sup):  # the supervisor makes it; answerers see only these methods
-        self._sup = sup
-        self.recipe = sup.recipe  # recipes.Recipe
-        self.run_dir: Path = sup.run_dir
-        self.spec: GameSpec = sup.spec
-        self.counters: Counters = sup.counters
-        self.games = [GameRows(s.index, s.row0, s.nrows, s.group) for s in sup.slots]
+    def __init__(self, ctx: RunContext, spec: GameSpec, counters: Counters, slots: list, table, gatherer,
+                 cluster, schedule_round: Callable[[], None]):
+        # the supervisor makes it; answerers see only these methods
+        self._ctx, self._gatherer, self._table, self._slots = ctx, gatherer, table, slots
+        self._schedule_round = schedule_round
+        self.recipe = ctx.recipe  # recipes.Recipe
+        self.run_dir: Path = ctx.run_dir
+        self.spec: GameSpec = spec
+        self.counters: Counters = counters
+        self.answerer: Answerer | None = None  # told of resets; set once it is made (it takes this control)
+        self.games = [GameRows(s.index, s.row0, s.nrows, s.group) for s in slots]
         # With a cluster, the game hosts' rows follow the table's: rows from n_local on
         # are answered, held and released through the cluster link (cluster/link.py).
-        self._n_local = sup.table.n_rows
-        self._remote = sup.cluster
-        self.n_rows: int = self._n_local + (sup.cluster.n_rows if sup.cluster is not None else 0)
-        if sup.cluster is not None:
-            self.games += sup.cluster.games
+        self._n_local = table.n_rows
+        self._remote = cluster
+        self.n_rows: int = self._n_local + (cluster.n_rows if cluster is not None else 0)
+        if cluster is not None:
+            self.games += cluster.games
         self._gen = np.zeros(self.n_rows, np.int64)  # each row's resets so far
         self._in_flight = np.zeros(self.n_rows, bool)  # held by a ticket not yet answered or released
         self._host_gen = np.zeros(self.n_rows, np.int64)  # a game host's row: its generation there
 
     @property
     def events(self) -> JsonLog:
-        return self._sup.events
+        return self._ctx.events
 
     @property
     def stopping(self) -> bool:
         """The run is shutting down: answers are no longer written."""
-        return self._sup.stopping
+        return self._ctx.life.stopping
 
     # ---- tickets: the stale-answer rule, in one place ------------------------------
     # A game that restarts while a round computes for its rows must not get that round's
@@ -102,7 +107,7 @@ class RunControl:
         from the moment they were sent."""
         rows = np.asarray(rows, np.int64)
         self._in_flight[rows] = True
-        self._sup.gatherer.hold(rows[rows < self._n_local] if self._remote is not None else rows)
+        self._gatherer.hold(rows[rows < self._n_local] if self._remote is not None else rows)
         return Ticket(rows, self._gen[rows].copy())
 
     def in_flight(self, rows: np.ndarray) -> np.ndarray:
@@ -140,19 +145,21 @@ class RunControl:
     def _publish(self, rows: np.ndarray, obs_seq: np.ndarray, actions: np.ndarray, versions: np.ndarray) -> None:
         """Write the answers (unless the run is stopping), count them, and stop the run
         when its step limit is reached."""
-        if not self._sup.stopping:
+        if not self._ctx.life.stopping:
             if self._remote is None:
-                self._sup.gatherer.answer(rows, obs_seq, actions, versions)
+                self._gatherer.answer(rows, obs_seq, actions, versions)
             else:
                 here = rows < self._n_local
                 if here.any():
-                    self._sup.gatherer.answer(rows[here], obs_seq[here], actions[here], versions[here])
+                    self._gatherer.answer(rows[here], obs_seq[here], actions[here], versions[here])
                 if not here.all():
                     far = rows[~here]
                     self._remote.answer(far, self._host_gen[far], obs_seq[~here], actions[~here], versions[~here])
         self.counters.agent_steps += len(rows)
         self.counters.rounds += 1
-        self._sup.check_stop_steps()
+        steps = self.recipe.stop.steps
+        if steps and self.counters.agent_steps >= steps:  # the recipe's step limit
+            self._ctx.life.request_stop()
 
     def release(self, ticket: "Ticket") -> np.ndarray:
         """Let the ticket's current rows be gathered again, unanswered (back-pressure
@@ -167,7 +174,7 @@ class RunControl:
 
     def _free(self, rows: np.ndarray) -> None:
         self._in_flight[rows] = False
-        self._sup.gatherer.release(rows[rows < self._n_local] if self._remote is not None else rows)
+        self._gatherer.release(rows[rows < self._n_local] if self._remote is not None else rows)
 
     def rows_reset(self, rows: slice) -> None:
         """A game's rows were reset (it exited, restarts, or its host was lost): every
@@ -175,8 +182,8 @@ class RunControl:
         what it keeps for them."""
         self._gen[rows] += 1
         self._in_flight[rows] = False
-        if self._sup.answerer is not None:
-            self._sup.answerer.rows_reset(rows)
+        if self.answerer is not None:
+            self.answerer.rows_reset(rows)
 
     def arrived(self, rows: np.ndarray, host_gen: np.ndarray) -> None:
         """A game host's round for rows arrived, at the host's generations host_gen:
@@ -184,25 +191,25 @@ class RunControl:
         self._host_gen[rows] = host_gen
 
     def schedule_round(self) -> None:
-        self._sup.schedule_round()
+        self._schedule_round()
 
     def waiting_rows(self) -> int:
         """Rows waiting for an answer anywhere (gathered, held or not yet seen)."""
-        g = self._sup.gatherer
-        here = int(np.count_nonzero((self._sup.table.column("obs_seq") != g.acked) & (g.row_game != -1)))
+        g = self._gatherer
+        here = int(np.count_nonzero((self._table.column("obs_seq") != g.acked) & (g.row_game != -1)))
         return here + (self._remote.waiting_rows() if self._remote is not None else 0)
 
     def restarts(self) -> int:
         """Game restarts so far, every slot's (the dashboard's `restarts`)."""
-        return sum(s.restarts for s in self._sup.slots)
+        return sum(s.restarts for s in self._slots)
 
     def fail(self, reason: str) -> None:
         """End the run with this cause (a clean shutdown follows)."""
-        self._sup.fail(reason)
+        self._ctx.life.fail(reason)
 
     def request_stop(self) -> None:
         """End the run normally (a stop condition of the answerer's, e.g. updates)."""
-        self._sup.request_stop()
+        self._ctx.life.request_stop()
 
 
 class Answerer(Protocol):

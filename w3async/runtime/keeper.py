@@ -3,9 +3,10 @@
 It starts a slot's game on a fresh segment with new doorbells, hears its exit (a pidfd
 on the loop), kills a misbehaving one, ends everything a game left running (its process
 group, and any process carrying its segment's name), restarts by the restart policy
-(runtime/slots.py) or fails the slot, and watches for hangs. It works for its host, the
-Supervisor, through the host's public members only (recipe, run folder, table,
-gatherer, events, lock, runtimes, slots, answerer, loop, barrier, stopping, fail).
+(runtime/slots.py) or fails the slot, and watches for hangs. It is given what it uses
+(its constructor): the run's context (recipe, folder, events, loop, life, fault barrier),
+the table and its gatherer, the slots, the runtimes, the sandbox, the run lock and
+RunControl (a reset's tickets go stale).
 """
 
 from __future__ import annotations
@@ -16,13 +17,19 @@ import errno
 import os
 import signal
 import time
+from typing import Callable
 
 from w3async.observe.logs import console
 from w3async.runtime import gamelog, procs
+from w3async.runtime.answerer import RunControl
+from w3async.runtime.life import RunContext
+from w3async.runtime.runfolder import RunLock
+from w3async.runtime.sandbox import Sandbox
 from w3async.runtime.gamestart import launch
 from w3async.runtime.slots import Slot, SlotState, decide_restart
 from w3async.runtime.wine import WineError, windows_path, wine_own
 from w3async.sync import layout
+from w3async.sync.table import Table
 
 STARTING, RUNNING, RESTARTING, FAILED, STOPPED = (SlotState.STARTING, SlotState.RUNNING, SlotState.RESTARTING,
                                                  SlotState.FAILED, SlotState.STOPPED)
@@ -36,33 +43,38 @@ _EXIT_CAUSES = {layout.EXIT_INJECT: "inject", layout.EXIT_ADAPTER: "adapter", la
 
 
 class GameKeeper:
-    """Spawns, hears, kills, restarts and watches the host's game slots."""
+    """Spawns, hears, kills, restarts and watches a run's game slots. `born`: every
+    process of the run starts after it (procs.started); `schedule_round`: the
+    supervisor's, run by the watch when a doorbell may have been lost."""
 
-    def __init__(self, host):
-        self.host = host
+    def __init__(self, ctx: RunContext, *, table: Table, gatherer, slots: list[Slot], runtimes: dict,
+                 control: RunControl, sandbox: Sandbox | None, lock: RunLock, born: float,
+                 schedule_round: Callable[[], None]):
+        self.ctx, self.table, self.gatherer, self.slots, self.runtimes = ctx, table, gatherer, slots, runtimes
+        self.control, self.sandbox, self.lock, self.born = control, sandbox, lock, born
+        self._schedule_round = schedule_round
         self.groups: set[int] = set()  # every game's process group this run started
-        self.born = procs.started(os.getpid())  # every process of the run starts after this
 
     def spawn(self, s: Slot) -> None:
         """Start slot s on freshly zeroed rows with new doorbells."""
         s.restart_handle = None
-        if self.host.stopping:
+        if self.ctx.life.stopping:
             return
         try:
-            segment = self.host.table.renew(s.index)  # fresh rows and header: nothing of the last start
-            s.bells = s.runtime.doorbells(self.host.run_dir, s.index)
+            segment = self.table.renew(s.index)  # fresh rows and header: nothing of the last start
+            s.bells = s.runtime.doorbells(self.ctx.run_dir, s.index)
         except OSError as e:
             self._start_failed(s, f"cannot make its rows or doorbells: {e}", e)
             return
         # "{run_dir}" in a value becomes the run folder (e.g. where to record replays);
         # "{run_dir_windows}" the same as Wine's Z: path.
-        env = {k: v.replace("{run_dir}", str(self.host.run_dir.resolve()))
-                   .replace("{run_dir_windows}", windows_path(self.host.run_dir.resolve()))
+        env = {k: v.replace("{run_dir}", str(self.ctx.run_dir.resolve()))
+                   .replace("{run_dir_windows}", windows_path(self.ctx.run_dir.resolve()))
                for k, v in s.group.env.items()}
         env.update(W3S_ROW0=str(s.row0), W3S_NROWS=str(s.nrows), W3S_SLOT=str(s.index),
                    W3S_SEED=str(s.index * 1000003 + s.starts if s.seed is None else s.seed))
         s.seed = None  # a seed given for a start (an env's reset(seed=)) is for that start only
-        sandbox = self.host.sandbox
+        sandbox = self.sandbox
         wrap = (lambda start: sandbox.wrap(start, s.group)) if sandbox is not None else None
         try:
             with gamelog.open_for_start(s.log_path, s.starts) as log:
@@ -85,47 +97,45 @@ class GameKeeper:
         s.born = procs.started(s.proc.pid)  # what it starts, it starts after this
         self.groups.add(s.proc.pid)
         s.pidfd = os.pidfd_open(s.proc.pid)
-        self.host.loop.add_reader(s.pidfd, self.host.barrier, "game_exit", self._on_exit, s)
-        self.host.gatherer.attach_game(s.index, s.rows, s.bells.act)
+        self.ctx.loop.add_reader(s.pidfd, self.ctx.barrier, "game_exit", self._on_exit, s)
+        self.gatherer.attach_game(s.index, s.rows, s.bells.act)
         self._record_pgids()
-        self.host.events.info("game_start", slot=s.index, pid=s.proc.pid, runtime=s.runtime.name, binary=str(s.binary),
-                         rows=[s.row0, s.row0 + s.nrows], start=s.starts, sandboxed=wrap is not None)
+        self.ctx.events.info("game_start", slot=s.index, pid=s.proc.pid, runtime=s.runtime.name, binary=str(s.binary),
+                             rows=[s.row0, s.row0 + s.nrows], start=s.starts, sandboxed=wrap is not None)
 
     def _record_pgids(self) -> None:
-        pg = [s.proc.pid for s in self.host.slots if s.proc and s.proc.returncode is None]
-        self.host.lock.write(pid=os.getpid(), started=self.host.started_wall, shm=self.host.table.name, pgids=pg,
-                             born=self.born, wine_prefixes=[p for rt in self.host.runtimes.values() for p in rt.prefixes()])
+        pg = [s.proc.pid for s in self.slots if s.proc and s.proc.returncode is None]
+        self.lock.update(pgids=pg, wine_prefixes=[p for rt in self.runtimes.values() for p in rt.prefixes()])
 
     def unwire(self, s: Slot) -> None:
         """Stop listening to slot s and stop gathering its rows; its process is gone."""
-        self.host.gatherer.detach_game(s.index)
+        self.gatherer.detach_game(s.index)
         if s.pidfd >= 0:
-            self.host.loop.remove_reader(s.pidfd)
+            self.ctx.loop.remove_reader(s.pidfd)
             os.close(s.pidfd)
             s.pidfd = -1
         self._end_strays(s)
         if s.bells:
             s.bells.close()
             s.bells = None
-        self.host.table.reset_rows(s.row0, s.row0 + s.nrows)
-        if self.host.control is not None:
-            self.host.control.rows_reset(s.rows)  # a round in flight for them is stale
+        self.table.reset_rows(s.row0, s.row0 + s.nrows)
+        self.control.rows_reset(s.rows)  # a round in flight for them is stale
 
     def _note_posted(self, s: Slot) -> None:
         """Did this start post any row? Read before its rows are reset: a game that
         crashes between two watch ticks still counts as one that ran."""
-        if not s.posted and int(self.host.table.column("obs_seq")[s.rows].sum()) > 0:
+        if not s.posted and int(self.table.column("obs_seq")[s.rows].sum()) > 0:
             s.posted, s.fail_streak = True, 0
 
     def cap_logs(self) -> None:
         """Cut every game's log that passed the recipe's game_log_mb (the watch, twice a
         second, and the shutdown, once its games are gone)."""
-        cap = int(self.host.recipe.supervisor.game_log_mb * 2**20)
-        for s in self.host.slots:
+        cap = int(self.ctx.recipe.supervisor.game_log_mb * 2**20)
+        for s in self.slots:
             cut = gamelog.cap(s.log_path, cap)
             if cut and not s.log_cut:  # said once a slot: a flooding game would fill events.jsonl too
-                self.host.events.warning("game_log_cut", slot=s.index, path=str(s.log_path), cut_bytes=cut,
-                                         max_bytes=cap)
+                self.ctx.events.warning("game_log_cut", slot=s.index, path=str(s.log_path), cut_bytes=cut,
+                                        max_bytes=cap)
             s.log_cut += cut
 
     def _end_strays(self, s: Slot) -> None:
@@ -150,9 +160,9 @@ class GameKeeper:
         tail = gamelog.tail(s.log_path)
         self._note_posted(s)
         self.unwire(s)
-        if self.host.stopping:
+        if self.ctx.life.stopping:
             return
-        if code == layout.EXIT_OK and not self.host.stopping and not self.host.table.header_intact(s.index):
+        if code == layout.EXIT_OK and not self.ctx.life.stopping and not self.table.header_intact(s.index):
             cause = "exit"  # it wrote its own header (a forged stop): a failure, not a recycle
         elif code == layout.EXIT_OK:
             cause = "recycle"
@@ -163,8 +173,8 @@ class GameKeeper:
         else:
             cause = "exit"
         how = f"signal {signal.Signals(-code).name}" if code < 0 else f"code {code}"
-        self.host.events.warning("game_exit", slot=s.index, pid=s.proc.pid, returncode=code, cause=cause,
-                            posted=s.posted, stderr=tail)
+        self.ctx.events.warning("game_exit", slot=s.index, pid=s.proc.pid, returncode=code, cause=cause,
+                                posted=s.posted, stderr=tail)
         if code in (layout.EXIT_LAYOUT, layout.EXIT_ATTACH) or (code == layout.EXIT_NO_STEP and not s.posted):
             # Deterministic: a restart would fail the same way (a step point never reached:
             # the slot fails step_deadline_s after its start, not after three starts).
@@ -172,24 +182,46 @@ class GameKeeper:
             return
         if not s.posted:  # exit 0 included: a game that ends before its first post is failing
             s.fail_streak += 1
-            if s.fail_streak >= self.host.recipe.supervisor.max_start_failures:
+            if s.fail_streak >= self.ctx.recipe.supervisor.max_start_failures:
                 self.fail_slot(s, f"{s.binary} exited before its first post {s.fail_streak} times in a row, "
                                    f"last with {how}: {tail}")
                 return
         self.schedule_restart(s, cause)
 
+    def restart_after_fault(self, s: Slot) -> None:
+        """A fault of ours concerned slot s: its game is ended and restarted from scratch."""
+        if s.proc is not None and s.proc.poll() is None:
+            procs.killpg(s.proc.pid, signal.SIGKILL)
+            s.proc.wait()
+        if s.pidfd >= 0 or s.bells is not None:
+            self.unwire(s)
+        if s.state not in (FAILED, STOPPED) and s.restart_handle is None:
+            self.schedule_restart(s, "fault")
+
+    def bad_rows(self, bad) -> None:
+        """Log each bad row of a gather with its game, lane and field; restart its game."""
+        seen = set()
+        games = [int(self.gatherer.row_game[r.row]) for r in bad]  # before a kill detaches a game's rows
+        for r, gi in zip(bad, games):
+            row = self.table.rows[r.row]
+            self.ctx.events.error("bad_row", slot=gi, row=r.row, lane=int(row["lane"]), side=int(row["side"]),
+                                  field=r.field, index=r.index, value=repr(r.value))
+            if gi >= 0 and gi not in seen:
+                seen.add(gi)
+                self.kill(self.slots[gi], "bad_row", {"field": r.field, "row": r.row})
+
     def kill(self, s: Slot, cause: str, detail: dict) -> None:
         """End a misbehaving game at once (no grace) and restart it."""
         if s.proc is None or s.proc.returncode is not None or s.state in (FAILED, STOPPED):
             return
-        self.host.events.warning("game_kill", slot=s.index, pid=s.proc.pid, cause=cause, **detail)
+        self.ctx.events.warning("game_kill", slot=s.index, pid=s.proc.pid, cause=cause, **detail)
         procs.killpg(s.proc.pid, signal.SIGKILL)
         s.proc.wait()
         self._note_posted(s)
         self.unwire(s)
         if cause == "hang" and not s.posted:
             s.fail_streak += 1
-            if s.fail_streak >= self.host.recipe.supervisor.max_start_failures:
+            if s.fail_streak >= self.ctx.recipe.supervisor.max_start_failures:
                 self.fail_slot(s, f"{s.binary} posted nothing within start_timeout_s, {s.fail_streak} starts in a row")
                 return
         self.schedule_restart(s, cause)
@@ -200,22 +232,22 @@ class GameKeeper:
         uptime. Every other restart (an exit 0 before any post included) is counted in
         the budget (restart_budget in restart_window_s) and backs off, doubling per
         short-lived start in a row; a slot over its budget is marked failed."""
-        d = decide_restart(s, cause, time.monotonic(), self.host.recipe.supervisor)
+        d = decide_restart(s, cause, time.monotonic(), self.ctx.recipe.supervisor)
         if d.fail:
             self.fail_slot(s, d.fail)
             return
         delay = d.delay_s
         s.state = RESTARTING
-        self.host.events.info("game_restart", slot=s.index, cause=cause, delay_s=round(delay, 3), restarts=s.restarts,
-                              recycles=s.recycles)
-        s.restart_handle = self.host.loop.call_later(delay, self.host.barrier, "spawn", self.spawn, s)
+        self.ctx.events.info("game_restart", slot=s.index, cause=cause, delay_s=round(delay, 3), restarts=s.restarts,
+                             recycles=s.recycles)
+        s.restart_handle = self.ctx.loop.call_later(delay, self.ctx.barrier, "spawn", self.spawn, s)
 
     def _start_failed(self, s: Slot, why: str, e: BaseException) -> None:
         """A start that failed before the game ran: a missing or wrong binary fails the
         slot at once; a lack of resources (no fd, no memory, a full /dev/shm) is retried
         after the backoff, inside the budget."""
         if isinstance(e, OSError) and e.errno in _TRANSIENT_ERRNOS:
-            self.host.events.warning("game_start_failed", slot=s.index, reason=why)
+            self.ctx.events.warning("game_start_failed", slot=s.index, reason=why)
             s.posted, s.started_at = False, time.monotonic()
             self.schedule_restart(s, "start_error")
             return
@@ -226,25 +258,25 @@ class GameKeeper:
             s.restart_handle.cancel()
             s.restart_handle = None
         s.state = FAILED
-        self.host.events.error("slot_failed", slot=s.index, reason=why)
+        self.ctx.events.error("slot_failed", slot=s.index, reason=why)
         console(f"w3async: game slot {s.index} failed: {why}")
-        if all(x.state == FAILED for x in self.host.slots):
-            self.host.fail(f"every game slot failed; the last: slot {s.index}: {why}")
+        if all(x.state == FAILED for x in self.slots):
+            self.ctx.life.fail(f"every game slot failed; the last: slot {s.index}: {why}")
 
     async def watch(self) -> None:
         """Twice a second: find games that posted nothing for too long, cut logs past their
         cap, and run a round."""
-        sv = self.host.recipe.supervisor
-        obs, act = self.host.table.column("obs_seq"), self.host.gatherer.acked  # our act_seq, not the game's
-        while not self.host.stopping:
+        sv = self.ctx.recipe.supervisor
+        obs, act = self.table.column("obs_seq"), self.gatherer.acked  # our act_seq, not the game's
+        while not self.ctx.life.stopping:
             await asyncio.sleep(0.5)
             self.cap_logs()
             # Rounds run when a doorbell rings; a ring can be lost to a game (a Windows game
             # can open the shared obs FIFO and read it). A round now bounds such a loss to
             # half a second instead of leaving the rows waiting for good.
-            self.host.schedule_round()
+            self._schedule_round()
             now = time.monotonic()
-            for s in self.host.slots:
+            for s in self.slots:
                 if s.state not in (STARTING, RUNNING) or s.proc is None:
                     continue
                 seq = int(obs[s.rows].sum())
@@ -265,19 +297,19 @@ class GameKeeper:
                                            "reason": "the injected game ended and its launcher did not see it"})
 
     def summary(self) -> str:
-        states = collections.Counter(s.state for s in self.host.slots)
-        restarts = sum(s.restarts for s in self.host.slots)
+        states = collections.Counter(s.state for s in self.slots)
+        restarts = sum(s.restarts for s in self.slots)
         return (f"{states[RUNNING] + states[STARTING]} games up, {states[RESTARTING]} restarting, "
                 f"{states[FAILED]} failed | {restarts} restarts")
 
     def _run_marker(self) -> bytes:
         """What every game process of this run carries in its environment (native:
         W3S_SHM, Wine: W3S_SHM_PATH): the table's name, unique to the run."""
-        return self.host.table.name.lstrip("/").encode() if self.host.table is not None else b""
+        return self.table.name.lstrip("/").encode()
 
     def _run_maps(self):
         """What /proc/PID/maps shows of a process that maps any segment of the run."""
-        return procs.maps_pattern("/dev/shm/" + self.host.table.name[1:] + "-", any_suffix=True)
+        return procs.maps_pattern("/dev/shm/" + self.table.name[1:] + "-", any_suffix=True)
 
     def end_run_strays(self) -> list[int]:
         """SIGKILL every process still carrying the run's marker or mapping one of its
@@ -293,6 +325,6 @@ class GameKeeper:
         marker = self._run_marker()
         grouped = {p for g in self.groups for p in procs.group_members(g) if marker in procs.environ(p)}
         marked = set(procs.marked(marker, self._run_maps(), since=self.born)) if marker else set()
-        wine = [p for rt in self.host.runtimes.values() for p in rt.leftovers()]
+        wine = [p for rt in self.runtimes.values() for p in rt.leftovers()]
         return dict(processes=sorted(grouped | marked), wine=wine)
 

@@ -39,6 +39,7 @@ class RunLock:
             raise RunError(f"run folder {run_dir} is in use by a live supervisor (pid {info.get('pid', '?')}, "
                            f"started {info.get('started', '?')}): stop it, or choose another RUN") from None
         self.previous = self.read()
+        self._info: dict = {}  # what this run wrote last
 
     def read(self) -> dict:
         try:
@@ -50,6 +51,7 @@ class RunLock:
     def write(self, **info) -> bool:
         """Record info; False when it could not be written (a full disk): the lock is
         still held, only a later run's clean-up would know less."""
+        self._info = info
         data = json.dumps(info).encode()
         try:
             os.pwrite(self.fd, data.ljust(os.fstat(self.fd).st_size), 0)  # never a moment of an empty file
@@ -58,6 +60,10 @@ class RunLock:
             return True
         except OSError:
             return False
+
+    def update(self, **info) -> bool:
+        """Record info over what this run wrote last (a game's process groups, its prefixes)."""
+        return self.write(**{**self._info, **info})
 
     def release(self) -> None:
         if self.fd >= 0:

@@ -37,12 +37,14 @@ from w3async.run_folder import RunFolder
 from w3async.runtime import procs
 from w3async.runtime.answerer import Answerer, Counters, RunControl, RunFailure
 from w3async.runtime.keeper import GameKeeper
-from w3async.runtime.policies import PolicyAnswerer, policy_answerer
+from w3async.runtime.life import RunContext, RunLife
+from w3async.runtime.policies import answerer_for
 from w3async.runtime.runfolder import RunError, RunLock, cleanup_previous_run
 from w3async.runtime.runtimes import slot_runtimes
 from w3async.runtime.sandbox import Sandbox
 from w3async.runtime import shutdown
-from w3async.runtime.slots import Slot, SlotState
+from w3async.runtime.shutdown import Remains
+from w3async.runtime.slots import Slot
 from w3async.runtime.stackdump import StackDump
 from w3async.runtime.teardown import Teardown
 from w3async.runtime.watching import RunWatch
@@ -84,8 +86,9 @@ class Supervisor:
         self.answerer: Answerer | None = None  # a fixed policy, or what the composition root made (compose.py)
         self.control: RunControl | None = None  # the answerer's handle on the run
         self.counters = Counters()
-        self.error: str | None = None
-        self.leftovers: dict = {}
+        self.life = RunLife()  # asked to stop, shutting down, hurried; the run's cause
+        self.ctx: RunContext | None = None  # what the parts share, made at set-up (runtime/life.py)
+        self.remains = Remains(self.runtimes)  # Wine, strays and the leftover check at the shutdown
         self.sandbox: Sandbox | None = None  # around every game start (runtime/sandbox.py); None: off
         self.teardown = Teardown()  # the closes, registered as each part is set up (shutdown.py)
         self._set_up = self._closed = False
@@ -98,17 +101,15 @@ class Supervisor:
         self._cluster_link = cluster
         self.cluster = None  # cluster/link.py's ClusterLink: the groups on game hosts ([cluster])
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop = asyncio.Event()
-        self._stopping = False
         self._round_scheduled = False
         self.obs_readers: set[int] = set()  # the obs doorbells' fds the loop reads
-        self.keeper = GameKeeper(self)  # spawns, hears, kills, restarts, watches the games
-        self.watch = RunWatch(self)  # the status server, inference.jsonl's lines, the progress line
+        self.keeper: GameKeeper | None = None  # spawns, hears, kills, restarts, watches the games
+        self.watch: RunWatch | None = None  # the status server, inference.jsonl's lines, the progress line
+        self.born = procs.started(os.getpid())  # every process of the run starts after this
         self.started_wall = 0.0  # time.time() at set-up (the run lock records it)
         self.started_monotonic = 0.0  # time.monotonic() at set-up (stats' seconds)
         self.faults = 0
         self.setup_failed = False  # the run ended before any game started, on an error
-        self.hurrying = False  # a second signal came: the shutdown's waits are shortened
         self._last_round = 0.0
         self._cpu0 = 0.0
 
@@ -119,7 +120,8 @@ class Supervisor:
         self.lock = RunLock(self.run_dir)
         self.teardown.push_raw(self.lock.release)  # each part registers its close as it is set up
         self.events = JsonLog(RunFolder(self.run_dir).events)
-        shutdown.register_record(self, self.teardown)
+        ctx = self.ctx = RunContext(self.recipe, self.run_dir, self.events, self._loop, self.life, self.barrier, self.task)
+        shutdown.register_record(self.teardown, self.events, self.life, self._record_figures, self.remains)
         self.stack_dump = StackDump.install(self.run_dir, self._loop) if self._signals else None  # SIGUSR1
         if self.lock.previous.get("pid"):
             # We hold the lock, so the supervisor that wrote it is dead (killed, or the
@@ -133,31 +135,36 @@ class Supervisor:
         # Name the table in the lock before any segment exists: a supervisor killed while
         # making them leaves nothing the next run cannot find.
         name = segment_name(self.run_dir.name[:24].replace("/", "_"))
-        self.lock.write(pid=os.getpid(), started=time.time(), shm=name, pgids=[], born=self.keeper.born)
+        self.lock.write(pid=os.getpid(), started=self.started_wall, shm=name, pgids=[], born=self.born)
         # (A run whose games all run on game hosts keeps one row here, of no game.)
         self.table = Table(name, max(n_rows, 1), games=list(zip(row0s, sizes)), run_id=os.getpid())
-        shutdown.register_table(self, self.teardown)
+        shutdown.register_table(self.teardown, self.table, self.runtimes, self.obs_readers, self._loop, self.remains)
         if r.cluster is not None:  # rows after the table's: the game hosts' (cluster/link.py)
             if self._cluster_link is None:
                 raise RunError("the recipe has a [cluster] section, and this supervisor no cluster link "
                                "(`w3async run` gives it w3async.cluster.link.ClusterLink)")
-            self.cluster = self._cluster_link(self, row0=self.table.n_rows, slot0=n_games)
+            self.cluster = self._cluster_link(ctx, row0=self.table.n_rows, slot0=n_games)
         self.gatherer = make_gatherer(self.table, n_games, self.spec.n_types, r.supervisor.gather)
         rts = slot_runtimes(r, groups, self.run_dir, self.runtimes)
         for i, (g, rt, row0, nrows) in enumerate(zip(groups, rts, row0s, sizes)):
             self.slots.append(Slot(i, g, rt, r.binary_path(g), row0, nrows, RunFolder(self.run_dir).game_log(i)))
         self.sandbox = Sandbox.for_run(r.supervisor.sandbox, self.run_dir, self.events if groups else None)
-        self.control = RunControl(self)
-        if self._make_answerer is not None:  # the composition root's choice (w3async/compose.py)
-            self.answerer = self._make_answerer(self.control)  # the learner loads its checkpoint here, or refuses
-        elif self._policy is not None:
-            self.answerer = PolicyAnswerer(self.control, self._policy)
-        elif r.supervisor.policy == "network":
-            raise RunError("supervisor.policy = \"network\" is answered by the learner, which this supervisor was "
-                           "not given: make the run with w3async.compose.supervisor() (python -m w3async run does)")
-        else:
-            self.answerer = policy_answerer(self.control, r.supervisor.policy)
-        shutdown.register_answerer(self, self.teardown)
+        self.control = RunControl(ctx, self.spec, self.counters, self.slots, self.table, self.gatherer, self.cluster,
+                                  self.schedule_round)
+        self.keeper = GameKeeper(ctx, table=self.table, gatherer=self.gatherer, slots=self.slots, runtimes=self.runtimes,
+                                 control=self.control, sandbox=self.sandbox, lock=self.lock, born=self.born,
+                                 schedule_round=self.schedule_round)
+        self.remains.keeper = self.keeper
+        # the composition root's maker (w3async/compose.py: the learner loads its checkpoint
+        # here, or refuses), a given policy, or the recipe's fixed one
+        self.answerer = answerer_for(self.control, self._make_answerer, self._policy)
+        self.control.answerer = self.answerer
+        if self.cluster is not None:
+            self.cluster.bind(self.control, self.answerer)
+        self.watch = RunWatch(ctx, slots=self.slots, runtimes=self.runtimes, counters=self.counters, keeper=self.keeper,
+                              answerer=self.answerer, cluster=self.cluster, stats=self.stats,
+                              started=self.started_monotonic)
+        shutdown.register_answerer(self.teardown, ctx, self.answerer, self.keeper, self.table, self.watch, self.cluster)
         # Only now, the checkpoint loaded: a resume refused above (weights of another network,
         # a missing snapshot) left the run's recipe.json replaced by the recipe it refused.
         made_by = provenance()  # {version, commit, dirty}: the package's version and git commit
@@ -192,15 +199,9 @@ class Supervisor:
         tb = "".join(traceback.format_exception(e, limit=8))
         if self.events is not None:
             self.events.error("fault", where=where, slot=slot.index if slot else None, error=detail, traceback=tb)
-        if slot is not None and not self._stopping:
+        if slot is not None and not self.life.stopping:
             try:  # handled: the slot's game is ended and restarted from scratch
-                if slot.proc is not None and slot.proc.poll() is None:
-                    procs.killpg(slot.proc.pid, signal.SIGKILL)
-                    slot.proc.wait()
-                if slot.pidfd >= 0 or slot.bells is not None:
-                    self.keeper.unwire(slot)
-                if slot.state not in (SlotState.FAILED, SlotState.STOPPED) and slot.restart_handle is None:
-                    self.keeper.schedule_restart(slot, "fault")
+                self.keeper.restart_after_fault(slot)
                 return
             except Exception as e2:  # noqa: BLE001
                 detail += f"; restarting slot {slot.index} failed too: {type(e2).__name__}: {e2}"
@@ -240,33 +241,16 @@ class Supervisor:
         self._last_round = now
         b = self.gatherer.gather()
         if b.bad:
-            self._on_bad_rows(b.bad)
+            self.counters.bad_rows += len(b.bad)
+            self.keeper.bad_rows(b.bad)
         if b.n:
             self.answerer.submit(b)  # answered through RunControl.answer, now or when its round is back
 
-    def check_stop_steps(self) -> None:
-        if self.recipe.stop.steps and self.counters.agent_steps >= self.recipe.stop.steps:
-            self._finish(None)
-
     def schedule_round(self) -> None:
         """Run a round soon (rows were released, or a doorbell rang)."""
-        if not self._round_scheduled and not self._stopping:
+        if not self._round_scheduled and not self.life.stopping:
             self._round_scheduled = True
             self._loop.call_soon(self.barrier, "round", self._round)
-
-    def _on_bad_rows(self, bad) -> None:
-        """Log each bad row with its game, lane and field; restart its game."""
-        seen = set()
-        games = [int(self.gatherer.row_game[r.row]) for r in bad]  # before a kill detaches a game's rows
-        for r, gi in zip(bad, games):
-            self.counters.bad_rows += 1
-            s = self.slots[gi] if gi >= 0 else None
-            row = self.table.rows[r.row]
-            self.events.error("bad_row", slot=gi, row=r.row, lane=int(row["lane"]), side=int(row["side"]),
-                              field=r.field, index=r.index, value=repr(r.value))
-            if s is not None and gi not in seen:
-                seen.add(gi)
-                self.keeper.kill(s, "bad_row", {"field": r.field, "row": r.row})
 
     # ---- watching -----------------------------------------------------------------
 
@@ -280,16 +264,23 @@ class Supervisor:
             restarts=dict(sum((s.causes for s in self.slots), collections.Counter())),
             games={s.index: dict(pid=s.pid, state=s.state, restarts=s.restarts, recycles=s.recycles, causes=dict(s.causes))
                    for s in self.slots},
-            **({"hosts": self.cluster.hosts()} if self.cluster is not None else {}), accounting=self.watch.sample(),
+            **({"hosts": self.cluster.hosts()} if self.cluster is not None else {}),
+            accounting=self.watch.sample() if self.watch is not None else None,
         )
+
+    def _record_figures(self) -> dict:
+        """The shutdown record's figures (shutdown.py)."""
+        st = self.stats()
+        return dict(agent_steps=self.agent_steps, rounds=self.rounds, seconds=round(st["seconds"], 3),
+                    cpu_s=round(st["cpu_s"], 3), faults=self.faults,
+                    answerer_failure=self.answerer.failure if self.answerer is not None else None)
 
     # ---- lifecycle ----------------------------------------------------------------
 
     def summary_games(self) -> str:
         """'N games up, N restarting, N failed | N restarts' for the console (and the
         game hosts', with a cluster)."""
-        here = self.keeper.summary()
-        return here if self.cluster is None else f"{here} | {self.cluster.summary()}"
+        return self.watch.games_summary() if self.watch is not None else "no game started"
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -310,12 +301,22 @@ class Supervisor:
     @property
     def stop_requested(self) -> bool:
         """A stop condition, a signal or a fault asked the run to end (the shutdown follows)."""
-        return self._stop.is_set()
+        return self.life.stop_requested
 
     @property
     def stopping(self) -> bool:
         """The shutdown has begun: no new rounds, answers no longer written."""
-        return self._stopping
+        return self.life.stopping
+
+    @property
+    def error(self) -> str | None:
+        """The run's cause (None: it ended normally, or goes on)."""
+        return self.life.error
+
+    @property
+    def leftovers(self) -> dict:
+        """What the leftover check found at the shutdown (shutdown.py's Remains)."""
+        return self.remains.leftovers
 
     def request_stop(self) -> None:
         """Stop the run (SIGINT, SIGTERM, a stop condition)."""
@@ -326,9 +327,7 @@ class Supervisor:
         self._finish(reason)
 
     def _finish(self, error: str | None) -> None:
-        if error and not self.error:
-            self.error = error
-        self._stop.set()
+        self.life.fail(error)
 
     async def setup(self) -> None:
         """Own the run folder, make the table, the slots and the answerer (a checkpoint is
@@ -371,7 +370,7 @@ class Supervisor:
             await self._start(tasks)
             timeout = self.recipe.stop_after_s or None
             try:
-                await asyncio.wait_for(self._stop.wait(), timeout)
+                await asyncio.wait_for(self.life.stop.wait(), timeout)
             except asyncio.TimeoutError:
                 pass
         except (WineError, RunError, RunFailure) as e:  # a cause, said as it is
@@ -399,8 +398,8 @@ class Supervisor:
         self._closed = True
         try:
             if self.lock is not None:  # set-up got as far as owning the run folder
-                self._stopping = True
-                self._stop.set()
+                self.life.stopping = True
+                self.life.stop.set()
                 await self.teardown.aclose()  # shutdown.py's steps, in reverse of their set-up
         finally:
             self._shutdown_done = True
@@ -422,7 +421,7 @@ class Supervisor:
             self.install_signals()
         tasks.append(self.task(self.watch.log_rounds(), "round statistics"))
         for s in self.slots:
-            if self._stop.is_set():
+            if self.life.stop_requested:
                 return  # a signal or a fault during the spawns: stop starting games
             await self._loop.run_in_executor(None, s.runtime.prepare)  # a Wine prefix's first boot: ~20 s
             self.barrier("spawn", self.keeper.spawn, s)
@@ -435,12 +434,12 @@ class Supervisor:
     def _on_signal(self, sig: int) -> None:
         if self._shutdown_done:  # the shutdown record is written: nothing left to stop or hurry
             return
-        if not self._stopping:
+        if not self.life.stopping:
             self.request_stop()
             return
-        if not self.hurrying:  # said once: a signal every ms made a line every ms
+        if not self.life.hurrying:  # said once: a signal every ms made a line every ms
             console(f"w3async: {signal.Signals(sig).name} during the shutdown: hurrying it, the clean-up still runs")
-        self.hurrying = True
+        self.life.hurrying = True
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
