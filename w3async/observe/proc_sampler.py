@@ -21,6 +21,8 @@ import sys
 import time
 from dataclasses import dataclass
 
+from w3async.procstat import environ, read_stat
+
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 PAGE_MB = os.sysconf("SC_PAGE_SIZE") / 2**20
 WINE_SERVICES = ("services.exe", "winedevice.exe", "plugplay.exe", "explorer.exe", "rpcss.exe", "svchost.exe",
@@ -45,29 +47,19 @@ def read_procs() -> dict[int, _Proc]:
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                raw = f.read()
-        except OSError:
+        got = read_stat(f"/proc/{name}/stat")
+        if got is None or len(got[1]) < 22:
             continue
-        head, _, tail = raw.rpartition(b")")
-        fields = tail.split()
-        if len(fields) < 22:
-            continue
-        out[int(name)] = _Proc(ppid=int(fields[1]), comm=head.partition(b"(")[2].decode(errors="replace"),
-                               ticks_user=int(fields[11]), ticks_sys=int(fields[12]),
+        comm, fields = got
+        out[int(name)] = _Proc(ppid=int(fields[1]), comm=comm, ticks_user=int(fields[11]), ticks_sys=int(fields[12]),
                                rss_mb=int(fields[21]) * PAGE_MB, start=int(fields[19]))
     return out
 
 
 def _env_value(pid: int, key: bytes) -> str | None:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            for item in f.read().split(b"\0"):
-                if item.startswith(key + b"="):
-                    return item[len(key) + 1:].decode(errors="replace")
-    except OSError:
-        pass
+    for item in environ(pid).split(b"\0"):
+        if item.startswith(key + b"="):
+            return item[len(key) + 1:].decode(errors="replace")
     return None
 
 
@@ -215,11 +207,10 @@ def _read_tasks(pid: int) -> dict[int, int]:
     except OSError:
         return out
     for tid in tids:
+        got = read_stat(f"/proc/{pid}/task/{tid}/stat")
         try:
-            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
-                fields = f.read().rpartition(b")")[2].split()
-            out[int(tid)] = int(fields[11]) + int(fields[12])
-        except (OSError, IndexError, ValueError):
+            out[int(tid)] = int(got[1][11]) + int(got[1][12])
+        except (TypeError, IndexError, ValueError):  # gone (None), or short
             continue
     return out
 

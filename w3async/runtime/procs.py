@@ -11,7 +11,7 @@ import re
 import signal
 from collections.abc import Iterator
 
-from w3async.procstat import GONE_STATES, alive, stat_fields  # noqa: F401 (alive: part of this API)
+from w3async.procstat import GONE_STATES, alive, environ, stat_fields  # noqa: F401 (alive, environ: part of this API)
 
 
 def live_processes() -> Iterator[tuple[int, list[bytes]]]:
@@ -26,15 +26,6 @@ def live_processes() -> Iterator[tuple[int, list[bytes]]]:
 def group_members(pgid: int) -> list[int]:
     """Live processes still in process group pgid."""
     return [pid for pid, f in live_processes() if len(f) > 2 and f[2] == str(pgid).encode()]
-
-
-def environ(pid: int) -> bytes:
-    """The process's environment block ('' when it cannot be read)."""
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            return f.read()
-    except OSError:
-        return b""
 
 
 def with_env(key: str, value: str) -> list[int]:
