@@ -8,10 +8,12 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
 import time
 
 import pytest
 
+from w3async.observe.accounting import Accounting
 from w3async.observe.run_view import RunView
 from w3async.observe.status_metrics import metrics_text
 from w3async.recipes import recipe_from_dict
@@ -180,3 +182,24 @@ async def test_a_killed_reader_is_replaced_and_the_run_goes_on(tmp_path, null_na
     assert seen["sample"]["games"][0]["procs"] >= 1 and stats["restarts"] == {}
     assert not os.path.exists(f"/proc/{seen['first']}") and not os.path.exists(f"/proc/{seen['second']}")  # reaped
     assert_nothing_left(sup, tmp_path / "run")
+
+
+def test_the_readers_are_this_package_whatever_the_working_folder(tmp_path, monkeypatch):
+    """The accounting's /proc reader and the video maker are children of this w3async,
+    run from a working folder that holds a w3async/ of its own (another checkout): the
+    reader samples, the video child's --help is this package's."""
+    from w3async.pychild import python_child
+
+    decoy = tmp_path / "w3async"
+    decoy.mkdir()
+    (decoy / "__init__.py").write_text("raise ImportError('the decoy w3async was imported')\n")
+    monkeypatch.chdir(tmp_path)
+    acct = Accounting(lambda: [], interval_s=0.1)
+    try:
+        acct.sample()  # the first sample only sets the clocks
+        second = acct.sample()
+    finally:
+        acct.stop()
+    assert second is not None and second["kinds"]["supervisor"]["procs"] >= 1, second  # this process, its reader
+    out = subprocess.run(python_child("w3async.observe.video", "--help"), capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "REPLAY" in out.stdout.upper(), out.stderr[-2000:]

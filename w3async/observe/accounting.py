@@ -25,13 +25,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass
 from typing import Callable
 
 from w3async.observe.proc_sampler import KINDS
+from w3async.pychild import python_child
 
 __all__ = ["KINDS", "Accounted", "Accounting", "thread_roles"]
 
@@ -106,7 +106,7 @@ class Accounting:
                     except OSError:  # a write it never read (BrokenPipeError at the flush)
                         pass
             r = self._reader = subprocess.Popen(
-                [sys.executable, "-m", "w3async.observe.proc_sampler"], stdin=subprocess.PIPE,
+                python_child("w3async.observe.proc_sampler"), stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, text=True, close_fds=True)
         r.stdin.write(json.dumps(request) + "\n")
         r.stdin.flush()

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from w3async.pychild import python_child
+
 VIDEO_DIR = "videos"  # in the run folder
 VIDEO_NAME = re.compile(r"eval-\d{12}\.mp4")  # eval-<the run's agent steps>.mp4 (the status server serves only these)
 MAX_FRAMES = 600  # a longer replay is sampled down to this many frames (every k-th step)
@@ -189,8 +191,8 @@ class VideoMaker:
         return path
 
     def _child(self, replay: Path, path: Path, gif: Path) -> dict:
-        cmd = [sys.executable, "-m", "w3async.observe.video", str(replay), str(path), "--gif", str(gif),
-               "--fps", str(self.fps)] + (["--game", self.game] if self.game else [])
+        cmd = python_child("w3async.observe.video", str(replay), str(path), "--gif", str(gif),
+                           "--fps", str(self.fps), *(["--game", self.game] if self.game else []))
         if shutil.which("nice"):
             cmd = ["nice", "-n", "10"] + cmd
         if self._stop.is_set():
