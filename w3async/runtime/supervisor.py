@@ -67,7 +67,8 @@ class Supervisor:
     ignoring the signals; removed, the default ones came back, and a signal in the event loop
     runner's own teardown exited 1 with two tracebacks (issue 25).
     `cluster`, for a recipe with [cluster]: the class that links the run to its game hosts
-    (w3async.cluster.link.ClusterLink, above this package)."""
+    (w3async.cluster.link.ClusterLink, above this package). Its parts get the run's
+    RunContext and the pieces each names (runtime/life.py), never the Supervisor."""
 
     def __init__(self, recipe: Recipe, run_dir: Path, policy: Callable | None = None,
                  answerer: Callable[[RunControl], Answerer] | None = None, signals: bool = True,
