@@ -126,8 +126,9 @@ class W3VectorEnv(VectorEnv):
         info = {k: st[k] for k in ("cut", "episode", "step", "slot")}
         if ids is not None:
             info["env_id"] = ids.astype(np.int64)
-        for k in list(info):
-            info["_" + k] = np.ones(len(st["cut"]), bool)
+        every = np.ones((len(info), len(st["cut"])), bool)  # one call for every "_key" mask (rows of it)
+        for i, k in enumerate(list(info)):
+            info["_" + k] = every[i]
         return info
 
     @property
