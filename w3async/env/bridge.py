@@ -65,6 +65,7 @@ class Bridge(QuietAnswerer):
         self.ended: str | None = None  # set by SupervisorThread when the run is over
         self.restarts = 0  # rows cut by a game's end mid-episode
         self._enough = None  # the waiting caller's condition: the loop wakes it only when it holds
+        self.deferred = False  # a round's rows were left to the next round (submit)
 
     # ---- the loop's side (the Answerer contract) ------------------------------------------------
 
@@ -84,7 +85,10 @@ class Bridge(QuietAnswerer):
                 return
         n = b.n
         rows = b.rows[:n].astype(np.int64)
-        bucket = b.bucket
+        with self.cond:
+            if self._enough is not None and not self._enough_with(rows):
+                self.deferred = True
+                return
         ticket = self.control.take(rows)  # not gathered again until answered
         with self.cond:  # the generations with the rows: a caller may answer the moment they show
             self.gen[rows] = ticket.gens
@@ -111,6 +115,17 @@ class Bridge(QuietAnswerer):
             self.handed[rows] = False
             self.in_episode[rows] = False
             self._wake()
+            if self.deferred:  # the cut may be what the caller waited for beside the rows left
+                self.deferred = False
+                self.control.schedule_round()
+
+    def _enough_with(self, rows: np.ndarray) -> bool:
+        """Would the waiting caller have enough were these rows posted too?"""
+        self.posted[rows] = True  # gathered, so not held: not posted before
+        try:
+            return self._enough()
+        finally:
+            self.posted[rows] = False
 
     def _wake(self) -> None:
         """Wake the caller if what it waits for is there (each wake-up it cannot use
@@ -133,6 +148,9 @@ class Bridge(QuietAnswerer):
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         with self.cond:
             self._enough = enough
+            if self.deferred and not enough():  # rows left waiting for a caller that waited for more
+                self.deferred = False
+                self.loop.call_soon_threadsafe(self.control.schedule_round)
             try:
                 while not enough():
                     if self.ended is not None:
