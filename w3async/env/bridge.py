@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from w3async.env.rowcopies import RowCopies
+from w3async.env.rowcopies import row_copies
 from w3async.runtime.answerer import QuietAnswerer, Ticket
 from w3async.sync import layout
 from w3async.sync.gather import Batch
@@ -43,12 +43,9 @@ class Bridge(QuietAnswerer):
         n = control.n_rows
         self.n_rows = n
         self.cond = threading.Condition()
-        self.obs = RowCopies(n)
-        self.reward = np.zeros(n, np.float32)
-        self.flags = np.zeros(n, np.uint32)
-        self.episode = np.zeros(n, np.uint64)
-        self.step = np.zeros(n, np.uint32)
-        self.obs_seq = np.zeros(n, np.uint64)
+        self.copies = row_copies(n)  # each row's observations and its last post's scalars
+        c = self.copies
+        self.reward, self.flags, self.episode, self.step, self.obs_seq = c.reward, c.flags, c.episode, c.step, c.obs_seq
         self.epoch = np.zeros(n, np.int64)  # +1 each time a row's game is reset (reset() waits on it)
         self.gen = np.zeros(n, np.int64)  # each row's generation when held (RunControl's ticket)
         self.posted = np.zeros(n, bool)
@@ -92,12 +89,7 @@ class Bridge(QuietAnswerer):
         ticket = self.control.take(rows)  # not gathered again until answered
         with self.cond:  # the generations with the rows: a caller may answer the moment they show
             self.gen[rows] = ticket.gens
-            self.obs.put(rows, b)
-            self.reward[rows] = b.reward[:n]
-            self.flags[rows] = b.flags[:n]
-            self.episode[rows] = b.episode[:n]
-            self.step[rows] = b.step[:n]
-            self.obs_seq[rows] = b.obs_seq[:n]
+            self.copies.put(rows, b)
             self.posted[rows] = True
             self.stamp[rows] = next(self._clock)
             self._wake()
@@ -169,7 +161,7 @@ class Bridge(QuietAnswerer):
         calls, each of which costs more than its 16 rows' bytes."""
         cut = self.cut[rows]
         any_cut = bool(cut.any())
-        obs = self.obs.hand_out(rows, cut if any_cut else None)
+        obs = self.copies.hand_out(rows, cut if any_cut else None)
         flags = self.flags[rows]
         reward = self.reward[rows]
         reward[(flags & layout.FLAG_FIRST) != 0] = 0
