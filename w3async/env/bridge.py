@@ -80,19 +80,24 @@ class Bridge(QuietAnswerer):
             self.opponent.play(b)  # answers its rows; b keeps the caller's
             if not b.n:
                 return
-        n = b.n
-        rows = b.rows[:n].astype(np.int64)
-        with self.cond:
-            if self._enough is not None and not self._enough_with(rows):
+        rows = b.rows[: b.n].astype(np.int64)
+        with self.cond:  # one hold from the check to the copies: the caller sees posted rows whole
+            self.posted[rows] = True  # gathered, so not held: not posted before
+            if self._enough is not None and not self._enough():
+                # Not yet all the waiting caller needs: left to the next round, not held
+                # (gathered again, in C), so a step copies and holds its rows once.
+                self.posted[rows] = False
                 self.deferred = True
                 return
-        ticket = self.control.take(rows)  # not gathered again until answered
-        with self.cond:  # the generations with the rows: a caller may answer the moment they show
-            self.gen[rows] = ticket.gens
-            self.copies.put(rows, b)
-            self.posted[rows] = True
+            try:
+                ticket = self.control.take(rows)  # not gathered again until answered
+                self.gen[rows] = ticket.gens  # with the rows: a caller may answer the moment they show
+                self.copies.put(rows, b)
+            except BaseException:
+                self.posted[rows] = False
+                raise
             self.stamp[rows] = next(self._clock)
-            self._wake()
+            self.cond.notify_all()  # what a waiting caller needs is there (checked above)
 
     def rows_reset(self, rows: slice) -> None:
         if self.opponent is not None:
@@ -110,14 +115,6 @@ class Bridge(QuietAnswerer):
             if self.deferred:  # the cut may be what the caller waited for beside the rows left
                 self.deferred = False
                 self.control.schedule_round()
-
-    def _enough_with(self, rows: np.ndarray) -> bool:
-        """Would the waiting caller have enough were these rows posted too?"""
-        self.posted[rows] = True  # gathered, so not held: not posted before
-        try:
-            return self._enough()
-        finally:
-            self.posted[rows] = False
 
     def _wake(self) -> None:
         """Wake the caller if what it waits for is there (each wake-up it cannot use
