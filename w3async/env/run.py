@@ -108,8 +108,15 @@ class EnvRun:
         return self.bridge.take(rows)
 
     def wait_rows(self, rows: np.ndarray, timeout_s: float | None) -> None:
+        self.bridge.wait(self.all_ready(rows), timeout_s)
+
+    def all_ready(self, rows: np.ndarray):
+        """The check that every one of these rows is ready (for Bridge.wait; every table
+        row: two numpy calls fewer, each a round and each step makes it)."""
         b = self.bridge
-        b.wait(lambda: bool((b.posted[rows] | b.cut[rows]).all()), timeout_s)
+        if len(rows) == b.n_rows:
+            return lambda: bool((b.posted | b.cut).all())
+        return lambda: bool((b.posted[rows] | b.cut[rows]).all())
 
     def restart_games(self, timeout_s: float | None, seed=None) -> None:
         """End every game at once and restart it (a reset() after the first; `seed` as
