@@ -4,12 +4,13 @@
  * tests/test_env_rows.py proves both leave the same copies and hand out the same arrays.
  * Each row has two banks of its observation: bank[r] holds the last one handed out to
  * the caller, a post goes into the other. put() copies a gathered batch's rows in,
- * hand_out() copies rows out to the caller's new arrays; each is one call where numpy
- * took 15-20 (a step of 8 null games paid 40-60 us of numpy's per-call cost).
+ * take() hands rows out to the caller's new arrays with the step's rewards and ends and
+ * moves each row's state on; each is one call where numpy took 15-20 (a step of 8 null
+ * games paid 40-60 us of numpy's per-call cost).
  *
  * Only the supervisor's own memory is read here (the batch, already checked), never the
  * shared table. Entities: a bank row is zero past ent_hi[bank][r], what put() wrote of
- * it; put() zeroes only what a larger bucket left, hand_out() copies up to ent_hi and
+ * it; put() zeroes only what a larger bucket left, take() copies up to ent_hi and
  * zeroes the rest of the caller's array.
  */
 #define PY_SSIZE_T_CLEAN
@@ -27,15 +28,15 @@ typedef struct {
     PyObject_HEAD
     /* the banks, [2][n_rows][...] */
     Py_buffer glob, ent, ent_type, n_ent, mask, ent_hi;
-    /* per row: the bank last handed out, and the last post's scalars */
-    Py_buffer bank, reward, flags, episode, step, obs_seq;
+    /* per row: the bank last handed out, the last post's scalars, its state (bool) and game slot */
+    Py_buffer bank, reward, flags, episode, step, obs_seq, posted, handed, cut, in_episode, slot_of;
     /* the gatherer's batch (capacity rows; entities at stride bucket) */
     Py_buffer b_glob, b_ent, b_ent_type, b_n_ent, b_mask, b_reward, b_flags, b_episode, b_step, b_obs_seq;
     int n_rows, capacity;
     int held; /* buffers acquired */
 } Copies;
 
-#define RC_N_BUFFERS 22 /* the Py_buffer fields, glob to b_obs_seq: rc_specs names each */
+#define RC_N_BUFFERS 27 /* the Py_buffer fields, glob to b_obs_seq: rc_specs names each */
 
 typedef struct {
     const char *name;
@@ -48,6 +49,8 @@ static const rc_buf_spec rc_specs[] = {
     {"n_ent", 8, 2},             {"mask", RC_MASK, 2},       {"ent_hi", 8, 2},
     {"bank", 8, 1},              {"reward", 4, 1},           {"flags", 4, 1},
     {"episode", 8, 1},           {"step", 4, 1},             {"obs_seq", 8, 1},
+    {"posted", 1, 1},            {"handed", 1, 1},           {"cut", 1, 1},
+    {"in_episode", 1, 1},        {"slot_of", 4, 1},
     {"b_glob", W3S_G_GLOB * 4, 0}, {"b_ent", RC_ENT * 4, 0}, {"b_ent_type", W3S_E_MAX * 2, 0},
     {"b_n_ent", 4, 0},           {"b_mask", RC_MASK, 0},     {"b_reward", 4, 0},
     {"b_flags", 4, 0},           {"b_episode", 8, 0},        {"b_step", 4, 0},
@@ -178,57 +181,66 @@ static PyObject *Copies_put(Copies *c, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* hand_out(rows, cut, glob, ent, ent_type, n_ent, mask): each row's post (a cut row,
- * cut[i] != 0: the last one handed out) into the caller's arrays, whose first len(rows)
- * rows it fills whole; the posts become the last handed out. cut may be None. */
-static PyObject *Copies_hand_out(Copies *c, PyObject *args)
+/* take(rows, glob, ent, ent_type, n_ent, mask, reward, terminated, truncated, cut,
+ * episode, step, slot): hand out these rows (each posted or cut) into the caller's new
+ * arrays, whose first len(rows) rows it fills whole: a row's post, or for a cut row the
+ * last observation handed out, reward 0 and truncated. A post becomes the last handed out
+ * (handed, no longer posted, in an episode unless it ended it); a cut is reported once.
+ * The same as NumpyRowCopies.take in w3async/env/rowcopies.py. */
+static PyObject *Copies_take(Copies *c, PyObject *args)
 {
-    Py_buffer rows, cut = {0}, o[5];
-    PyObject *cut_obj;
-    if (!PyArg_ParseTuple(args, "y*Ow*w*w*w*w*", &rows, &cut_obj, &o[0], &o[1], &o[2], &o[3], &o[4]))
+    enum { N_OUT = 12 };
+    Py_buffer rows, o[N_OUT];
+    if (!PyArg_ParseTuple(args, "y*w*w*w*w*w*w*w*w*w*w*w*w*", &rows, &o[0], &o[1], &o[2], &o[3], &o[4], &o[5],
+                          &o[6], &o[7], &o[8], &o[9], &o[10], &o[11]))
         return NULL;
-    static const Py_ssize_t per_row[5] = {W3S_G_GLOB * 4, RC_ENT * 4, W3S_E_MAX * 2, 8, RC_MASK};
-    static const char *names[5] = {"glob", "ent", "ent_type", "n_ent", "mask"};
-    Py_ssize_t n = rc_rows(c, &rows, "hand_out");
-    for (int k = 0; n >= 0 && k < 5; k++)
+    static const Py_ssize_t per_row[N_OUT] = {W3S_G_GLOB * 4, RC_ENT * 4, W3S_E_MAX * 2, 8, RC_MASK, 4, 1, 1, 1, 8, 4, 4};
+    static const char *names[N_OUT] = {"glob", "ent", "ent_type", "n_ent", "mask", "reward",
+                                       "terminated", "truncated", "cut", "episode", "step", "slot"};
+    Py_ssize_t n = rc_rows(c, &rows, "take");
+    for (int k = 0; n >= 0 && k < N_OUT; k++)
         if (o[k].len < n * per_row[k]) {
-            PyErr_Format(PyExc_ValueError, "hand_out: %s holds %zd bytes, needs %zd", names[k], o[k].len,
-                         n * per_row[k]);
+            PyErr_Format(PyExc_ValueError, "take: %s holds %zd bytes, needs %zd", names[k], o[k].len, n * per_row[k]);
             n = -1;
         }
-    if (n >= 0 && cut_obj != Py_None) {
-        if (PyObject_GetBuffer(cut_obj, &cut, PyBUF_C_CONTIGUOUS) < 0)
-            n = -1;
-        else if (cut.len != n) {
-            PyErr_Format(PyExc_ValueError, "hand_out: cut holds %zd bytes, one a row (%zd)", cut.len, n);
-            n = -1;
-        }
-    }
-    if (n >= 0) {
-        const int64_t *rw = rows.buf;
-        const uint8_t *cu = cut.buf;
-        const size_t N = (size_t)c->n_rows;
-        int64_t *bank = c->bank.buf, *hi = c->ent_hi.buf;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            size_t r = (size_t)rw[i];
-            int64_t src = (cu && cu[i]) ? bank[r] : (bank[r] ^ 1);
-            size_t at = (size_t)src * N + r, h = (size_t)hi[at];
-            memcpy((float *)o[0].buf + i * W3S_G_GLOB, (float *)c->glob.buf + at * W3S_G_GLOB, W3S_G_GLOB * 4);
-            float *ent = (float *)o[1].buf + (size_t)i * RC_ENT;
-            memcpy(ent, (float *)c->ent.buf + at * RC_ENT, h * W3S_F_ENT * 4);
-            memset(ent + h * W3S_F_ENT, 0, (W3S_E_MAX - h) * W3S_F_ENT * 4);
-            int16_t *type = (int16_t *)o[2].buf + (size_t)i * W3S_E_MAX;
-            memcpy(type, (int16_t *)c->ent_type.buf + at * W3S_E_MAX, h * 2);
-            memset(type + h, 0, (W3S_E_MAX - h) * 2);
-            ((int64_t *)o[3].buf)[i] = ((int64_t *)c->n_ent.buf)[at];
-            memcpy((uint8_t *)o[4].buf + i * RC_MASK, (uint8_t *)c->mask.buf + at * RC_MASK, RC_MASK);
+    const int64_t *rw = rows.buf;
+    const size_t N = (size_t)c->n_rows;
+    int64_t *bank = c->bank.buf, *hi = c->ent_hi.buf;
+    uint8_t *posted = c->posted.buf, *handed = c->handed.buf, *cut = c->cut.buf, *in_ep = c->in_episode.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        size_t r = (size_t)rw[i];
+        int was_cut = cut[r] != 0;
+        int64_t src = was_cut ? bank[r] : (bank[r] ^ 1);
+        size_t at = (size_t)src * N + r, h = (size_t)hi[at];
+        memcpy((float *)o[0].buf + i * W3S_G_GLOB, (float *)c->glob.buf + at * W3S_G_GLOB, W3S_G_GLOB * 4);
+        float *ent = (float *)o[1].buf + (size_t)i * RC_ENT;
+        memcpy(ent, (float *)c->ent.buf + at * RC_ENT, h * W3S_F_ENT * 4);
+        memset(ent + h * W3S_F_ENT, 0, (W3S_E_MAX - h) * W3S_F_ENT * 4);
+        int16_t *type = (int16_t *)o[2].buf + (size_t)i * W3S_E_MAX;
+        memcpy(type, (int16_t *)c->ent_type.buf + at * W3S_E_MAX, h * 2);
+        memset(type + h, 0, (W3S_E_MAX - h) * 2);
+        ((int64_t *)o[3].buf)[i] = ((int64_t *)c->n_ent.buf)[at];
+        memcpy((uint8_t *)o[4].buf + i * RC_MASK, (uint8_t *)c->mask.buf + at * RC_MASK, RC_MASK);
+        uint32_t f = ((uint32_t *)c->flags.buf)[r];
+        int term = !was_cut && (f & W3S_FLAG_DONE), trunc = was_cut || (f & W3S_FLAG_TRUNCATED);
+        ((float *)o[5].buf)[i] = (was_cut || (f & W3S_FLAG_FIRST)) ? 0.0f : ((float *)c->reward.buf)[r];
+        ((uint8_t *)o[6].buf)[i] = (uint8_t)term;
+        ((uint8_t *)o[7].buf)[i] = (uint8_t)trunc;
+        ((uint8_t *)o[8].buf)[i] = (uint8_t)was_cut;
+        ((uint64_t *)o[9].buf)[i] = ((uint64_t *)c->episode.buf)[r];
+        ((uint32_t *)o[10].buf)[i] = ((uint32_t *)c->step.buf)[r];
+        ((int32_t *)o[11].buf)[i] = ((int32_t *)c->slot_of.buf)[r];
+        if (was_cut) {
+            cut[r] = 0;
+        } else {
+            in_ep[r] = !(f & (W3S_FLAG_DONE | W3S_FLAG_TRUNCATED));
+            handed[r] = 1;
+            posted[r] = 0;
             bank[r] = src;
         }
     }
     PyBuffer_Release(&rows);
-    if (cut.obj)
-        PyBuffer_Release(&cut);
-    for (int k = 0; k < 5; k++)
+    for (int k = 0; k < N_OUT; k++)
         PyBuffer_Release(&o[k]);
     if (n < 0)
         return NULL;
@@ -237,7 +249,8 @@ static PyObject *Copies_hand_out(Copies *c, PyObject *args)
 
 static PyMethodDef Copies_methods[] = {
     {"put", (PyCFunction)Copies_put, METH_VARARGS, "put(rows, bucket)"},
-    {"hand_out", (PyCFunction)Copies_hand_out, METH_VARARGS, "hand_out(rows, cut, glob, ent, ent_type, n_ent, mask)"},
+    {"take", (PyCFunction)Copies_take, METH_VARARGS,
+     "take(rows, glob, ent, ent_type, n_ent, mask, reward, terminated, truncated, cut, episode, step, slot)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -79,21 +79,32 @@ def _batch(rng, rows, bucket) -> Batch:
 @pytest.mark.skipif(extension_problem() is not None, reason=str(extension_problem()))
 def test_c_and_numpy_copies_agree():
     """csrc/rowcopies.c against the numpy reference: 300 rounds of posts of random rows
-    and buckets (a smaller bucket after a larger one must leave zeros), hand-outs of
-    random rows with random cuts; the same arrays handed out, the same banks kept."""
+    and buckets (a smaller bucket after a larger one must leave zeros), then hand-outs of
+    random rows, some cut, with random flags; the same arrays handed out, the same banks
+    and row states kept."""
     rng = np.random.default_rng(6)
-    c, ref = CRowCopies(16), NumpyRowCopies(16)
+    slot_of = np.repeat(np.arange(8, dtype=np.int32), 2)
+    c, ref = CRowCopies(16, slot_of), NumpyRowCopies(16, slot_of)
     for _ in range(300):
         rows = rng.choice(16, rng.integers(1, 17), replace=False).astype(np.int64)
         b = _batch(rng, rows, int(rng.choice(BUCKETS)))
         c.put(rows, b)
         ref.put(rows, b)
         rows = rng.choice(16, rng.integers(1, 17), replace=False).astype(np.int64)
-        cut = rng.random(len(rows)) < 0.2
-        got, want = c.hand_out(rows, cut if cut.any() else None), ref.hand_out(rows, cut if cut.any() else None)
-        for k in OBS_KEYS:
-            assert got[k].dtype == want[k].dtype and np.array_equal(got[k], want[k]), k
-        for k in (*OBS_KEYS, "ent_hi", "bank", "reward", "flags", "episode", "step", "obs_seq"):
+        cut = rng.random(16) < 0.2
+        for k in (c, ref):
+            k.cut[:] = cut
+            k.in_episode[:] = False
+            k.posted[:] = ~cut
+            k.handed[:] = False
+        got, want = c.take(rows), ref.take(rows)
+        for g, w in zip(got, want):
+            assert g.keys() == w.keys()
+            for k in w:
+                assert g[k].dtype == w[k].dtype and np.array_equal(g[k], w[k]), k
+        assert want[1]["cut"].any() or not cut[rows].any()
+        for k in (*OBS_KEYS, "ent_hi", "bank", "reward", "flags", "episode", "step", "obs_seq",
+                  "posted", "handed", "cut", "in_episode"):
             assert np.array_equal(getattr(c, k), getattr(ref, k)), k
 
 

@@ -26,7 +26,6 @@ import numpy as np
 
 from w3async.env.rowcopies import row_copies
 from w3async.runtime.answerer import QuietAnswerer, Ticket
-from w3async.sync import layout
 from w3async.sync.gather import Batch
 
 
@@ -43,20 +42,16 @@ class Bridge(QuietAnswerer):
         n = control.n_rows
         self.n_rows = n
         self.cond = threading.Condition()
-        self.copies = row_copies(n)  # each row's observations and its last post's scalars
-        c = self.copies
+        slot_of = np.zeros(n, np.int32)
+        for g in control.games:
+            slot_of[g.row0:g.row0 + g.nrows] = g.index
+        self.copies = c = row_copies(n, slot_of)  # the rows' observations, last posts and states
         self.reward, self.flags, self.episode, self.step, self.obs_seq = c.reward, c.flags, c.episode, c.step, c.obs_seq
+        self.posted, self.handed, self.cut, self.in_episode = c.posted, c.handed, c.cut, c.in_episode
         self.epoch = np.zeros(n, np.int64)  # +1 each time a row's game is reset (reset() waits on it)
         self.gen = np.zeros(n, np.int64)  # each row's generation when held (RunControl's ticket)
-        self.posted = np.zeros(n, bool)
-        self.handed = np.zeros(n, bool)
-        self.cut = np.zeros(n, bool)
-        self.in_episode = np.zeros(n, bool)  # the last row handed out was not an episode's end
         self.stamp = np.zeros(n, np.int64)  # when the row became ready: oldest handed out first
         self._clock = itertools.count(1)
-        self.slot_of = np.zeros(n, np.int32)
-        for g in control.games:
-            self.slot_of[g.row0:g.row0 + g.nrows] = g.index
         self._versions = np.zeros(n, np.uint32)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.ended: str | None = None  # set by SupervisorThread when the run is over
@@ -154,31 +149,8 @@ class Bridge(QuietAnswerer):
     def take(self, rows: np.ndarray) -> tuple[dict, dict]:
         """Hand out these rows (each posted or cut; call with cond held): their
         observations (a cut row: the last one handed out) and the step's arrays, all new
-        arrays. The usual step (no row cut) takes the short way: a third of the numpy
-        calls, each of which costs more than its 16 rows' bytes."""
-        cut = self.cut[rows]
-        any_cut = bool(cut.any())
-        obs = self.copies.hand_out(rows, cut if any_cut else None)
-        flags = self.flags[rows]
-        reward = self.reward[rows]
-        reward[(flags & layout.FLAG_FIRST) != 0] = 0
-        terminated = (flags & layout.FLAG_DONE) != 0
-        truncated = (flags & layout.FLAG_TRUNCATED) != 0
-        if any_cut:
-            reward[cut] = 0
-            terminated[cut] = False
-            truncated[cut] = True
-            real = rows[~cut]
-            ended = (terminated | truncated)[~cut]
-            self.cut[rows[cut]] = False
-        else:
-            real, ended = rows, terminated | truncated
-        self.in_episode[real] = ~ended
-        self.handed[real] = True
-        self.posted[real] = False
-        step = dict(reward=reward, terminated=terminated, truncated=truncated, cut=cut,
-                    episode=self.episode[rows], step=self.step[rows], slot=self.slot_of[rows])
-        return obs, step
+        arrays (env/rowcopies.py)."""
+        return self.copies.take(rows)
 
     def give(self, rows: np.ndarray, actions: np.ndarray) -> None:
         """Answer the handed-out rows among these (others: a cut row's, or a row not
