@@ -131,7 +131,7 @@ class RunControl:
             obs_seq, actions, versions = obs_seq[keep], actions[keep], versions[keep]
         if not len(rows):
             return keep
-        self._free(rows)
+        self._free(rows)  # first: the gatherer drops an answer to a row still held (row_game < 0)
         self._publish(rows, obs_seq, actions, versions)
         return keep
 
