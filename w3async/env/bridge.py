@@ -4,7 +4,9 @@ that runs the supervisor.
 The supervisor runs unchanged (restarts, hang watch, Wine, injection, status server,
 logs) on an event loop of its own in `SupervisorThread`. Its answerer is a `Bridge`
 (runtime/answerer.py's contract): each gathered row is copied into the bridge's own
-buffers, held (left out of the gathers), and offered to the caller; the caller's
+buffers (env/rowcopies.py, in C), held (left out of the gathers), and offered to the
+caller; while the caller waits for more rows than a round brings, the round leaves them
+to the next one instead (a step then copies and holds its rows once). The caller's
 actions go back to the loop with `call_soon_threadsafe` and are written there through
 RunControl.answer. One `threading.Condition` guards the per-row state both threads read.
 
