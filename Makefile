@@ -12,7 +12,7 @@ TORCH ?= torch==2.13.0
 .PHONY: setup build run test bench clean
 
 # The venv, rebuilt when the packaging or the extension's source changes.
-$(VENV)/.installed: pyproject.toml setup.py csrc/rows.c shim/w3s_table.h
+$(VENV)/.installed: pyproject.toml setup.py csrc/rows.c csrc/rowcopies.c shim/w3s_table.h
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH)"
@@ -50,4 +50,4 @@ bench: setup $(VENV)/.cluster
 	@echo "== bench/step_sync.py --accounting"; $(PY) bench/step_sync.py --accounting
 
 clean:
-	rm -rf build $(VENV) w3async/sync/_rows*.so
+	rm -rf build $(VENV) w3async/sync/_rows*.so w3async/env/_rowcopies*.so

@@ -1,4 +1,5 @@
-"""The C extension (csrc/): the supervisor's row checks, gathers and answers.
+"""The C extensions (csrc/): the supervisor's row checks, gathers and answers, and
+the env bridge's copies of the rows.
 
 Everything else is in pyproject.toml; setuptools still needs this file for an
 extension module.
@@ -12,6 +13,12 @@ setup(
             sources=["csrc/rows.c"],
             include_dirs=["shim"],
             extra_compile_args=["-O2", "-Wall", "-Wno-unused-function"],
-        )
+        ),
+        Extension(  # the env bridge's copies of the rows (w3async/env/rowcopies.py)
+            "w3async.env._rowcopies",
+            sources=["csrc/rowcopies.c"],
+            include_dirs=["shim"],
+            extra_compile_args=["-O2", "-Wall", "-Wno-unused-function"],
+        ),
     ]
 )

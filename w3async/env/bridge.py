@@ -4,7 +4,9 @@ that runs the supervisor.
 The supervisor runs unchanged (restarts, hang watch, Wine, injection, status server,
 logs) on an event loop of its own in `SupervisorThread`. Its answerer is a `Bridge`
 (runtime/answerer.py's contract): each gathered row is copied into the bridge's own
-buffers, held (left out of the gathers), and offered to the caller; the caller's
+buffers (env/rowcopies.py, in C), held (left out of the gathers), and offered to the
+caller; while the caller waits for more rows than a round brings, the round leaves them
+to the next one instead (a step then copies and holds its rows once). The caller's
 actions go back to the loop with `call_soon_threadsafe` and are written there through
 RunControl.answer. One `threading.Condition` guards the per-row state both threads read.
 
@@ -24,8 +26,8 @@ import time
 
 import numpy as np
 
+from w3async.env.rowcopies import row_copies
 from w3async.runtime.answerer import QuietAnswerer, Ticket
-from w3async.sync import layout
 from w3async.sync.gather import Batch
 
 
@@ -42,32 +44,22 @@ class Bridge(QuietAnswerer):
         n = control.n_rows
         self.n_rows = n
         self.cond = threading.Condition()
-        self.glob = np.zeros((n, layout.G_GLOB), np.float32)
-        self.ent = np.zeros((n, layout.E_MAX, layout.F_ENT), np.float32)
-        self.ent_type = np.zeros((n, layout.E_MAX), np.int16)
-        self.mask = np.zeros((n, layout.N_HEADS, layout.HEAD_MAX), np.uint8)
-        self.n_ent = np.zeros(n, np.int64)
-        self.reward = np.zeros(n, np.float32)
-        self.flags = np.zeros(n, np.uint32)
-        self.episode = np.zeros(n, np.uint64)
-        self.step = np.zeros(n, np.uint32)
-        self.obs_seq = np.zeros(n, np.uint64)
+        slot_of = np.zeros(n, np.int32)
+        for g in control.games:
+            slot_of[g.row0:g.row0 + g.nrows] = g.index
+        self.copies = c = row_copies(n, slot_of)  # the rows' observations, last posts and states
+        self.reward, self.flags, self.episode, self.step, self.obs_seq = c.reward, c.flags, c.episode, c.step, c.obs_seq
+        self.posted, self.handed, self.cut, self.in_episode = c.posted, c.handed, c.cut, c.in_episode
         self.epoch = np.zeros(n, np.int64)  # +1 each time a row's game is reset (reset() waits on it)
         self.gen = np.zeros(n, np.int64)  # each row's generation when held (RunControl's ticket)
-        self.posted = np.zeros(n, bool)
-        self.handed = np.zeros(n, bool)
-        self.cut = np.zeros(n, bool)
-        self.in_episode = np.zeros(n, bool)  # the last row handed out was not an episode's end
         self.stamp = np.zeros(n, np.int64)  # when the row became ready: oldest handed out first
         self._clock = itertools.count(1)
-        self.slot_of = np.zeros(n, np.int32)
-        for g in control.games:
-            self.slot_of[g.row0:g.row0 + g.nrows] = g.index
         self._versions = np.zeros(n, np.uint32)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.ended: str | None = None  # set by SupervisorThread when the run is over
         self.restarts = 0  # rows cut by a game's end mid-episode
         self._enough = None  # the waiting caller's condition: the loop wakes it only when it holds
+        self.deferred = False  # a round's rows were left to the next round (submit)
 
     # ---- the loop's side (the Answerer contract) ------------------------------------------------
 
@@ -85,27 +77,24 @@ class Bridge(QuietAnswerer):
             self.opponent.play(b)  # answers its rows; b keeps the caller's
             if not b.n:
                 return
-        n = b.n
-        rows = b.rows[:n].astype(np.int64)
-        bucket = b.bucket
-        ticket = self.control.take(rows)  # not gathered again until answered
-        with self.cond:  # the generations with the rows: a caller may answer the moment they show
-            self.gen[rows] = ticket.gens
-            self.glob[rows] = b.glob[:n]
-            self.ent[rows, :bucket] = b.ent
-            self.ent[rows, bucket:] = 0
-            self.ent_type[rows, :bucket] = b.ent_type
-            self.ent_type[rows, bucket:] = 0
-            self.mask[rows] = b.mask[:n]
-            self.n_ent[rows] = b.n_ent[:n]
-            self.reward[rows] = b.reward[:n]
-            self.flags[rows] = b.flags[:n]
-            self.episode[rows] = b.episode[:n]
-            self.step[rows] = b.step[:n]
-            self.obs_seq[rows] = b.obs_seq[:n]
-            self.posted[rows] = True
+        rows = b.rows[: b.n].astype(np.int64)
+        with self.cond:  # one hold from the check to the copies: the caller sees posted rows whole
+            self.posted[rows] = True  # gathered, so not held: not posted before
+            if self._enough is not None and not self._enough():
+                # Not yet all the waiting caller needs: left to the next round, not held
+                # (gathered again, in C), so a step copies and holds its rows once.
+                self.posted[rows] = False
+                self.deferred = True
+                return
+            try:
+                ticket = self.control.take(rows)  # not gathered again until answered
+                self.gen[rows] = ticket.gens  # with the rows: a caller may answer the moment they show
+                self.copies.put(rows, b)
+            except BaseException:
+                self.posted[rows] = False
+                raise
             self.stamp[rows] = next(self._clock)
-            self._wake()
+            self.cond.notify_all()  # what a waiting caller needs is there (checked above)
 
     def rows_reset(self, rows: slice) -> None:
         if self.opponent is not None:
@@ -120,6 +109,9 @@ class Bridge(QuietAnswerer):
             self.handed[rows] = False
             self.in_episode[rows] = False
             self._wake()
+            if self.deferred:  # the cut may be what the caller waited for beside the rows left
+                self.deferred = False
+                self.control.schedule_round()
 
     def _wake(self) -> None:
         """Wake the caller if what it waits for is there (each wake-up it cannot use
@@ -142,6 +134,9 @@ class Bridge(QuietAnswerer):
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         with self.cond:
             self._enough = enough
+            if self.deferred and not enough():  # rows left waiting for a caller that waited for more
+                self.deferred = False
+                self.loop.call_soon_threadsafe(self.control.schedule_round)
             try:
                 while not enough():
                     if self.ended is not None:
@@ -153,38 +148,11 @@ class Bridge(QuietAnswerer):
             finally:
                 self._enough = None
 
-    def take(self, rows: np.ndarray, out: dict, last: dict) -> dict:
-        """Hand out these rows (each posted or cut; call with cond held): their observation
-        into out (a cut row: the last one handed out, from last), and the step's arrays."""
-        cut = self.cut[rows]
-        real = rows[~cut]
-        k = np.flatnonzero(~cut)
-        out["glob"][k] = self.glob[real]
-        out["ent"][k] = self.ent[real]
-        out["ent_type"][k] = self.ent_type[real]
-        out["n_ent"][k] = self.n_ent[real]
-        out["mask"][k] = self.mask[real]
-        c = np.flatnonzero(cut)
-        if len(c):
-            for key in out:
-                out[key][c] = last[key][rows[c]]
-        flags = self.flags[rows]
-        end_real = ((flags & (layout.FLAG_DONE | layout.FLAG_TRUNCATED)) != 0) & ~cut
-        first = (flags & layout.FLAG_FIRST) != 0
-        step = dict(
-            reward=np.where(cut | first, np.float32(0), self.reward[rows]).astype(np.float32),
-            terminated=((flags & layout.FLAG_DONE) != 0) & ~cut,
-            truncated=(((flags & layout.FLAG_TRUNCATED) != 0) & ~cut) | cut,
-            cut=cut.copy(),
-            episode=self.episode[rows].copy(),
-            step=self.step[rows].copy(),
-            slot=self.slot_of[rows].copy(),
-        )
-        self.in_episode[real] = ~end_real[~cut]
-        self.handed[real] = True
-        self.posted[real] = False
-        self.cut[rows[cut]] = False
-        return step
+    def take(self, rows: np.ndarray) -> tuple[dict, dict]:
+        """Hand out these rows (each posted or cut; call with cond held): their
+        observations (a cut row: the last one handed out) and the step's arrays, all new
+        arrays (env/rowcopies.py)."""
+        return self.copies.take(rows)
 
     def give(self, rows: np.ndarray, actions: np.ndarray) -> None:
         """Answer the handed-out rows among these (others: a cut row's, or a row not
@@ -196,9 +164,9 @@ class Bridge(QuietAnswerer):
             owed = self.handed[rows]
             r = rows[owed]
             self.handed[r] = False
-            seqs, gens = self.obs_seq[r].copy(), self.gen[r].copy()
+            seqs, gens = self.obs_seq[r], self.gen[r]  # new arrays (fancy indexing)
         if len(r) and self.loop is not None:
-            acts = np.ascontiguousarray(actions[owed], np.int32)
+            acts = np.asarray(actions)[owed].astype(np.int32, copy=False)  # a new array: the caller may reuse its own
             self.loop.call_soon_threadsafe(self._answer, r, seqs, gens, acts)
 
 

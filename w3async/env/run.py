@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 
 from w3async import games
-from w3async.env import spaces as sp
 from w3async.env.bridge import Bridge, EnvClosed, SupervisorThread
 from w3async.runtime.slots import ASKED
 
@@ -93,7 +92,6 @@ class EnvRun:
         self.rows = np.flatnonzero(~played)  # the caller's table rows: sub-env (agent) i is rows[i]
         self.thread = SupervisorThread(recipe, self.run_dir, opp)
         self.bridge: Bridge | None = None
-        self.last: dict | None = None
         self.closed = False
 
     def start(self, seed=None) -> Bridge:
@@ -103,20 +101,22 @@ class EnvRun:
         atexit.register(self.close)
         self.thread.seed = game_seeds(seed)
         self.bridge = self.thread.start()
-        self.last = sp.empty_obs(self.bridge.n_rows)
         return self.bridge
 
     def take(self, rows: np.ndarray) -> tuple[dict, dict]:
         """Hand out these rows (each ready; call with the bridge's cond held)."""
-        out = sp.empty_obs(len(rows))
-        step = self.bridge.take(rows, out, self.last)
-        for k, v in out.items():
-            self.last[k][rows] = v
-        return out, step
+        return self.bridge.take(rows)
 
     def wait_rows(self, rows: np.ndarray, timeout_s: float | None) -> None:
+        self.bridge.wait(self.all_ready(rows), timeout_s)
+
+    def all_ready(self, rows: np.ndarray):
+        """The check that every one of these rows is ready (for Bridge.wait; every table
+        row: two numpy calls fewer, each a round and each step makes it)."""
         b = self.bridge
-        b.wait(lambda: bool((b.posted[rows] | b.cut[rows]).all()), timeout_s)
+        if len(rows) == b.n_rows:
+            return lambda: bool((b.posted | b.cut).all())
+        return lambda: bool((b.posted[rows] | b.cut[rows]).all())
 
     def restart_games(self, timeout_s: float | None, seed=None) -> None:
         """End every game at once and restart it (a reset() after the first; `seed` as

@@ -32,17 +32,6 @@ def action_space(spec: GameSpec, seed: int | None = None) -> spaces.MultiDiscret
     return spaces.MultiDiscrete(np.array(spec.head_sizes, np.int64), seed=seed)
 
 
-def empty_obs(n: int) -> dict:
-    """Batched observation buffers for n rows (the layout of observation_space, batched)."""
-    return {
-        "glob": np.zeros((n, layout.G_GLOB), np.float32),
-        "ent": np.zeros((n, layout.E_MAX, layout.F_ENT), np.float32),
-        "ent_type": np.zeros((n, layout.E_MAX), np.int16),
-        "n_ent": np.zeros(n, np.int64),
-        "mask": np.zeros((n, layout.N_HEADS, layout.HEAD_MAX), np.uint8),
-    }
-
-
 def sample_masked(mask: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """A uniform allowed choice per head for each row of a batched mask (n, N_HEADS, HEAD_MAX)."""
     scores = rng.random(mask.shape, dtype=np.float32)

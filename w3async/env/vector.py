@@ -48,6 +48,7 @@ class W3VectorEnv(VectorEnv):
             raise ValueError(f"batch_size={batch_size}: must be 1..{self.num_envs} (the recipe's agent rows)")
         self.step_timeout_s = step_timeout_s
         self._all = np.arange(self.num_envs)
+        self._all_ready = None  # step()'s check that every row is ready (made at the first step)
         self._started = False
         self.closed = False
 
@@ -83,8 +84,14 @@ class W3VectorEnv(VectorEnv):
         return obs, self._infos(st)
 
     def step(self, actions):
-        self.send(actions, self._all)
-        return self.recv_rows(self._all)
+        b = self.run.bridge
+        if self._all_ready is None:
+            self._all_ready = self.run.all_ready(self._rows)
+        b.give(self._rows, self._actions(actions, self.num_envs))
+        b.wait(self._all_ready, self.step_timeout_s)
+        with b.cond:
+            obs, st = b.take(self._rows)
+        return obs, st["reward"], st["terminated"], st["truncated"], self._infos(st, self._all)
 
     def close_extras(self, **kwargs: Any) -> None:
         self.stats = self.run.close()
@@ -95,11 +102,14 @@ class W3VectorEnv(VectorEnv):
         """Answer these sub-envs (default: all) with these actions, one row of
         `len(head_sizes)` choices each. Returns at once."""
         ids = self._all if env_ids is None else np.asarray(env_ids, np.int64)
+        self.run.bridge.give(self._rows[ids], self._actions(actions, len(ids)))
+
+    def _actions(self, actions, n: int) -> np.ndarray:
         a = np.asarray(actions)
-        if a.shape != (len(ids), len(self.spec_.head_sizes)):
-            raise ValueError(f"actions of shape {a.shape}: expected ({len(ids)}, {len(self.spec_.head_sizes)}), "
+        if a.shape != (n, len(self.spec_.head_sizes)):
+            raise ValueError(f"actions of shape {a.shape}: expected ({n}, {len(self.spec_.head_sizes)}), "
                              f"one choice per action head for each env id")
-        self.run.bridge.give(self._rows[ids], a)
+        return a
 
     def recv(self, timeout_s: float | None = None):
         """The next `batch_size` sub-envs that are ready, oldest first: (obs, rewards,
@@ -126,8 +136,9 @@ class W3VectorEnv(VectorEnv):
         info = {k: st[k] for k in ("cut", "episode", "step", "slot")}
         if ids is not None:
             info["env_id"] = ids.astype(np.int64)
-        for k in list(info):
-            info["_" + k] = np.ones(len(st["cut"]), bool)
+        every = np.ones((len(info), len(st["cut"])), bool)  # one call for every "_key" mask (rows of it)
+        for i, k in enumerate(list(info)):
+            info["_" + k] = every[i]
         return info
 
     @property

@@ -129,11 +129,15 @@ class RunControl:
         Stale rows are dropped (the gatherer drops answers for rows re-posted since
         obs_seq too). Returns the mask of the rows answered."""
         keep = self.current(ticket)
-        rows = ticket.rows[keep]
+        if keep.all():  # the usual round: no row went stale, no selection to copy
+            rows = ticket.rows
+        else:
+            rows = ticket.rows[keep]
+            obs_seq, actions, versions = obs_seq[keep], actions[keep], versions[keep]
         if not len(rows):
             return keep
-        self._free(rows)
-        self._publish(rows, obs_seq[keep], actions[keep], versions[keep])
+        self._free(rows)  # first: the gatherer drops an answer to a row still held (row_game < 0)
+        self._publish(rows, obs_seq, actions, versions)
         return keep
 
     def answer_now(self, rows: np.ndarray, obs_seq: np.ndarray, actions: np.ndarray, versions: np.ndarray) -> None:
