@@ -168,7 +168,7 @@ def bench_accounting(repeats: int, warm_s: float, window_s: float, wine: bool) -
     modes = (0.0, 2.0, 0.5)
     print(f"accounting: null games, {repeats} runs each (interleaved), median; window {window_s:.0f} s")
     hdr = (f"{'runtime':<8} {'games':>5} {'lanes':>5} {'off steps/s':>12} {'every 2 s':>10} {'ratio':>6} "
-           f"{'every 0.5 s':>12} {'ratio':>6} {'sample ms':>10} {'sync':>8}")
+           f"{'every 0.5 s':>12} {'ratio':>6} {'sup us/step off/2s/0.5s':>25} {'sample ms':>10} {'sync':>8}")
     print(hdr)
     print("-" * len(hdr))
     for runtime, count, lanes in configs:
@@ -177,11 +177,13 @@ def bench_accounting(repeats: int, warm_s: float, window_s: float, wine: bool) -
             for m in modes:
                 runs[m].append(run_supervisor(runtime, count, lanes, warm_s, window_s, accounting_s=m))
         st = {m: statistics.median(r["steps_s"] for r in runs[m]) for m in modes}
+        cpu = "/".join(f"{statistics.median(r['cpu_us'] for r in runs[m]):.2f}" for m in modes)
         sample_ms = statistics.median(r["sample_ms"] for m in modes[1:] for r in runs[m])
         syncs = sorted({x for m in modes for r in runs[m] for x in r["syncs"]}) or ["-"]
         print(f"{runtime:<8} {count:>5} {lanes:>5} {st[0.0]:>12,.0f} {st[2.0]:>10,.0f} {st[0.0] / st[2.0]:>5.3f}x "
-              f"{st[0.5]:>12,.0f} {st[0.0] / st[0.5]:>5.3f}x {sample_ms:>10.2f} {','.join(syncs):>8}", flush=True)
-    print("(off/on ratio: above 1 means accounting costs steps; a Wine prefix's sync is read from its\n"
+              f"{st[0.5]:>12,.0f} {st[0.0] / st[0.5]:>5.3f}x {cpu:>25} {sample_ms:>10.2f} {','.join(syncs):>8}", flush=True)
+    print("(off/on ratio: above 1 means accounting costs steps; sup us/step: this process's CPU a step,\n"
+          " the sampler thread's included, the reader process's not; a Wine prefix's sync is read from its\n"
           " wineserver: this machine's Wine offers one mode only, so there is no second to compare)")
 
 
@@ -318,8 +320,8 @@ def bench_gather(rows: int, n_ent: int, rounds: int = 3000) -> dict:
 
 
 def median_of(fn, repeats: int) -> dict:
-    runs = [fn() for _ in range(repeats)]
-    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    runs = [fn() for _ in range(repeats)]  # a figure's median; what is not a number, the first run's
+    return {k: statistics.median(r[k] for r in runs) if isinstance(v, (int, float)) else v for k, v in runs[0].items()}
 
 
 def main() -> int:

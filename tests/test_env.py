@@ -246,7 +246,8 @@ def test_seeded_resets_repeat_episodes_and_cost_no_budget():
 
 def test_exit_without_close_cleans_up(tmp_path):
     """A caller that dies of an exception without close(): at exit the run still shuts
-    down (no segment left, no game alive, the run folder gone)."""
+    down, every step of it (no segment left, no game alive, the run folder gone, no
+    shutdown error: run from atexit, its off-loop steps found the executors stopped)."""
     import subprocess
     import sys
 
@@ -257,6 +258,7 @@ def test_exit_without_close_cleans_up(tmp_path):
             "raise RuntimeError('the caller failed')\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "the caller failed" in r.stderr and r.returncode == 1
+    assert "shutdown:" not in r.stderr and "cannot schedule" not in r.stderr, r.stderr[-3000:]
     pids_text, run_dir = r.stdout.strip().rsplit("] ", 1)
     pids = [int(x) for x in pids_text.strip("[").split(",")]
     assert not [p for p in pids if _alive(p)]

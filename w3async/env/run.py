@@ -6,6 +6,8 @@ from __future__ import annotations
 import atexit
 import shutil
 import tempfile
+import threading
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -97,8 +99,12 @@ class EnvRun:
     def start(self, seed=None) -> Bridge:
         # A caller that exits without close() (an exception, sys.exit) still gets the
         # shutdown: the supervisor's thread is a daemon, stopped without one at exit,
-        # which left every game's segment in /dev/shm (8 runs' worth, 2026-12-04).
-        atexit.register(self.close)
+        # which left every game's segment in /dev/shm (8 runs' worth, 2026-12-04). It runs
+        # among threading's exit calls, before concurrent.futures' shuts the executors:
+        # from atexit, every step the shutdown runs off its loop (the accounting's stop,
+        # the final checkpoint, the clean-up of strays) failed with "cannot schedule new
+        # futures after shutdown". A weak reference: an env closed and dropped is freed.
+        _at_exit(weakref.WeakMethod(self.close))
         self.thread.seed = game_seeds(seed)
         self.bridge = self.thread.start()
         return self.bridge
@@ -145,7 +151,6 @@ class EnvRun:
         if self.closed:
             return self.thread.stats
         self.closed = True
-        atexit.unregister(self.close)
         self.thread.stop()
         if self._own_dir and not self.keep_run:
             shutil.rmtree(self.run_dir.parent, ignore_errors=True)
@@ -154,6 +159,23 @@ class EnvRun:
     @property
     def error(self) -> str | None:
         return self.thread.error
+
+
+def _at_exit(close: weakref.WeakMethod) -> None:
+    """Call close() at the interpreter's exit, if its env is still there, before the
+    executors stop (threading's exit calls run in reverse order of registration, so after
+    concurrent.futures' own, registered at its import, would run; this one runs first)."""
+
+    def call() -> None:
+        fn = close()
+        if fn is not None:
+            fn()
+
+    register = getattr(threading, "_register_atexit", atexit.register)  # CPython's hook for this
+    try:
+        register(call)
+    except RuntimeError:  # the interpreter is already shutting down: plain atexit
+        atexit.register(call)
 
 
 __all__ = ["EnvClosed", "EnvRun", "env_recipe"]
