@@ -245,25 +245,31 @@ def test_seeded_resets_repeat_episodes_and_cost_no_budget():
 
 
 def test_exit_without_close_cleans_up(tmp_path):
-    """A caller that dies of an exception without close(): at exit the run still shuts
-    down, every step of it (no segment left, no game alive, the run folder gone, no
+    """A caller that dies of an exception without close(): at exit every run it made still
+    shuts down, every step of it: one running, one dropped unclosed inside a function, one
+    made and never reset (no segment left, no game alive, the run folders gone, no
     shutdown error: run from atexit, its off-loop steps found the executors stopped)."""
+    import json
     import subprocess
     import sys
 
-    code = ("import w3async.env as we\n"
-            "env = we.make('env-duel')\n"
-            "env.reset()\n"
-            "print([s.proc.pid for s in env.run.thread.sup.slots], env.run.run_dir, flush=True)\n"
+    code = ("import gc, json, w3async.env as we\n"
+            "def dropped():\n"
+            "    e = we.make('env-null'); e.reset()\n"
+            "    return [s.proc.pid for s in e.run.thread.sup.slots], str(e.run.run_dir)\n"
+            "pids, first = dropped(); gc.collect()\n"
+            "env = we.make('env-duel'); env.reset()\n"
+            "idle = we.make('env-null')\n"
+            "pids += [s.proc.pid for s in env.run.thread.sup.slots]\n"
+            "print(json.dumps(dict(pids=pids, dirs=[first, str(env.run.run_dir), str(idle.run.run_dir)])), flush=True)\n"
             "raise RuntimeError('the caller failed')\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "the caller failed" in r.stderr and r.returncode == 1
     assert "shutdown:" not in r.stderr and "cannot schedule" not in r.stderr, r.stderr[-3000:]
-    pids_text, run_dir = r.stdout.strip().rsplit("] ", 1)
-    pids = [int(x) for x in pids_text.strip("[").split(",")]
-    assert not [p for p in pids if _alive(p)]
+    made = json.loads(r.stdout.strip().splitlines()[-1])
+    assert len(made["pids"]) >= 2 and not [p for p in made["pids"] if _alive(p)]
     assert not list_segments(SHM_PREFIX)
-    assert not os.path.exists(run_dir)
+    assert not [d for d in made["dirs"] if os.path.exists(os.path.dirname(d))]
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ import atexit
 import shutil
 import tempfile
 import threading
-import weakref
 from pathlib import Path
 
 import numpy as np
@@ -80,10 +79,6 @@ class EnvRun:
         self.recipe = recipe
         self.game = games.get(recipe.game)
         self.spec = self.game.spec
-        self._own_dir = run_dir is None
-        base = Path(tempfile.mkdtemp(prefix="w3async-env-")) if run_dir is None else None
-        self.run_dir = base / "run" if base is not None else Path(run_dir)
-        self.keep_run = keep_run
         n = sum(g.count * g.lanes * g.sides for g in recipe.games)
         played, opp = np.zeros(n, bool), None
         if opponent is not None:  # loaded here, on the caller's thread: a bad file is said at once
@@ -91,20 +86,18 @@ class EnvRun:
 
             played = opponent_rows(recipe)
             opp = (played, load_opponent(opponent, recipe), opponent_greedy)
+        # Made after what may refuse the env: a refused make() left an empty folder in /tmp
+        self._own_dir = run_dir is None
+        base = Path(tempfile.mkdtemp(prefix="w3async-env-")) if run_dir is None else None
+        self.run_dir = base / "run" if base is not None else Path(run_dir)
+        self.keep_run = keep_run
+        _track(self)
         self.rows = np.flatnonzero(~played)  # the caller's table rows: sub-env (agent) i is rows[i]
         self.thread = SupervisorThread(recipe, self.run_dir, opp)
         self.bridge: Bridge | None = None
         self.closed = False
 
     def start(self, seed=None) -> Bridge:
-        # A caller that exits without close() (an exception, sys.exit) still gets the
-        # shutdown: the supervisor's thread is a daemon, stopped without one at exit,
-        # which left every game's segment in /dev/shm (8 runs' worth, 2026-12-04). It runs
-        # among threading's exit calls, before concurrent.futures' shuts the executors:
-        # from atexit, every step the shutdown runs off its loop (the accounting's stop,
-        # the final checkpoint, the clean-up of strays) failed with "cannot schedule new
-        # futures after shutdown". A weak reference: an env closed and dropped is freed.
-        _at_exit(weakref.WeakMethod(self.close))
         self.thread.seed = game_seeds(seed)
         self.bridge = self.thread.start()
         return self.bridge
@@ -151,6 +144,7 @@ class EnvRun:
         if self.closed:
             return self.thread.stats
         self.closed = True
+        _open_runs.discard(self)
         self.thread.stop()
         if self._own_dir and not self.keep_run:
             shutil.rmtree(self.run_dir.parent, ignore_errors=True)
@@ -161,21 +155,33 @@ class EnvRun:
         return self.thread.error
 
 
-def _at_exit(close: weakref.WeakMethod) -> None:
-    """Call close() at the interpreter's exit, if its env is still there, before the
-    executors stop (threading's exit calls run in reverse order of registration, so after
-    concurrent.futures' own, registered at its import, would run; this one runs first)."""
+# A caller that exits without close() (an exception, sys.exit, an env dropped unclosed)
+# still gets the whole shutdown and its folder removed: the supervisor's thread is a
+# daemon, stopped without one at exit, which left every game's segment in /dev/shm (8
+# runs' worth, 2026-12-04). The open runs are closed among threading's exit calls, before
+# concurrent.futures' stops the executors: from atexit, every step the shutdown runs off
+# its loop (the accounting's stop, the final checkpoint, the clean-up of strays) failed
+# with "cannot schedule new futures after shutdown". Held here until closed, then freed.
+_open_runs: set[EnvRun] = set()
+_hook: list[bool] = []
 
-    def call() -> None:
-        fn = close()
-        if fn is not None:
-            fn()
 
-    register = getattr(threading, "_register_atexit", atexit.register)  # CPython's hook for this
-    try:
-        register(call)
-    except RuntimeError:  # the interpreter is already shutting down: plain atexit
-        atexit.register(call)
+def _track(run: EnvRun) -> None:
+    _open_runs.add(run)
+    if not _hook:
+        _hook.append(True)
+        import concurrent.futures.thread  # noqa: F401, PLC0415 (its exit call registered first: ours runs before it)
+
+        register = getattr(threading, "_register_atexit", atexit.register)  # CPython's hook for this
+        try:
+            register(_close_open_runs)  # run before the executors' own (registered earlier)
+        except RuntimeError:  # the interpreter is already shutting down: plain atexit
+            atexit.register(_close_open_runs)
+
+
+def _close_open_runs() -> None:
+    for run in list(_open_runs):
+        run.close()
 
 
 __all__ = ["EnvClosed", "EnvRun", "env_recipe"]
