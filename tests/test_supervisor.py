@@ -3,6 +3,7 @@ their causes, bad input reported by name, and nothing left behind after shutdown
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import subprocess
@@ -426,3 +427,22 @@ async def test_a_run_refused_after_its_table_leaves_nothing_and_says_so(tmp_path
     assert len(record) == 1 and record[0]["leftovers"]["processes"] == [] and record[0]["shutdown_errors"] == []
     assert "cluster link" in record[0]["error"]
     assert not [e for e in events(tmp_path / "run") if e["event"] in ("game_start", "run_start")]
+
+
+async def test_a_teardown_step_off_the_loop_runs_when_the_executors_are_stopped():
+    """At the interpreter's exit concurrent.futures stops every executor: a shutdown step
+    meant for one (Wine's clean-up, the accounting's stop) then runs on the loop instead of
+    failing with "cannot schedule new futures after shutdown"; an error of its own is
+    still kept."""
+    import concurrent.futures
+
+    from w3async.runtime.teardown import Teardown
+
+    loop = asyncio.get_running_loop()
+    stopped = concurrent.futures.ThreadPoolExecutor(1)
+    stopped.shutdown()
+    loop.set_default_executor(stopped)
+    td = Teardown()
+    assert await td.step("clean-up", lambda: 42, off_loop=True) == 42
+    assert await td.step("broken", lambda: 1 / 0, off_loop=True) is None
+    assert td.errors == ["broken: ZeroDivisionError: division by zero"]

@@ -34,7 +34,11 @@ class Teardown:
         """fn(*args) now; its result, or None with the error kept."""
         try:
             if off_loop:
-                return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+                try:
+                    pending = asyncio.get_running_loop().run_in_executor(None, fn, *args)
+                except RuntimeError:  # the executors are stopped (the interpreter's exit): here
+                    return fn(*args)
+                return await pending
             r = fn(*args)
             return await r if asyncio.iscoroutine(r) else r
         except Exception as e:  # noqa: BLE001 (kept: the teardown goes on)
