@@ -116,6 +116,71 @@ def test_killed_game_truncates_its_rows_only(runtime, request):
         env.close()
 
 
+@pytest.mark.parametrize("gather_here", [True, False], ids=["caller-gathers", "loop-gathers"])
+def test_rows_stay_in_order_while_games_are_killed(gather_here, monkeypatch):
+    """Games killed at random moments while the caller steps, with the rounds on the
+    caller's thread (the default) and on the loop's (a cluster's run): every row's next
+    step is its last step + 1, or 0 after an end or a cut; a cut comes only to a killed
+    game's rows and shows the row's last observation again; nothing is handed out twice;
+    the run goes on."""
+    import threading
+    import time
+
+    from w3async.env.bridge import Bridge
+    from w3async.runtime.slots import SlotState
+
+    monkeypatch.setattr(Bridge, "gather_here", gather_here)
+    env = we.make("env-null", sets=["games.count=4", "supervisor.backoff_s=0.01", "supervisor.backoff_max_s=0.05",
+                                    "supervisor.restart_budget=10000"], step_timeout_s=60)
+    stop, kills = threading.Event(), []
+    try:
+        obs, infos = env.reset()
+        assert env.run.bridge.gathers is gather_here
+        slots = env.run.thread.sup.slots
+
+        def killer():
+            rng = np.random.default_rng(7)
+            while not stop.wait(float(rng.uniform(0.005, 0.04))):
+                s = slots[int(rng.integers(len(slots)))]
+                if s.state is not SlotState.RUNNING:  # one that posted since its start: never a start in a row
+                    continue
+                try:
+                    os.kill(s.proc.pid, signal.SIGKILL)
+                    kills.append(s.index)
+                except (ProcessLookupError, AttributeError):
+                    pass
+
+        t = threading.Thread(target=killer)
+        t.start()
+        rng = np.random.default_rng(4)
+        step, ended = infos["step"].copy(), np.zeros(env.num_envs, bool)
+        slot_of = infos["slot"].copy()
+        cuts = 0
+        deadline = time.monotonic() + 4.0
+        while time.monotonic() < deadline:
+            last_obs = obs
+            obs, rew, term, trunc, infos = env.step(sample_masked(obs["mask"], rng))
+            cut = infos["cut"]
+            assert (trunc[cut]).all() and not term[cut].any() and (rew[cut] == 0).all()
+            for k in obs:  # a cut row shows its last observation again
+                assert (obs[k][cut] == last_obs[k][cut]).all(), k
+            go = ~cut
+            fresh = ended | (infos["step"] == 0)
+            assert (infos["step"][go & ~fresh] == step[go & ~fresh] + 1).all(), (infos["step"], step)
+            assert (infos["step"][go & ended] == 0).all()
+            assert (infos["slot"] == slot_of).all()
+            cuts += int(cut.sum())
+            step = np.where(cut, -1, infos["step"])  # after a cut: the new game's step 0
+            ended = (term | trunc) & ~cut | cut
+        stop.set()
+        t.join()
+        assert len(kills) > 10 and cuts > 0, (len(kills), cuts)
+        obs, *_ = env.step(sample_masked(obs["mask"], rng))  # still running
+    finally:
+        stop.set()
+        env.close()
+
+
 def test_send_recv_serves_every_row():
     """EnvPool style: recv gives batch_size ready rows, oldest first; answering them keeps
     every row moving (none starves)."""

@@ -6,9 +6,17 @@ logs) on an event loop of its own in `SupervisorThread`. Its answerer is a `Brid
 (runtime/answerer.py's contract): each gathered row is copied into the bridge's own
 buffers (env/rowcopies.py, in C), held (left out of the gathers), and offered to the
 caller; while the caller waits for more rows than a round brings, the round leaves them
-to the next one instead (a step then copies and holds its rows once). The caller's
-actions go back to the loop with `call_soon_threadsafe` and are written there through
-RunControl.answer. One `threading.Condition` guards the per-row state both threads read.
+to the next one instead (a step then copies and holds its rows once).
+
+The caller's thread runs the step's rounds itself: it answers through RunControl.answer
+and, while it waits for rows, sleeps on the games' obs doorbells and runs the round when
+they ring (RunControl.round_here), all under the run's lock (RunControl.lock, which the
+loop holds wherever the rows' state changes). A lockstep step then wakes no other thread
+(1.5x the steps/s of answering and gathering on the loop's thread). The loop goes on with
+everything else: starts, restarts, the hang watch, a bad row's game, the status server.
+A run with game hosts (a cluster) leaves the rounds and answers to the loop, whose
+sockets reach the hosts. One `threading.Condition` on that lock guards the per-row state
+both threads read.
 
 A row's life, as the caller sees it (`take` and `give`):
 - posted: the game posted an observation, not handed out yet;
@@ -21,6 +29,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
+import select
 import threading
 import time
 
@@ -38,12 +48,20 @@ class EnvClosed(RuntimeError):
 class Bridge(QuietAnswerer):
     """An Answerer whose rows are answered by a caller on another thread."""
 
+    gather_here = True  # False: the rounds and answers on the loop, as a cluster's run has them (tests)
+
     def __init__(self, control, opponent=None):
         self.control = control
         self.opponent = opponent  # env/opponent.py's Opponent: plays its rows before the caller sees any
         n = control.n_rows
         self.n_rows = n
-        self.cond = threading.Condition()
+        self.cond = threading.Condition(control.lock)
+        self.gathers = control.local and self.gather_here  # the caller's thread gathers and answers
+        self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)  # wakes the caller's sleep
+        self._poll = select.poll()
+        self._poll.register(self._wake_fd, select.POLLIN)
+        self._polled: list[int] = []  # the obs doorbells registered
+        self._sleeping = False  # the caller sleeps on the doorbells (the lock released)
         slot_of = np.zeros(n, np.int32)
         for g in control.games:
             slot_of[g.row0:g.row0 + g.nrows] = g.index
@@ -94,7 +112,7 @@ class Bridge(QuietAnswerer):
                 self.posted[rows] = False
                 raise
             self.stamp[rows] = next(self._clock)
-            self.cond.notify_all()  # what a waiting caller needs is there (checked above)
+            self._notify()  # what a waiting caller needs is there (checked above)
 
     def rows_reset(self, rows: slice) -> None:
         if self.opponent is not None:
@@ -109,7 +127,7 @@ class Bridge(QuietAnswerer):
             self.handed[rows] = False
             self.in_episode[rows] = False
             self._wake()
-            if self.deferred:  # the cut may be what the caller waited for beside the rows left
+            if self.deferred and not self.gathers:  # the cut may be what the caller waited for beside the rows left
                 self.deferred = False
                 self.control.schedule_round()
 
@@ -117,11 +135,31 @@ class Bridge(QuietAnswerer):
         """Wake the caller if what it waits for is there (each wake-up it cannot use
         costs a thread switch: 4-5 a step with 8 games posting one by one)."""
         if self._enough is None or self._enough():
-            self.cond.notify_all()
+            self._notify()
+
+    def _notify(self) -> None:
+        self.cond.notify_all()
+        if self._sleeping:
+            self.wake_thread()
+
+    def wake_thread(self) -> None:
+        """Wake the caller's sleep on the doorbells (the run ended, a doorbell was added,
+        rows were given by a round on the loop)."""
+        try:
+            os.eventfd_write(self._wake_fd, 1)
+        except (BlockingIOError, OSError):  # a wake-up pending already; closed with the env
+            pass
+
+    def close(self) -> None:
+        """The caller's side is done (the run ended): the wake-up's eventfd closed."""
+        if self._wake_fd >= 0:
+            os.close(self._wake_fd)
+            self._wake_fd = -1
 
     def _answer(self, rows: np.ndarray, seqs: np.ndarray, gens: np.ndarray, actions: np.ndarray) -> None:
         # RunControl drops the rows whose game restarted since they were held (stale).
-        self.control.answer(Ticket(rows, gens), seqs, actions, self._versions[: len(rows)])
+        with self.cond:  # on the caller's thread (direct) or on the loop (a cluster's)
+            self.control.answer(Ticket(rows, gens), seqs, actions, self._versions[: len(rows)])
 
     # ---- the caller's side ---------------------------------------------------------------------
 
@@ -130,23 +168,62 @@ class Bridge(QuietAnswerer):
         return np.flatnonzero(self.posted | self.cut)
 
     def wait(self, enough, timeout_s: float | None) -> None:
-        """Block until enough() (called with cond held) or the run ends; EnvClosed then."""
+        """Block until enough() (called with cond held) or the run ends; EnvClosed then.
+        The rounds that bring the rows run here (gathers), or on the loop."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         with self.cond:
             self._enough = enough
-            if self.deferred and not enough():  # rows left waiting for a caller that waited for more
-                self.deferred = False
-                self.loop.call_soon_threadsafe(self.control.schedule_round)
+            always = True  # a wait's first round: rows left by an earlier round may be waiting
             try:
-                while not enough():
+                while True:
+                    if self.gathers:
+                        always |= self.deferred  # a round left rows to the next one
+                        self.deferred = False
+                        try:
+                            self.control.round_here(always)
+                        except Exception as e:  # a fault as on the loop: the run ends with it
+                            self.control.fail(f"the env's round failed: {type(e).__name__}: {e}")
+                            raise
+                    elif self.deferred and not enough():  # rows left waiting for a caller that waited for more
+                        self.deferred = False
+                        self.loop.call_soon_threadsafe(self.control.schedule_round)
+                    if enough():
+                        return
                     if self.ended is not None:
                         raise EnvClosed(self.ended)
                     left = None if deadline is None else deadline - time.monotonic()
                     if left is not None and left <= 0:
                         raise TimeoutError(f"no rows ready within {timeout_s} s")
-                    self.cond.wait(0.5 if left is None else min(left, 0.5))
+                    nap = 0.5 if left is None else min(left, 0.5)  # a lost ring costs at most this
+                    if self.gathers:
+                        always = not self._sleep(nap)  # after a nap with no ring: a round all the same
+                    else:
+                        self.cond.wait(nap)
             finally:
                 self._enough = None
+
+    def _sleep(self, seconds: float) -> bool:
+        """Sleep on the obs doorbells and the wake-up, the lock released (call with cond
+        held once). Whether something woke it before the time was up."""
+        fds = [o.fd for o in self.control.obs_bells]
+        if fds != self._polled:
+            for fd in self._polled:
+                self._poll.unregister(fd)
+            for fd in fds:
+                self._poll.register(fd, select.POLLIN)
+            self._polled = fds
+        self._sleeping = True
+        self.control.lock.release()
+        try:
+            woke = self._poll.poll(seconds * 1000.0)
+        finally:
+            self.control.lock.acquire()
+            self._sleeping = False
+        try:
+            os.eventfd_read(self._wake_fd)
+        except BlockingIOError:
+            pass
+        return bool(woke)
 
     def take(self, rows: np.ndarray) -> tuple[dict, dict]:
         """Hand out these rows (each posted or cut; call with cond held): their
@@ -158,16 +235,25 @@ class Bridge(QuietAnswerer):
         """Answer the handed-out rows among these (others: a cut row's, or a row not
         handed out, the action is dropped)."""
         rows = np.asarray(rows, np.int64)
+        actions = np.asarray(actions)
         with self.cond:
             if self.ended is not None:
                 raise EnvClosed(self.ended)
             owed = self.handed[rows]
             r = rows[owed]
+            if not len(r) or self.loop is None:
+                return
             self.handed[r] = False
             seqs, gens = self.obs_seq[r], self.gen[r]  # new arrays (fancy indexing)
-        if len(r) and self.loop is not None:
-            acts = np.asarray(actions)[owed].astype(np.int32, copy=False)  # a new array: the caller may reuse its own
-            self.loop.call_soon_threadsafe(self._answer, r, seqs, gens, acts)
+            acts = actions[owed].astype(np.int32, copy=False)  # a new array: the caller may reuse its own
+            if self.gathers:
+                try:
+                    self._answer(r, seqs, gens, acts)  # under the run's lock: see the module's note
+                except Exception as e:  # a fault as on the loop: the run ends with it
+                    self.control.fail(f"the env's answer failed: {type(e).__name__}: {e}")
+                    raise
+                return
+        self.loop.call_soon_threadsafe(self._answer, r, seqs, gens, acts)
 
 
 class SupervisorThread:
@@ -241,6 +327,7 @@ class SupervisorThread:
                 with b.cond:
                     b.ended = self.error or "the run stopped (closed, or a stop condition of its recipe)"
                     b.cond.notify_all()
+                b.wake_thread()
 
     def call(self, fn, *args) -> None:
         """Run fn(*args) on the supervisor's loop (nothing when it has ended)."""
@@ -256,3 +343,5 @@ class SupervisorThread:
         if self._thread.is_alive():
             self.call(self.sup.request_stop)
             self._thread.join(timeout_s)
+        if self.bridge is not None and not self._thread.is_alive():
+            self.bridge.close()

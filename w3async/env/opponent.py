@@ -82,7 +82,8 @@ class Opponent:
         except Exception as e:  # noqa: BLE001
             self.control.fail(f"the opponent's inference round failed: {type(e).__name__}: {e}")
             return
-        self.control.answer(ticket, res.obs_seq, res.actions, res.versions)
+        with self.control.lock:  # the caller's thread answers its rows under it too
+            self.control.answer(ticket, res.obs_seq, res.actions, res.versions)
 
     def rows_reset(self, rows: slice) -> None:
         if self.engine.running:

@@ -14,6 +14,7 @@ checkpoints read the same object.
 from __future__ import annotations
 
 import asyncio
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Protocol
@@ -61,13 +62,23 @@ class Ticket:
 
 class RunControl:
     """What an answerer may do to the run. Made by the supervisor; every method is
-    called on the loop's thread."""
+    called on the loop's thread, except: fail() and request_stop() from any thread, and,
+    by an answerer that `gathers` (its own thread runs the rounds: the env's bridge),
+    answer() holding `lock` and round_here().
+
+    `lock` is held by the loop wherever the rows' state changes under such an answerer
+    (a round's gather and submit, a game's attach and detach, the env opponent's
+    answers): a thread that answers
+    under it sees no row gathered twice, no ticket half released, and no act doorbell
+    closed, or its number reused, while it rings."""
 
     def __init__(self, ctx: RunContext, spec: GameSpec, counters: Counters, slots: list, table, gatherer,
                  cluster, schedule_round: Callable[[], None]):
         # the supervisor makes it; answerers see only these methods
         self._ctx, self._gatherer, self._table, self._slots = ctx, gatherer, table, slots
         self._schedule_round = schedule_round
+        self.lock = threading.RLock()
+        self._loop_thread = threading.get_ident()  # made on the loop's thread (Supervisor.setup)
         self.recipe = ctx.recipe  # recipes.Recipe
         self.run_dir: Path = ctx.run_dir
         self.spec: GameSpec = spec
@@ -79,11 +90,14 @@ class RunControl:
         self._n_local = table.n_rows
         self._remote = cluster
         self.n_rows: int = self._n_local + (cluster.n_rows if cluster is not None else 0)
+        self.local: bool = cluster is None  # every row is this host's table's (none a game host's)
         if cluster is not None:
             self.games += cluster.games
         self._gen = np.zeros(self.n_rows, np.int64)  # each row's resets so far
         self._in_flight = np.zeros(self.n_rows, bool)  # held by a ticket not yet answered or released
         self._host_gen = np.zeros(self.n_rows, np.int64)  # a game host's row: its generation there
+        self.obs_bells: list = []  # an answerer that gathers: the obs doorbells its thread waits on
+        self._rounds_open = True  # until the shutdown: no thread's round after it (close_rounds)
 
     @property
     def events(self) -> JsonLog:
@@ -163,7 +177,7 @@ class RunControl:
         self.counters.rounds += 1
         steps = self.recipe.stop.steps
         if steps and self.counters.agent_steps >= steps:  # the recipe's step limit
-            self._ctx.life.request_stop()
+            self.request_stop()
 
     def release(self, ticket: "Ticket") -> np.ndarray:
         """Let the ticket's current rows be gathered again, unanswered (back-pressure
@@ -197,6 +211,48 @@ class RunControl:
     def schedule_round(self) -> None:
         self._schedule_round()
 
+    # ---- rounds on the answerer's thread (an answerer that `gathers`: the env's bridge) ----
+    # Its thread waits on the obs doorbells itself and runs the round when they ring: the
+    # loop's thread is not woken for a post, nor crossed twice a step (1.5x the env's steps/s).
+
+    def add_obs(self, obs) -> bool:
+        """A runtime's obs doorbell (sync/doorbells.py's SharedObs), made at its first
+        game's start: an answerer that `gathers` waits on it from now on (True); the loop
+        reads it otherwise (False)."""
+        if not getattr(self.answerer, "gathers", False):
+            return False
+        with self.lock:
+            self.obs_bells.append(obs)
+        self.answerer.wake_thread()
+        return True
+
+    def round_here(self, always: bool) -> None:
+        """A round on the calling thread, under the lock: the obs doorbells drained, then,
+        if one had rung or `always`, a gather submitted to the answerer (a game rings after
+        it posts: with no ring, only rows a round left behind can be waiting). Bad rows are
+        left to a round on the loop, which restarts their games (the loop's work); nothing
+        after close_rounds()."""
+        with self.lock:
+            if not self._rounds_open:
+                return
+            rang = False
+            for obs in self.obs_bells:
+                rang |= obs.drain()
+            if not (rang or always):
+                return
+            b = self._gatherer.gather()
+            if b.bad:
+                self._ctx.loop.call_soon_threadsafe(self._schedule_round)
+            if b.n:
+                self.answerer.submit(b)
+
+    def close_rounds(self) -> None:
+        """The shutdown, before the doorbells and the table close: a round on another
+        thread is finished (the lock) and none starts after."""
+        with self.lock:
+            self._rounds_open = False
+            self.obs_bells.clear()
+
     def waiting_rows(self) -> int:
         """Rows waiting for an answer anywhere (gathered, held or not yet seen)."""
         g = self._gatherer
@@ -208,12 +264,20 @@ class RunControl:
         return sum(s.restarts for s in self._slots)
 
     def fail(self, reason: str) -> None:
-        """End the run with this cause (a clean shutdown follows)."""
-        self._ctx.life.fail(reason)
+        """End the run with this cause (a clean shutdown follows). From any thread."""
+        self._on_loop(self._ctx.life.fail, reason)
 
     def request_stop(self) -> None:
-        """End the run normally (a stop condition of the answerer's, e.g. updates)."""
-        self._ctx.life.request_stop()
+        """End the run normally (a stop condition of the answerer's, e.g. updates). From any thread."""
+        self._on_loop(self._ctx.life.request_stop)
+
+    def _on_loop(self, fn, *args) -> None:
+        """fn(*args) now on the loop's thread, or soon there from another (the run's stop
+        event is the loop's)."""
+        if threading.get_ident() == self._loop_thread:
+            fn(*args)
+        else:
+            self._ctx.loop.call_soon_threadsafe(fn, *args)
 
 
 class Answerer(Protocol):
@@ -221,6 +285,11 @@ class Answerer(Protocol):
 
     failure: str | None
     """Why the answerer ends the run (None while it does not)."""
+
+    gathers: bool
+    """Its own thread runs the rounds (RunControl.round_here, waiting on RunControl.obs_bells)
+    and the loop reads no obs doorbell; such an answerer has wake_thread(), called when the
+    doorbells change. False when absent (the loop gathers)."""
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Before the first game starts (off the loop: it may load a network)."""
@@ -247,6 +316,7 @@ class QuietAnswerer:
     line and has nothing to close (the env's bridge, a game host's remote answerer)."""
 
     failure: str | None = None
+    gathers = False
 
     def flush_round_stats(self) -> dict | None:
         return None

@@ -98,7 +98,8 @@ class GameKeeper:
         self.groups.add(s.proc.pid)
         s.pidfd = os.pidfd_open(s.proc.pid)
         self.ctx.loop.add_reader(s.pidfd, self.ctx.barrier, "game_exit", self._on_exit, s)
-        self.gatherer.attach_game(s.index, s.rows, s.bells.act)
+        with self.control.lock:
+            self.gatherer.attach_game(s.index, s.rows, s.bells.act)
         self._record_pgids()
         self.ctx.events.info("game_start", slot=s.index, pid=s.proc.pid, runtime=s.runtime.name, binary=str(s.binary),
                              rows=[s.row0, s.row0 + s.nrows], start=s.starts, sandboxed=wrap is not None)
@@ -108,18 +109,21 @@ class GameKeeper:
         self.lock.update(pgids=pg, wine_prefixes=[p for rt in self.runtimes.values() for p in rt.prefixes()])
 
     def unwire(self, s: Slot) -> None:
-        """Stop listening to slot s and stop gathering its rows; its process is gone."""
-        self.gatherer.detach_game(s.index)
+        """Stop listening to slot s and stop gathering its rows; its process is gone.
+        Under RunControl.lock: an answer on another thread rings no closed doorbell."""
+        with self.control.lock:
+            self.gatherer.detach_game(s.index)
         if s.pidfd >= 0:
             self.ctx.loop.remove_reader(s.pidfd)
             os.close(s.pidfd)
             s.pidfd = -1
         self._end_strays(s)
-        if s.bells:
-            s.bells.close()
-            s.bells = None
-        self.table.reset_rows(s.row0, s.row0 + s.nrows)
-        self.control.rows_reset(s.rows)  # a round in flight for them is stale
+        with self.control.lock:
+            if s.bells:
+                s.bells.close()
+                s.bells = None
+            self.table.reset_rows(s.row0, s.row0 + s.nrows)
+            self.control.rows_reset(s.rows)  # a round in flight for them is stale
 
     def _note_posted(self, s: Slot) -> None:
         """Did this start post any row? Read before its rows are reset: a game that

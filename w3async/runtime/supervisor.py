@@ -152,6 +152,7 @@ class Supervisor:
         self.sandbox = Sandbox.for_run(r.supervisor.sandbox, self.run_dir, self.events if groups else None)
         self.control = RunControl(ctx, self.spec, self.counters, self.slots, self.table, self.gatherer, self.cluster,
                                   self.schedule_round)
+        self.teardown.push("rounds on the answerer's thread", self.control.close_rounds)  # before the table's close
         self.keeper = GameKeeper(ctx, table=self.table, gatherer=self.gatherer, slots=self.slots, runtimes=self.runtimes,
                                  control=self.control, sandbox=self.sandbox, lock=self.lock, born=self.born,
                                  schedule_round=self.schedule_round)
@@ -189,7 +190,7 @@ class Supervisor:
             fn(*args)
         except Exception as e:  # noqa: BLE001 (the barrier: every fault is recorded and handled)
             if self.answerer is not None and self.answerer.failure is not None:
-                self._finish(self.answerer.failure)  # the answerer failed with its cause, already said
+                self.life.fail(self.answerer.failure)  # the answerer failed with its cause, already said
                 return
             slot = next((a for a in args if isinstance(a, Slot)), None)
             self._fault(where, e, slot)
@@ -207,7 +208,7 @@ class Supervisor:
             except Exception as e2:  # noqa: BLE001
                 detail += f"; restarting slot {slot.index} failed too: {type(e2).__name__}: {e2}"
         console(f"w3async: internal fault in {where}: {detail}; ending the run")
-        self._finish(f"internal fault in {where}: {detail}")
+        self.life.fail(f"internal fault in {where}: {detail}")
 
     def _loop_exception(self, loop, context: dict) -> None:
         """What escaped every barrier (a callback of a library, a task's error)."""
@@ -240,12 +241,13 @@ class Supervisor:
             self._loop.call_later(period - (now - self._last_round), self.barrier, "round", self._round)
             return
         self._last_round = now
-        b = self.gatherer.gather()
-        if b.bad:
-            self.counters.bad_rows += len(b.bad)
-            self.keeper.bad_rows(b.bad)
-        if b.n:
-            self.answerer.submit(b)  # answered through RunControl.answer, now or when its round is back
+        with self.control.lock:  # an answerer on another thread answers under it (RunControl)
+            b = self.gatherer.gather()
+            if b.bad:
+                self.counters.bad_rows += len(b.bad)
+                self.keeper.bad_rows(b.bad)
+            if b.n:
+                self.answerer.submit(b)  # answered through RunControl.answer, now or when its round is back
 
     def schedule_round(self) -> None:
         """Run a round soon (rows were released, or a doorbell rang)."""
@@ -321,14 +323,11 @@ class Supervisor:
 
     def request_stop(self) -> None:
         """Stop the run (SIGINT, SIGTERM, a stop condition)."""
-        self._finish(None)
+        self.life.fail(None)
 
     def fail(self, reason: str) -> None:
         """End the run with this cause (a clean shutdown follows)."""
-        self._finish(reason)
-
-    def _finish(self, error: str | None) -> None:
-        self.life.fail(error)
+        self.life.fail(reason)
 
     async def setup(self) -> None:
         """Own the run folder, make the table, the slots and the answerer (a checkpoint is
@@ -346,7 +345,7 @@ class Supervisor:
             self._setup()
         except (WineError, RunError, RunFailure) as e:  # a cause, said as it is
             self.setup_failed = True
-            self._finish(str(e))
+            self.life.fail(str(e))
         except Exception as e:  # noqa: BLE001 (the barrier around set-up)
             self.setup_failed = True
             self._fault("set-up", e)
@@ -375,7 +374,7 @@ class Supervisor:
             except asyncio.TimeoutError:
                 pass
         except (WineError, RunError, RunFailure) as e:  # a cause, said as it is
-            self._finish(str(e))
+            self.life.fail(str(e))
         except Exception as e:  # noqa: BLE001 (the barrier around the start and the wait)
             # Before any game started, a failure is the set-up's: bad input (exit 2).
             self.setup_failed = not any(s.proc is not None for s in self.slots)
@@ -428,7 +427,8 @@ class Supervisor:
             self.barrier("spawn", self.keeper.spawn, s)
             if s.runtime.obs is not None and s.runtime.obs.fd not in self.obs_readers:
                 self.obs_readers.add(s.runtime.obs.fd)
-                self._loop.add_reader(s.runtime.obs.fd, self.barrier, "obs doorbell", self._on_obs, s.runtime.obs)
+                if not self.control.add_obs(s.runtime.obs):  # an answerer that gathers waits on it itself
+                    self._loop.add_reader(s.runtime.obs.fd, self.barrier, "obs doorbell", self._on_obs, s.runtime.obs)
             await asyncio.sleep(0)  # let a signal in between two spawns
         tasks += [self.task(self.keeper.watch(), "hang watch"), self.task(self.watch.progress(), "progress")]
 

@@ -43,12 +43,13 @@ class SharedObs:
     path: str = ""
     write_fd: int = -1  # the pipe's other end: what native games get
 
-    def drain(self) -> None:
-        """Read whatever rang; never blocks (the read end's flags are the supervisor's own)."""
+    def drain(self) -> bool:
+        """Read whatever rang; never blocks (the read end's flags are the supervisor's own).
+        Whether anything had rung."""
         try:
-            os.read(self.fd, 65536)
+            return bool(os.read(self.fd, 65536))
         except BlockingIOError:
-            pass
+            return False
 
     def close(self) -> None:
         for fd in (self.fd, self.write_fd):
