@@ -219,10 +219,11 @@ class Bridge(QuietAnswerer):
         finally:
             self.control.lock.acquire()
             self._sleeping = False
-        try:
-            os.eventfd_read(self._wake_fd)
-        except BlockingIOError:
-            pass
+        if any(fd == self._wake_fd for fd, _ in woke):
+            try:
+                os.eventfd_read(self._wake_fd)
+            except BlockingIOError:
+                pass
         return bool(woke)
 
     def take(self, rows: np.ndarray) -> tuple[dict, dict]:
@@ -240,12 +241,15 @@ class Bridge(QuietAnswerer):
             if self.ended is not None:
                 raise EnvClosed(self.ended)
             owed = self.handed[rows]
-            r = rows[owed]
+            if owed.all():  # a step's usual case: no selection to copy
+                r, acts = rows, actions.astype(np.int32)  # a new array: the caller may reuse its own
+            else:
+                r = rows[owed]
+                acts = actions[owed].astype(np.int32, copy=False)  # a new array (fancy indexing)
             if not len(r) or self.loop is None:
                 return
             self.handed[r] = False
             seqs, gens = self.obs_seq[r], self.gen[r]  # new arrays (fancy indexing)
-            acts = actions[owed].astype(np.int32, copy=False)  # a new array: the caller may reuse its own
             if self.gathers:
                 try:
                     self._answer(r, seqs, gens, acts)  # under the run's lock: see the module's note

@@ -164,13 +164,13 @@ class _GathererBase:
         the C path needs no second map."""
         rows = np.asarray(rows, np.int64)
         g = self.row_game[rows]
-        self.row_game[rows[g >= 0]] = -2 - g[g >= 0]
+        self.row_game[rows] = np.minimum(g, -2 - g)  # a game's row held; detached (-1) and held ones kept
 
     def release(self, rows: np.ndarray) -> None:
         """Undo hold() for these rows (rows detached meanwhile stay detached)."""
         rows = np.asarray(rows, np.int64)
         g = self.row_game[rows]
-        self.row_game[rows[g <= -2]] = -2 - g[g <= -2]
+        self.row_game[rows] = np.maximum(g, -2 - g)  # a held row its game's again; the others kept
 
 
 class NumpyGatherer(_GathererBase):
