@@ -78,6 +78,7 @@ class Bridge(QuietAnswerer):
         self.restarts = 0  # rows cut by a game's end mid-episode
         self._enough = None  # the waiting caller's condition: the loop wakes it only when it holds
         self.deferred = False  # a round's rows were left to the next round (submit)
+        self.verdict: bool | None = None  # enough() as the last submit found it (the lock held since)
 
     # ---- the loop's side (the Answerer contract) ------------------------------------------------
 
@@ -98,12 +99,14 @@ class Bridge(QuietAnswerer):
         rows = b.rows[: b.n].astype(np.int64)
         with self.cond:  # one hold from the check to the copies: the caller sees posted rows whole
             self.posted[rows] = True  # gathered, so not held: not posted before
-            if self._enough is not None and not self._enough():
-                # Not yet all the waiting caller needs: left to the next round, not held
-                # (gathered again, in C), so a step copies and holds its rows once.
-                self.posted[rows] = False
-                self.deferred = True
-                return
+            if self._enough is not None:
+                self.verdict = self._enough()  # the caller's own round reads it instead of asking again
+                if not self.verdict:
+                    # Not yet all the waiting caller needs: left to the next round, not held
+                    # (gathered again, in C), so a step copies and holds its rows once.
+                    self.posted[rows] = False
+                    self.deferred = True
+                    return
             try:
                 ticket = self.control.take(rows)  # not gathered again until answered
                 self.gen[rows] = ticket.gens  # with the rows: a caller may answer the moment they show
@@ -178,17 +181,20 @@ class Bridge(QuietAnswerer):
                 while True:
                     if self.gathers:
                         always |= self.deferred  # a round left rows to the next one
-                        self.deferred = False
+                        self.deferred, self.verdict = False, None
                         try:
                             self.control.round_here(always)
                         except Exception as e:  # a fault as on the loop: the run ends with it
                             self.control.fail(f"the env's round failed: {type(e).__name__}: {e}")
                             raise
-                    elif self.deferred and not enough():  # rows left waiting for a caller that waited for more
-                        self.deferred = False
-                        self.loop.call_soon_threadsafe(self.control.schedule_round)
-                    if enough():
-                        return
+                        if self.verdict if self.verdict is not None else enough():
+                            return
+                    else:
+                        if self.deferred and not enough():  # rows left waiting for a caller that waited for more
+                            self.deferred = False
+                            self.loop.call_soon_threadsafe(self.control.schedule_round)
+                        if enough():
+                            return
                     if self.ended is not None:
                         raise EnvClosed(self.ended)
                     left = None if deadline is None else deadline - time.monotonic()
