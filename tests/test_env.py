@@ -181,6 +181,44 @@ def test_rows_stay_in_order_while_games_are_killed(gather_here, monkeypatch):
         env.close()
 
 
+def test_two_threads_step_their_own_games():
+    """Two threads of the caller, each sending to and waiting for the rows of its own
+    games at the same time (send, recv_rows): both go on, every row's step moves by one a
+    step, nothing raises (each thread sleeps on the doorbells in its own wait)."""
+    import threading
+
+    env = we.make("env-null", sets=['games.env.W3N_EPISODE_STEPS="100000"'], step_timeout_s=60)
+    try:
+        _, infos = env.reset()
+        errors, steps = [], {}
+
+        def drive(ids):
+            try:
+                rng = np.random.default_rng(int(ids[0]))
+                step = infos["step"][ids].copy()
+                mask = np.ones((len(ids), layout.N_HEADS, layout.HEAD_MAX), np.uint8)
+                for _ in range(300):
+                    env.send(sample_masked(mask, rng), ids)
+                    obs, rew, term, trunc, inf = env.recv_rows(ids)
+                    assert (inf["env_id"] == ids).all() and not trunc.any()
+                    assert (inf["step"] == step + 1).all(), (inf["step"], step)
+                    step, mask = inf["step"], obs["mask"]
+                steps[int(ids[0])] = step
+            except BaseException as e:  # said by the test's thread
+                errors.append(e)
+
+        half = env.num_envs // 2  # env-null: 2 rows a game, so each half is whole games
+        threads = [threading.Thread(target=drive, args=(ids,)) for ids in (np.arange(half), np.arange(half, env.num_envs))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not errors, errors
+        assert sorted(steps) == [0, half] and all((v >= 300).all() for v in steps.values())
+    finally:
+        env.close()
+
+
 def test_send_recv_serves_every_row():
     """EnvPool style: recv gives batch_size ready rows, oldest first; answering them keeps
     every row moving (none starves)."""

@@ -61,7 +61,7 @@ class Bridge(QuietAnswerer):
         self._poll = select.poll()
         self._poll.register(self._wake_fd, select.POLLIN)
         self._polled: list[int] = []  # the obs doorbells registered
-        self._sleeping = False  # the caller sleeps on the doorbells (the lock released)
+        self._sleepers = 0  # callers asleep on the doorbells (the lock released)
         slot_of = np.zeros(n, np.int32)
         for g in control.games:
             slot_of[g.row0:g.row0 + g.nrows] = g.index
@@ -78,7 +78,7 @@ class Bridge(QuietAnswerer):
         self.restarts = 0  # rows cut by a game's end mid-episode
         self._enough = None  # the waiting caller's condition: the loop wakes it only when it holds
         self.deferred = False  # a round's rows were left to the next round (submit)
-        self.verdict: bool | None = None  # enough() as the last submit found it (the lock held since)
+        self.verdict: tuple | None = None  # (condition, its value) as the last submit found it (lock held since)
 
     # ---- the loop's side (the Answerer contract) ------------------------------------------------
 
@@ -100,8 +100,9 @@ class Bridge(QuietAnswerer):
         with self.cond:  # one hold from the check to the copies: the caller sees posted rows whole
             self.posted[rows] = True  # gathered, so not held: not posted before
             if self._enough is not None:
-                self.verdict = self._enough()  # the caller's own round reads it instead of asking again
-                if not self.verdict:
+                ok = self._enough()
+                self.verdict = (self._enough, ok)  # the waiting caller's round reads it instead of asking again
+                if not ok:
                     # Not yet all the waiting caller needs: left to the next round, not held
                     # (gathered again, in C), so a step copies and holds its rows once.
                     self.posted[rows] = False
@@ -142,7 +143,7 @@ class Bridge(QuietAnswerer):
 
     def _notify(self) -> None:
         self.cond.notify_all()
-        if self._sleeping:
+        if self._sleepers:
             self.wake_thread()
 
     def wake_thread(self) -> None:
@@ -182,12 +183,14 @@ class Bridge(QuietAnswerer):
                     if self.gathers:
                         always |= self.deferred  # a round left rows to the next one
                         self.deferred, self.verdict = False, None
+                        self._enough = enough  # (another thread's wait may have ended meanwhile)
                         try:
                             self.control.round_here(always)
                         except Exception as e:  # a fault as on the loop: the run ends with it
                             self.control.fail(f"the env's round failed: {type(e).__name__}: {e}")
                             raise
-                        if self.verdict if self.verdict is not None else enough():
+                        v = self.verdict
+                        if v[1] if v is not None and v[0] is enough else enough():
                             return
                     else:
                         if self.deferred and not enough():  # rows left waiting for a caller that waited for more
@@ -212,19 +215,24 @@ class Bridge(QuietAnswerer):
         """Sleep on the obs doorbells and the wake-up, the lock released (call with cond
         held once). Whether something woke it before the time was up."""
         fds = [o.fd for o in self.control.obs_bells]
-        if fds != self._polled:
+        poll = self._poll
+        if self._sleepers:  # another thread of the caller's sleeps on it (a poll object is one thread's)
+            poll = select.poll()
+            for fd in (self._wake_fd, *fds):
+                poll.register(fd, select.POLLIN)
+        elif fds != self._polled:
             for fd in self._polled:
-                self._poll.unregister(fd)
+                poll.unregister(fd)
             for fd in fds:
-                self._poll.register(fd, select.POLLIN)
+                poll.register(fd, select.POLLIN)
             self._polled = fds
-        self._sleeping = True
+        self._sleepers += 1
         self.control.lock.release()
         try:
-            woke = self._poll.poll(seconds * 1000.0)
+            woke = poll.poll(seconds * 1000.0)
         finally:
             self.control.lock.acquire()
-            self._sleeping = False
+            self._sleepers -= 1
         if any(fd == self._wake_fd for fd, _ in woke):
             try:
                 os.eventfd_read(self._wake_fd)
