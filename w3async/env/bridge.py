@@ -12,7 +12,7 @@ The caller's thread runs the step's rounds itself: it answers through RunControl
 and, while it waits for rows, sleeps on the games' obs doorbells and runs the round when
 they ring (RunControl.round_here), all under the run's lock (RunControl.lock, which the
 loop holds wherever the rows' state changes). A lockstep step then wakes no other thread
-(1.5x the steps/s of answering and gathering on the loop's thread). The loop goes on with
+(1.9x the steps/s of answering and gathering on the loop's thread). The loop goes on with
 everything else: starts, restarts, the hang watch, a bad row's game, the status server.
 A run with game hosts (a cluster) leaves the rounds and answers to the loop, whose
 sockets reach the hosts. One `threading.Condition` on that lock guards the per-row state

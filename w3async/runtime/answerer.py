@@ -213,7 +213,7 @@ class RunControl:
 
     # ---- rounds on the answerer's thread (an answerer that `gathers`: the env's bridge) ----
     # Its thread waits on the obs doorbells itself and runs the round when they ring: the
-    # loop's thread is not woken for a post, nor crossed twice a step (1.5x the env's steps/s).
+    # loop's thread is not woken for a post, nor crossed twice a step (1.9x the env's steps/s).
 
     def add_obs(self, obs) -> bool:
         """A runtime's obs doorbell (sync/doorbells.py's SharedObs), made at its first
