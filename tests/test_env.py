@@ -219,6 +219,111 @@ def test_two_threads_step_their_own_games():
         env.close()
 
 
+def test_interrupts_in_the_middle_of_steps_ask_for_a_reset_and_lose_nothing():
+    """KeyboardInterrupts at random moments inside step() (a timer's signal every 1-4 ms,
+    raising only while step() runs, as a Ctrl-C lands in a notebook): each one either
+    leaves the env usable, the rows' steps going on, or, when it cut an answer or a round
+    in the middle, makes the next step refuse with EnvInterrupted until reset(); no step
+    hangs, no observation is handed out twice. Then one interruption inside an answer,
+    forced: the same."""
+    import time
+
+    env = we.make("env-null", sets=['games.env.W3N_EPISODE_STEPS="100000"'], step_timeout_s=30)
+    rng = np.random.default_rng(5)
+    counts = {"interrupts": 0, "refused": 0, "steps": 0}
+    armed = [False]  # raise only inside step(): the test's own lines stay whole
+
+    def on_alarm(signum, frame):
+        signal.setitimer(signal.ITIMER_REAL, float(rng.uniform(0.001, 0.004)))
+        if armed[0]:
+            raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    try:
+        obs, infos = env.reset()
+        step = infos["step"].copy()
+        deadline = time.monotonic() + 4.0
+        signal.setitimer(signal.ITIMER_REAL, 0.002)
+        while time.monotonic() < deadline:
+            try:
+                armed[0] = True
+                obs2, rew, term, trunc, infos = env.step(sample_masked(obs["mask"], rng))
+                armed[0] = False
+            except KeyboardInterrupt:
+                armed[0] = False
+                counts["interrupts"] += 1
+                continue
+            except we.EnvInterrupted:
+                armed[0] = False
+                counts["refused"] += 1
+                obs, infos = env.reset()
+                step = infos["step"].copy()
+                assert (step == 0).all()
+                continue
+            obs = obs2
+            counts["steps"] += 1
+            # a step whose result an interrupt took is not seen: more than one ahead, never behind
+            assert (infos["step"] > step).all() and not trunc.any(), (infos["step"], step)
+            step = infos["step"].copy()
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        assert counts["interrupts"] > 50 and counts["steps"] > 50, counts
+        try:  # the loop's last interrupt may have cut a step: then one refusal, and a reset
+            obs, _, _, _, infos = env.step(sample_masked(obs["mask"], rng))
+        except we.EnvInterrupted:
+            obs, infos = env.reset()
+        step = infos["step"].copy()
+        for _ in range(30):
+            obs, _, _, trunc, infos = env.step(sample_masked(obs["mask"], rng))
+            assert (infos["step"] == step + 1).all() and not trunc.any()
+            step = infos["step"].copy()
+
+        control = env.run.bridge.control
+        real = control.answer
+
+        def cut_answer(*a):
+            control.answer = real
+            raise KeyboardInterrupt  # as if it landed here
+
+        control.answer = cut_answer
+        with pytest.raises(KeyboardInterrupt):
+            env.step(sample_masked(obs["mask"], rng))
+        with pytest.raises(we.EnvInterrupted, match="reset"):
+            env.step(sample_masked(obs["mask"], rng))
+        obs, infos = env.reset()
+        for _ in range(10):
+            obs, *_ = env.step(sample_masked(obs["mask"], rng))
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+        env.close()
+
+
+def test_a_reset_right_after_a_game_died_gives_the_restarted_games_rows():
+    """reset() while a game is down (SIGKILLed, its restart waiting out the backoff): the
+    reset takes that game's next start for its new one instead of waiting for a kill that
+    cannot happen (it waited for its step timeout before: forever by default)."""
+    import time
+
+    env = we.make("env-null", step_timeout_s=20)
+    try:
+        obs, _ = env.reset()
+        rng = np.random.default_rng(6)
+        for _ in range(5):
+            obs, *_ = env.step(sample_masked(obs["mask"], rng))
+        slot = env.run.thread.sup.slots[1]
+        os.kill(slot.proc.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while str(slot.state) != "restarting" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert str(slot.state) == "restarting"
+        obs, infos = env.reset()
+        assert (infos["step"] == 0).all() and not infos["cut"].any()
+        obs, _, _, trunc, infos = env.step(sample_masked(obs["mask"], rng))
+        assert (infos["step"] == 1).all() and not trunc.any()
+    finally:
+        env.close()
+
+
 def test_send_recv_serves_every_row():
     """EnvPool style: recv gives batch_size ready rows, oldest first; answering them keeps
     every row moving (none starves)."""

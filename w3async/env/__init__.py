@@ -12,7 +12,7 @@
 Imports gymnasium (the `env` extra); nothing of the package imports this one.
 """
 
-from w3async.env.bridge import EnvClosed
+from w3async.env.bridge import EnvClosed, EnvInterrupted
 from w3async.env.vector import W3VectorEnv, make
 
 
@@ -23,4 +23,4 @@ def parallel_env(recipe, **kw):
     return _make(recipe, **kw)
 
 
-__all__ = ["EnvClosed", "W3VectorEnv", "make", "parallel_env"]
+__all__ = ["EnvClosed", "EnvInterrupted", "W3VectorEnv", "make", "parallel_env"]

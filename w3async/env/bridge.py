@@ -15,8 +15,8 @@ loop holds wherever the rows' state changes). A lockstep step then wakes no othe
 (1.9x the steps/s of answering and gathering on the loop's thread). The loop goes on with
 everything else: starts, restarts, the hang watch, a bad row's game, the status server.
 A run with game hosts (a cluster) leaves the rounds and answers to the loop, whose
-sockets reach the hosts. One `threading.Condition` on that lock guards the per-row state
-both threads read.
+sockets reach the hosts. That lock guards the per-row state both threads read (a `threading.Condition` on it
+waits when the loop runs the rounds).
 
 A row's life, as the caller sees it (`take` and `give`):
 - posted: the game posted an observation, not handed out yet;
@@ -45,6 +45,12 @@ class EnvClosed(RuntimeError):
     """The run behind the env ended: the message says why (the supervisor's error)."""
 
 
+class EnvInterrupted(RuntimeError):
+    """A step was interrupted half-way through its rows (a KeyboardInterrupt, or another
+    signal handler's exception, between an answer's parts or a round's): which of its rows
+    were answered or handed out is not known. reset() restarts every game and goes on."""
+
+
 class Bridge(QuietAnswerer):
     """An Answerer whose rows are answered by a caller on another thread."""
 
@@ -55,7 +61,11 @@ class Bridge(QuietAnswerer):
         self.opponent = opponent  # env/opponent.py's Opponent: plays its rows before the caller sees any
         n = control.n_rows
         self.n_rows = n
-        self.cond = threading.Condition(control.lock)
+        # `with self.lock`, never `with self.cond`: the lock's own enter and exit are C calls,
+        # where a KeyboardInterrupt cannot land between taking and releasing it (it can at the
+        # entry of Condition's Python __exit__, and the lock stays taken for good).
+        self.lock = control.lock
+        self.cond = threading.Condition(control.lock)  # its wait and notify, on the same lock
         self.gathers = control.local and self.gather_here  # the caller's thread gathers and answers
         self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)  # wakes the caller's sleep
         self._poll = select.poll()
@@ -79,6 +89,7 @@ class Bridge(QuietAnswerer):
         self._enough = None  # the waiting caller's condition: the loop wakes it only when it holds
         self.deferred = False  # a round's rows were left to the next round (submit)
         self.verdict: tuple | None = None  # (condition, its value) as the last submit found it (lock held since)
+        self.broken: str | None = None  # why the rows' state is unknown (EnvInterrupted) until a reset
 
     # ---- the loop's side (the Answerer contract) ------------------------------------------------
 
@@ -97,7 +108,7 @@ class Bridge(QuietAnswerer):
             if not b.n:
                 return
         rows = b.rows[: b.n].astype(np.int64)
-        with self.cond:  # one hold from the check to the copies: the caller sees posted rows whole
+        with self.lock:  # one hold from the check to the copies: the caller sees posted rows whole
             self.posted[rows] = True  # gathered, so not held: not posted before
             if self._enough is not None:
                 ok = self._enough()
@@ -121,7 +132,7 @@ class Bridge(QuietAnswerer):
     def rows_reset(self, rows: slice) -> None:
         if self.opponent is not None:
             self.opponent.rows_reset(rows)
-        with self.cond:
+        with self.lock:
             self.epoch[rows] += 1
             cut = self.in_episode[rows] | self.handed[rows]
             self.cut[rows] |= cut
@@ -162,20 +173,21 @@ class Bridge(QuietAnswerer):
 
     def _answer(self, rows: np.ndarray, seqs: np.ndarray, gens: np.ndarray, actions: np.ndarray) -> None:
         # RunControl drops the rows whose game restarted since they were held (stale).
-        with self.cond:  # on the caller's thread (direct) or on the loop (a cluster's)
+        with self.lock:  # on the caller's thread (direct) or on the loop (a cluster's)
             self.control.answer(Ticket(rows, gens), seqs, actions, self._versions[: len(rows)])
 
     # ---- the caller's side ---------------------------------------------------------------------
 
     def ready(self) -> np.ndarray:
-        """Rows that can be handed out now (call with cond held)."""
+        """Rows that can be handed out now (call with the lock held)."""
         return np.flatnonzero(self.posted | self.cut)
 
     def wait(self, enough, timeout_s: float | None) -> None:
-        """Block until enough() (called with cond held) or the run ends; EnvClosed then.
+        """Block until enough() (called with the lock held) or the run ends; EnvClosed then.
         The rounds that bring the rows run here (gathers), or on the loop."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        with self.cond:
+        with self.lock:
+            self._usable()
             self._enough = enough
             always = True  # a wait's first round: rows left by an earlier round may be waiting
             try:
@@ -186,8 +198,8 @@ class Bridge(QuietAnswerer):
                         self._enough = enough  # (another thread's wait may have ended meanwhile)
                         try:
                             self.control.round_here(always)
-                        except Exception as e:  # a fault as on the loop: the run ends with it
-                            self.control.fail(f"the env's round failed: {type(e).__name__}: {e}")
+                        except BaseException as e:
+                            self._failed("round", e)
                             raise
                         v = self.verdict
                         if v[1] if v is not None and v[0] is enough else enough():
@@ -212,8 +224,8 @@ class Bridge(QuietAnswerer):
                 self._enough = None
 
     def _sleep(self, seconds: float) -> bool:
-        """Sleep on the obs doorbells and the wake-up, the lock released (call with cond
-        held once). Whether something woke it before the time was up."""
+        """Sleep on the obs doorbells and the wake-up, the lock released (call with the
+        lock held once). Whether something woke it before the time was up."""
         fds = [o.fd for o in self.control.obs_bells]
         poll = self._poll
         if self._sleepers:  # another thread of the caller's sleeps on it (a poll object is one thread's)
@@ -226,12 +238,15 @@ class Bridge(QuietAnswerer):
             for fd in fds:
                 poll.register(fd, select.POLLIN)
             self._polled = fds
+        lock = self.control.lock
         self._sleepers += 1
-        self.control.lock.release()
-        try:
-            woke = poll.poll(seconds * 1000.0)
+        try:  # nested so that an interrupt (KeyboardInterrupt) at any call leaves the lock held once
+            try:
+                lock.release()
+                woke = poll.poll(seconds * 1000.0)
+            finally:
+                lock.acquire()
         finally:
-            self.control.lock.acquire()
             self._sleepers -= 1
         if any(fd == self._wake_fd for fd, _ in woke):
             try:
@@ -241,7 +256,7 @@ class Bridge(QuietAnswerer):
         return bool(woke)
 
     def take(self, rows: np.ndarray) -> tuple[dict, dict]:
-        """Hand out these rows (each posted or cut; call with cond held): their
+        """Hand out these rows (each posted or cut; call with the lock held): their
         observations (a cut row: the last one handed out) and the step's arrays, all new
         arrays (env/rowcopies.py)."""
         return self.copies.take(rows)
@@ -251,9 +266,8 @@ class Bridge(QuietAnswerer):
         handed out, the action is dropped)."""
         rows = np.asarray(rows, np.int64)
         actions = np.asarray(actions)
-        with self.cond:
-            if self.ended is not None:
-                raise EnvClosed(self.ended)
+        with self.lock:
+            self._usable()
             owed = self.handed[rows]
             if owed.all():  # a step's usual case: no selection to copy
                 r, acts = rows, actions.astype(np.int32)  # a new array: the caller may reuse its own
@@ -262,16 +276,35 @@ class Bridge(QuietAnswerer):
                 acts = actions[owed].astype(np.int32, copy=False)  # a new array (fancy indexing)
             if not len(r) or self.loop is None:
                 return
-            self.handed[r] = False
-            seqs, gens = self.obs_seq[r], self.gen[r]  # new arrays (fancy indexing)
-            if self.gathers:
-                try:
+            try:
+                self.handed[r] = False
+                seqs, gens = self.obs_seq[r], self.gen[r]  # new arrays (fancy indexing)
+                if self.gathers:
                     self._answer(r, seqs, gens, acts)  # under the run's lock: see the module's note
-                except Exception as e:  # a fault as on the loop: the run ends with it
-                    self.control.fail(f"the env's answer failed: {type(e).__name__}: {e}")
-                    raise
-                return
-        self.loop.call_soon_threadsafe(self._answer, r, seqs, gens, acts)
+                else:
+                    self.loop.call_soon_threadsafe(self._answer, r, seqs, gens, acts)
+            except BaseException as e:
+                self._failed("answer", e)
+                raise
+
+    def _usable(self) -> None:
+        """EnvClosed when the run has ended, EnvInterrupted until a reset after a step
+        interrupted half-way (call with the lock held)."""
+        if self.ended is not None:
+            raise EnvClosed(self.ended)
+        if self.broken is not None:
+            raise EnvInterrupted(self.broken)
+
+    def _failed(self, what: str, e: BaseException) -> None:
+        """An answer or a round on the caller's thread did not finish. An error is a fault,
+        as on the loop: the run ends with it. An interruption (KeyboardInterrupt: the
+        caller's thread is usually the main one, where signals land) leaves its rows in
+        no known state: every later step refuses until a reset."""
+        if isinstance(e, Exception):
+            self.control.fail(f"the env's {what} failed: {type(e).__name__}: {e}")
+        else:
+            self.broken = (f"a step was interrupted ({type(e).__name__}) in the middle of its {what}: "
+                           f"call reset() to go on (every game restarts)")
 
 
 class SupervisorThread:
@@ -342,7 +375,7 @@ class SupervisorThread:
         finally:
             b = self.bridge
             if b is not None:
-                with b.cond:
+                with b.lock:
                     b.ended = self.error or "the run stopped (closed, or a stop condition of its recipe)"
                     b.cond.notify_all()
                 b.wake_thread()

@@ -65,7 +65,7 @@ class W3ParallelEnv(ParallelEnv):
         else:  # every lane ended: answer its end, its next game's first rows follow
             self.run.bridge.give(rows, np.zeros((len(rows), len(self.run.spec.head_sizes)), np.int64))
         self.run.wait_rows(rows, self.step_timeout_s)
-        with self.run.bridge.cond:
+        with self.run.bridge.lock:
             obs, st = self.run.take(rows)
         self.agents = list(self.possible_agents)
         return self._split(obs, rows), {a: self._info(st, k) for k, a in enumerate(self.agents)}
@@ -75,7 +75,7 @@ class W3ParallelEnv(ParallelEnv):
         acts = np.stack([np.asarray(actions[a], np.int64) for a in self.agents]) if len(live) else np.zeros((0, 4))
         self.run.bridge.give(live, acts)
         self.run.wait_rows(live, self.step_timeout_s)
-        with self.run.bridge.cond:
+        with self.run.bridge.lock:
             obs, st = self.run.take(live)
         names = list(self.agents)
         out = (self._split(obs, live), {a: float(st["reward"][k]) for k, a in enumerate(names)},

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from w3async import games
-from w3async.env.bridge import Bridge, EnvClosed, SupervisorThread
+from w3async.env.bridge import Bridge, EnvClosed, EnvInterrupted, SupervisorThread
 from w3async.runtime.slots import ASKED
 
 
@@ -103,7 +103,7 @@ class EnvRun:
         return self.bridge
 
     def take(self, rows: np.ndarray) -> tuple[dict, dict]:
-        """Hand out these rows (each ready; call with the bridge's cond held)."""
+        """Hand out these rows (each ready; call with the bridge's lock held)."""
         return self.bridge.take(rows)
 
     def wait_rows(self, rows: np.ndarray, timeout_s: float | None) -> None:
@@ -124,20 +124,33 @@ class EnvRun:
         report). Such restarts are not counted in the restart budget (runtime/slots.py)."""
         sup, b = self.thread.sup, self.bridge
         seed_of = game_seeds(seed)
+        mark = {}  # each row's epoch before the kills: a post after it is the new game's
 
-        def kill_all():
+        def kill_all():  # on the loop
+            with b.lock:
+                epochs = b.epoch.copy()
+                for s in sup.slots:
+                    if seed_of is not None:
+                        s.seed = seed_of(s)
+                    if s.proc is None or s.proc.returncode is not None:
+                        epochs[s.rows] -= 1  # gone already (restarting): its next start's rows are fresh
+                mark["epochs"] = epochs
             for s in sup.slots:
-                if seed_of is not None:
-                    s.seed = seed_of(s)
                 sup.keeper.kill(s, ASKED, {})
 
-        with b.cond:
+        with b.lock:
             b.handed[:] = False
-            epochs = b.epoch.copy()
         self.thread.call(kill_all)
         rows = self.rows  # the caller's: an opponent's are answered, never posted here
-        b.wait(lambda: bool(((b.epoch[rows] > epochs[rows]) & b.posted[rows]).all()), timeout_s)
-        with b.cond:
+
+        def restarted() -> bool:
+            e = mark.get("epochs")
+            return e is not None and bool(((b.epoch[rows] > e[rows]) & b.posted[rows]).all())
+
+        with b.lock:
+            b.broken = None  # every row is reset: a step interrupted half-way leaves nothing behind
+        b.wait(restarted, timeout_s)
+        with b.lock:
             b.cut[:] = False
 
     def close(self) -> dict:
@@ -184,4 +197,4 @@ def _close_open_runs() -> None:
         run.close()
 
 
-__all__ = ["EnvClosed", "EnvRun", "env_recipe"]
+__all__ = ["EnvClosed", "EnvInterrupted", "EnvRun", "env_recipe"]

@@ -79,7 +79,7 @@ class W3VectorEnv(VectorEnv):
         else:
             self.run.restart_games(self.step_timeout_s, seed)
         self.run.wait_rows(self._rows, self.step_timeout_s)
-        with self.run.bridge.cond:
+        with self.run.bridge.lock:
             obs, st = self.run.take(self._rows)
         return obs, self._infos(st)
 
@@ -89,7 +89,7 @@ class W3VectorEnv(VectorEnv):
             self._all_ready = self.run.all_ready(self._rows)
         b.give(self._rows, self._actions(actions, self.num_envs))
         b.wait(self._all_ready, self.step_timeout_s)
-        with b.cond:
+        with b.lock:
             obs, st = b.take(self._rows)
         return obs, st["reward"], st["terminated"], st["truncated"], self._infos(st, self._all)
 
@@ -116,7 +116,7 @@ class W3VectorEnv(VectorEnv):
         terminations, truncations, infos), infos["env_id"] their ids."""
         b = self.run.bridge
         b.wait(lambda: len(b.ready()) >= self.batch_size, timeout_s or self.step_timeout_s)
-        with b.cond:
+        with b.lock:
             ready = b.ready()
             rows = ready[np.argsort(b.stamp[ready], kind="stable")[: self.batch_size]]
             obs, st = self.run.take(rows)
@@ -128,7 +128,7 @@ class W3VectorEnv(VectorEnv):
         ids = np.asarray(env_ids, np.int64)
         rows = self._rows[ids]
         self.run.wait_rows(rows, timeout_s or self.step_timeout_s)
-        with self.run.bridge.cond:
+        with self.run.bridge.lock:
             obs, st = self.run.take(rows)
         return obs, st["reward"], st["terminated"], st["truncated"], self._infos(st, ids)
 

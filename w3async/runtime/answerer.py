@@ -276,8 +276,11 @@ class RunControl:
         event is the loop's)."""
         if threading.get_ident() == self._loop_thread:
             fn(*args)
-        else:
+            return
+        try:
             self._ctx.loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # the loop is closed: the run is over already
+            pass
 
 
 class Answerer(Protocol):
