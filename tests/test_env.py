@@ -49,6 +49,16 @@ def _check_batch(env, obs, rew, term, trunc, infos) -> None:
         assert not obs["mask"][:, h, size:].any()
 
 
+def _reset_and_step(env, steps: int, seed: int):
+    """reset(), then `steps` steps of masked random actions: the last observation, and the
+    rng to go on with."""
+    obs, _ = env.reset()
+    rng = np.random.default_rng(seed)
+    for _ in range(steps):
+        obs, *_ = env.step(sample_masked(obs["mask"], rng))
+    return obs, rng
+
+
 @pytest.mark.parametrize("name", RECIPES)
 def test_vector_contract(name):
     """Spaces (gymnasium's own space checks), reset and step batches inside them, and the
@@ -88,10 +98,7 @@ def test_killed_game_truncates_its_rows_only(runtime, request):
         sets += ['games.runtime="wine"', f'games.binary="{exe}"', "games.count=3"]
     env = we.make("env-null", sets=sets)
     try:
-        obs, _ = env.reset()
-        rng = np.random.default_rng(1)
-        for _ in range(20):
-            obs, *_ = env.step(sample_masked(obs["mask"], rng))
+        obs, rng = _reset_and_step(env, 20, 1)
         slot = env.run.thread.sup.slots[1]
         victim = slot.proc.pid
         mine = np.arange(slot.row0, slot.row0 + slot.nrows)
@@ -306,10 +313,7 @@ def test_a_reset_right_after_a_game_died_gives_the_restarted_games_rows():
 
     env = we.make("env-null", step_timeout_s=20)
     try:
-        obs, _ = env.reset()
-        rng = np.random.default_rng(6)
-        for _ in range(5):
-            obs, *_ = env.step(sample_masked(obs["mask"], rng))
+        obs, rng = _reset_and_step(env, 5, 6)
         slot = env.run.thread.sup.slots[1]
         os.kill(slot.proc.pid, signal.SIGKILL)
         deadline = time.monotonic() + 10
@@ -353,10 +357,7 @@ def test_close_leaves_nothing():
     """close() ends the games and unlinks the segments; a second reset() restarts every
     game, its rows at step 0 again."""
     env = we.make("env-duel")
-    obs, _ = env.reset()
-    rng = np.random.default_rng(3)
-    for _ in range(10):
-        obs, *_ = env.step(sample_masked(obs["mask"], rng))
+    obs, rng = _reset_and_step(env, 10, 3)
     pids = [s.proc.pid for s in env.run.thread.sup.slots]
     obs, infos = env.reset()
     assert (infos["step"] == 0).all() and not infos["cut"].any()

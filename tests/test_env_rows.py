@@ -15,6 +15,8 @@ from w3async.env.spaces import OBS_KEYS, sample_masked
 from w3async.sync import layout
 from w3async.sync.gather import BUCKETS, Batch
 
+from .test_env import _reset_and_step
+
 
 @pytest.fixture(autouse=True)
 def _built(null_native):
@@ -28,10 +30,7 @@ def test_a_cut_row_reports_the_last_observation_handed_out():
     the new game posted meanwhile."""
     env = we.make("env-null", sets=['games.env.W3N_EPISODE_STEPS="100000"'])
     try:
-        obs, _ = env.reset()
-        rng = np.random.default_rng(5)
-        for _ in range(12):
-            obs, *_ = env.step(sample_masked(obs["mask"], rng))
+        obs, rng = _reset_and_step(env, 12, 5)
         slot = env.run.thread.sup.slots[1]
         mine = np.arange(slot.row0, slot.row0 + slot.nrows)
         os.kill(slot.proc.pid, signal.SIGKILL)
