@@ -9,11 +9,14 @@
 # figure against its bound. At most 6 minutes with its set-up (the tests 100 s, the check 230 s);
 # logs go to $OUT (or /tmp/device_check). Exit 0 only when the tests pass and every bound holds.
 #
-# The machine's Python has torch, numpy and pytest but not posix_ipc. Here, once, in the repo's
-# root (the wheel travels with `carry: [".whl"]`):
+# The machine's Python has torch, numpy and pytest but not posix_ipc, pydantic (with its core,
+# annotated-types and typing-inspection), structlog or pytest-asyncio. Here, once, in the
+# repo's root (the wheels travel with `carry: [".whl"]`):
 #   echo /.whl/ >> .git/info/exclude
 #   .venv/bin/python -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
-#     --implementation cp --platform manylinux2014_x86_64 -d .whl posix_ipc==1.3.2
+#     --implementation cp --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 -d .whl \
+#     posix_ipc==1.3.2 pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0 \
+#     typing-inspection==0.4.5 structlog==26.1.0 pytest-asyncio==1.5.0
 # There: bash bench/device_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -22,12 +25,12 @@ PY=${PY:-python3}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 
-if ! $PY -c "import posix_ipc" 2>/dev/null; then
-  if ls .whl/posix_ipc-*.whl >/dev/null 2>&1; then
-    $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/posix_ipc-*.whl || exit 2
+if ! $PY -c "import posix_ipc, pydantic, structlog, pytest_asyncio" 2>/dev/null; then
+  if ls .whl/*.whl >/dev/null 2>&1; then
+    $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 2
     export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
   else
-    echo "device_check: posix_ipc is missing and .whl/ has no wheel of it (see this script's header)"; exit 2
+    echo "device_check: posix_ipc, pydantic, structlog or pytest-asyncio is missing and .whl/ has no wheels (see this script's header)"; exit 2
   fi
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
