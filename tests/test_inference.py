@@ -185,7 +185,7 @@ def test_padding_is_zero_in_every_round(engine):
     """What the network sees: past each row's n_ent, features and type ids are zero,
     even after a round with more entities filled the engine's buffers."""
     if engine.device.type == "cuda":
-        pytest.skip("CUDA graphs replay without calling act(); the CUDA path zeroes its static rows itself")
+        pytest.skip("CUDA graphs replay without calling act(); what they gather: tests/test_cuda_runner.py")
     seen = []
     net = engine.nets[0]
     real_act = net.act

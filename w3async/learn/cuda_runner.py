@@ -46,11 +46,12 @@ from w3async.learn.network import Network, Obs
 from w3async.learn.runner_parts import EagerGraph, NoStream, check_weights, graph_step
 from w3async.sync import layout
 
-BASE_ROW_BUCKETS = (8, 32, 128, 512)
+BASE_ROW_BUCKETS = (8, 32, 64, 128, 256, 512)
 
 
 def row_buckets(max_rows: int) -> tuple[int, ...]:
-    """The row counts graphs are captured for: 8, 32, 128, 512, then doubling until one
+    """The row counts graphs are captured for: 8, 32, 64, 128, 256, 512 (on the H200, 256 rows
+    at entity bucket 160 in the 512-row graph ran 0.64x as fast as eagerly), then doubling until one
     holds max_rows (one network may be asked for every row of a round: issue 26 found
     rounds of more than 512 rows failing on CUDA only)."""
     b = list(BASE_ROW_BUCKETS)
@@ -73,9 +74,12 @@ class CudaRunner:
       captured before the first round (capture_all) under no_grad (issue 26: with
       autograd on, each graph kept its saved activations and the GRU state grew an
       autograd chain) over static device inputs in the raw dtypes with pinned host
-      outputs. A round gathers each net's rows from staging into the static inputs on
-      the device, zeroes the static rows past them (measured in a Warcraft III harness under Wine: stale padding crashed a
-      run), replays, and copies the outputs to the flight's pinned memory.
+      outputs. The gather is inside the graph: it reads each net's rows from the staging
+      copy by a static index (padded rows repeat a real row, never stale memory: stale
+      padding crashed a run of a Warcraft III harness under Wine) and packs its answers
+      into one tensor, so a net's part of a round is four calls (the index's upload, the
+      replay, one copy of the answers to the flight's pinned memory, an event): on the
+      H200 the gather outside the graph (about 30 calls a net) cost more than the step.
     - A round is planned (row buckets, graphs) before anything is queued; one that fails
       after is waited for before the engine reuses its buffers, and the GRU rows its
       nets already stepped get their state back.
@@ -92,8 +96,6 @@ class CudaRunner:
       stream also waits for every other net's last round; a reset runs on the upload
       stream after every net's last round and before the next upload.
     """
-
-    _FIELDS = ("glob", "ent", "ent_type", "n_ent", "mask")
 
     def __init__(self, nets: list[Network], device: torch.device, max_rows: int, state: torch.Tensor | None,
                  seed: int = 0, flights: int = 2, gru_graphs: bool = True):
@@ -118,19 +120,26 @@ class CudaRunner:
         self.pools = [torch.cuda.graph_pool_handle() if self.cuda else None for _ in nets]
         self.max_rows, self.flights = max_rows, flights
         cap, dev, pin = max_rows, self.device, self.cuda
-        # Per flight: a staging copy of the round's rows, its upload's event, a pinned
-        # index buffer (each net's rows, net by net) and one "done" event per net.
-        self.staging = [{
-            "glob": torch.zeros(cap, layout.G_GLOB, device=dev),
-            "ent": torch.zeros(cap * layout.E_MAX * layout.F_ENT, device=dev),
-            "ent_type": torch.zeros(cap * layout.E_MAX, dtype=torch.int16, device=dev),
-            "n_ent": torch.zeros(cap, dtype=torch.int32, device=dev),
-            "mask": torch.zeros(cap, layout.N_HEADS, layout.HEAD_MAX, dtype=torch.uint8, device=dev),
-            **({"rows": torch.zeros(cap, dtype=torch.int64, device=dev),
-                "flags": torch.zeros(cap, dtype=torch.int32, device=dev)} if self.gru else {}),
-        } for _ in range(flights)]
+        # One staging copy of the rounds' rows, flight f's at rows [f * cap, f * cap + n)
+        # (one address for every graph to gather from), each entity field at E_MAX wide (a
+        # round fills its bucket's first columns). Every row starts with an allowed choice
+        # per head (the graphs' warm-up reads rows no round wrote).
+        rows_all = cap * flights
+        self.staging = {
+            "glob": torch.zeros(rows_all, layout.G_GLOB, device=dev),
+            "ent": torch.zeros(rows_all, layout.E_MAX, layout.F_ENT, device=dev),
+            "ent_type": torch.zeros(rows_all, layout.E_MAX, dtype=torch.int16, device=dev),
+            "n_ent": torch.zeros(rows_all, dtype=torch.int32, device=dev),
+            "mask": torch.zeros(rows_all, layout.N_HEADS, layout.HEAD_MAX, dtype=torch.uint8, device=dev),
+            **({"rows": torch.full((rows_all,), self.scratch, dtype=torch.int64, device=dev),
+                "flags": torch.zeros(rows_all, dtype=torch.int32, device=dev)} if self.gru else {}),
+        }
+        self.staging["mask"][:, :, 0] = 1
+        # Per flight: its upload's event, a pinned buffer of each net's graph index (row
+        # bucket + 1 entries, net by net) and one "done" event per net.
         self.uploaded = [self._event() for _ in range(flights)]
-        self.index = [torch.zeros(cap, dtype=torch.int64, pin_memory=pin) for _ in range(flights)]
+        self.index = [torch.zeros(len(nets) * (self.row_buckets[-1] + 1), dtype=torch.int64, pin_memory=pin)
+                      for _ in range(flights)]
         self.done = [[self._event(blocking=True) for _ in nets] for _ in range(flights)]
         self.graphs: dict[tuple[int, int, int], tuple] = {}
         self.eager_out = None  # the eager GRU path's pinned outputs, made on its first round
@@ -192,21 +201,12 @@ class CudaRunner:
         key = (k, bucket, rows)
         if key in self.graphs:
             return self.graphs[key]
-        net, stream, dev, gen = self.nets[k], self.streams[k], self.device, self.gens[k]
-        st = {
-            "glob": torch.zeros(rows, layout.G_GLOB, device=dev),
-            "ent": torch.zeros(rows, bucket, layout.F_ENT, device=dev),
-            "ent_type": torch.zeros(rows, bucket, dtype=torch.int16, device=dev),
-            "n_ent": torch.zeros(rows, dtype=torch.int32, device=dev),
-            "mask": torch.zeros(rows, layout.N_HEADS, layout.HEAD_MAX, dtype=torch.uint8, device=dev),
-        }
-        st["mask"][:, :, 0] = 1  # warm-up rows need an allowed choice per head
-        if self.gru:  # warm-up and padded rows read and write the scratch row only
-            st["rows"] = torch.full((rows,), self.scratch, dtype=torch.int64, device=dev)
-            st["flags"] = torch.zeros(rows, dtype=torch.int32, device=dev)
+        net, stream, gen = self.nets[k], self.streams[k], self.gens[k]
+        src = self._src(bucket)
+        sel = torch.zeros(rows + 1, dtype=torch.int64, device=self.device)  # rows 0 for warm-up, count 0
 
         def step():
-            return graph_step(net, st, self.state, gen)
+            return graph_step(net, src, sel, self.state, self.scratch, gen)
 
         stream.wait_stream(self._current())
         with self._on(stream):
@@ -221,13 +221,14 @@ class CudaRunner:
                 out = step()
                 g = EagerGraph(step, out)
         stream.synchronize()
-        width = self.state.shape[1] if self.gru else 0
-        pin = self.cuda
-        host = [[torch.zeros(rows, layout.N_HEADS, dtype=torch.int64, pin_memory=pin),
-                 torch.zeros(rows, pin_memory=pin), torch.zeros(rows, pin_memory=pin),
-                 torch.zeros(rows, width, pin_memory=pin)] for _ in range(self.flights)]
-        self.graphs[key] = (g, st, out, host)  # host: the pinned outputs, one set per flight
+        host = [torch.zeros(rows, out[0].shape[1], pin_memory=self.cuda) for _ in range(self.flights)]
+        self.graphs[key] = (g, sel, out, host)  # host: the pinned answers, one per flight
         return self.graphs[key]
+
+    def _src(self, bucket: int) -> dict:
+        """The staging copy as a graph of this entity bucket reads it (every flight's rows)."""
+        st = self.staging
+        return {**st, "ent": st["ent"][:, :bucket], "ent_type": st["ent_type"][:, :bucket]}
 
     # -- rounds --------------------------------------------------------------------------
 
@@ -257,50 +258,33 @@ class CudaRunner:
         are ordered by streams and events. buf is read by the upload until finish. If it
         raises, nothing of the round is still queued and the GRU state is as before."""
         parts = self.plan(buf.np["net"], n, bucket, used)
-        stage, uploaded, done = self.staging[flight], self.uploaded[flight], self.done[flight]
-        sizes = self._sizes(n, bucket)
-        stepped: list[tuple] = []  # GRU: (graph outputs, m) of the nets replayed, for a rollback
+        uploaded, done, lo = self.uploaded[flight], self.done[flight], flight * self.max_rows
+        stepped: list[tuple] = []  # GRU: the graph outputs and m of the nets replayed, for a rollback
         try:
             with self._on(self.upload):
-                for name, k in sizes.items():
-                    stage[name][:k].copy_(getattr(buf, name)[:k], non_blocking=True)  # pinned -> device
+                self._upload(buf, n, bucket, lo)
                 uploaded.record(self.upload)
-            ent = stage["ent"][: sizes["ent"]].view(n, bucket, layout.F_ENT)
-            ent_type = stage["ent_type"][: sizes["ent_type"]].view(n, bucket)
-            src = {"glob": stage["glob"][:n], "ent": ent, "ent_type": ent_type, "n_ent": stage["n_ent"][:n],
-                   "mask": stage["mask"][:n]}
-            fields = self._FIELDS
-            if self.gru:
-                src.update(rows=stage["rows"][:n], flags=stage["flags"][:n])
-                fields = self._FIELDS + ("rows", "flags")
             waits = dict(self.last_done) if self.gru else {}
             index, at = self.index[flight], 0
             handle = []
             for s, idx, m, rb in parts:
-                g, st, out, host = self._graph(s, bucket, rb)
+                g, sel, out, host = self._graph(s, bucket, rb)
                 stream = self.streams[s]
                 stream.wait_event(uploaded)
                 for other, ev in waits.items():  # GRU: another net's last round may have written our rows
                     if other != s:
                         stream.wait_event(ev)
                 with self._on(stream):
-                    if idx is not None:  # the indices from the host: nonzero() on the device would sync
-                        index.numpy()[at : at + m] = idx
-                        sel = index[at : at + m].to(self.device, non_blocking=True)
-                        at += m
-                    for name in fields:
-                        st[name][:m].copy_(src[name] if idx is None else src[name].index_select(0, sel))
-                        st[name][m:].zero_()
-                    st["mask"][m:, :, 0] = 1  # padded rows: one allowed choice, their answers unread
-                    if self.gru:
-                        st["rows"][m:] = self.scratch  # padded rows step the scratch row's state
+                    part = index.numpy()[at : at + rb + 1]  # this flight's, free since its last finish
+                    part[:m] = lo + (np.arange(m) if idx is None else idx)
+                    part[m:rb] = part[0]  # padded rows repeat a real row
+                    part[rb] = m
+                    sel.copy_(index[at : at + rb + 1], non_blocking=True)
+                    at += rb + 1
                     g.replay()
                     if self.gru:
-                        stepped.append((st, out, m))
-                    r, state_in, _ = out
-                    outs = (r.actions, r.logp, r.value) + ((state_in,) if self.gru else ())
-                    for h, o in zip(host[flight], outs):
-                        h[:m].copy_(o[:m], non_blocking=True)
+                        stepped.append((out, m))
+                    host[flight][:m].copy_(out[0][:m], non_blocking=True)
                     done[s].record(stream)
                 handle.append((done[s], slice(None) if idx is None else idx, host[flight], m))
         except BaseException:
@@ -311,10 +295,14 @@ class CudaRunner:
                 self.last_done[s] = done[s]
         return handle
 
-    def _sizes(self, n: int, bucket: int) -> dict[str, int]:
-        """Each input field's element count for n rows at this entity bucket (the upload's)."""
-        sizes = {"glob": n, "ent": n * bucket * layout.F_ENT, "ent_type": n * bucket, "n_ent": n, "mask": n}
-        return {**sizes, "rows": n, "flags": n} if self.gru else sizes
+    def _upload(self, buf: Inputs, n: int, bucket: int, lo: int) -> None:
+        """buf's first n rows into staging rows [lo, lo + n), on the current (upload)
+        stream: one non-blocking copy per field from pinned memory, raw dtypes."""
+        st, b = self.staging, bucket
+        st["ent"][lo : lo + n, :b].copy_(buf.ent[: n * b * layout.F_ENT].view(n, b, layout.F_ENT), non_blocking=True)
+        st["ent_type"][lo : lo + n, :b].copy_(buf.ent_type[: n * b].view(n, b), non_blocking=True)
+        for name in ("glob", "n_ent", "mask") + (("rows", "flags") if self.gru else ()):
+            st[name][lo : lo + n].copy_(getattr(buf, name)[:n], non_blocking=True)
 
     def _abandon(self, stepped: list[tuple]) -> None:
         """A launch that failed part-way: wait for what it queued (the engine frees the
@@ -322,8 +310,8 @@ class CudaRunner:
         they had (newest first; a round's nets hold distinct rows)."""
         for s in (self.upload, *self.streams):
             s.synchronize()
-        for st, (_, _, prev), m in reversed(stepped):
-            self.state.index_copy_(0, st["rows"][:m], prev[:m])
+        for (_, rows, prev), m in reversed(stepped):
+            self.state.index_copy_(0, rows[:m], prev[:m])
         if self.cuda:
             torch.cuda.current_stream(self.device).synchronize()
 
@@ -340,14 +328,18 @@ class CudaRunner:
     def finish(handle: list, actions: np.ndarray, logp: np.ndarray, value: np.ndarray,
                state_in: np.ndarray | None = None) -> None:
         """Wait for a launched round (one blocking wait per net; the GIL is released
-        meanwhile) and write its answers into actions, logp, value and (GRU) state_in."""
-        for done, idx, (a, lp, v, st), m in handle:
+        meanwhile) and write its answers into actions, logp, value and (GRU) state_in
+        (a graph's packed answers: the heads' actions as floats, exact below 2**24, then
+        log-probability, value, state)."""
+        h = layout.N_HEADS
+        for done, idx, packed, m in handle:
             done.synchronize()
-            actions[idx] = a[:m].numpy()
-            logp[idx] = lp[:m].numpy()
-            value[idx] = v[:m].numpy()
+            a = packed[:m].numpy()
+            actions[idx] = a[:, :h]
+            logp[idx] = a[:, h]
+            value[idx] = a[:, h + 1]
             if state_in is not None:
-                state_in[idx] = st[:m].numpy()
+                state_in[idx] = a[:, h + 2 :]
 
     def run(self, buf: Inputs, n: int, bucket: int, used: np.ndarray, actions: np.ndarray, logp: np.ndarray,
             value: np.ndarray) -> np.ndarray | None:
@@ -372,15 +364,12 @@ class CudaRunner:
             self.eager_out = (torch.zeros(cap, layout.N_HEADS, dtype=torch.int64, pin_memory=pin),
                               torch.zeros(cap, pin_memory=pin), torch.zeros(cap, pin_memory=pin),
                               torch.zeros(cap, self.state.shape[1], pin_memory=pin))
-        stage, uploaded, done, index = self.staging[0], self.uploaded[0], self.done[0], self.index[0]
+        stage, uploaded, done, index = self.staging, self.uploaded[0], self.done[0], self.index[0]
         self.upload.wait_stream(self._current())  # a reset_rows() of the eager path runs on the worker's stream
-        sizes = self._sizes(n, bucket)
         with self._on(self.upload):
-            for name, k in sizes.items():
-                stage[name][:k].copy_(getattr(buf, name)[:k], non_blocking=True)
-            obs = Obs(stage["glob"][:n], stage["ent"][: sizes["ent"]].view(n, bucket, layout.F_ENT),
-                      stage["ent_type"][: n * bucket].view(n, bucket).long(), stage["n_ent"][:n].long(),
-                      stage["mask"][:n].bool())
+            self._upload(buf, n, bucket, 0)
+            obs = Obs(stage["glob"][:n], stage["ent"][:n, :bucket], stage["ent_type"][:n, :bucket].long(),
+                      stage["n_ent"][:n].long(), stage["mask"][:n].bool())
             rows = stage["rows"][:n]
             keep = ((stage["flags"][:n] & layout.FLAG_FIRST) == 0).to(self.state.dtype)[:, None]
             state_in = self.state.index_select(0, rows) * keep  # a new episode starts from zeros

@@ -26,27 +26,39 @@ class EagerGraph:
         self.step, self.out = step, out
 
     def replay(self) -> None:
-        (r, *rest), (r2, *rest2) = self.out, self.step()
-        for o, t in zip([*r, *rest], [*r2, *rest2]):
+        for o, t in zip(self.out, self.step()):
             if o is not None:
                 o.copy_(t)
 
 
-def graph_step(net: Network, st: dict, state: torch.Tensor | None, gen: torch.Generator):
-    """What each graph captures: the net's step over the static inputs `st`, sampling from
-    `gen`. With GRU, the rows' state is gathered from `state` by st["rows"], zeroed where
-    FIRST is set, stepped, and scattered back in place. Returns (the ActResult, the state
-    each row had before the step or None, the state as gathered before FIRST zeroed it
-    (the rollback's) or None). Called under no_grad: nothing here may keep autograd state."""
-    obs = Obs(st["glob"], st["ent"], st["ent_type"].long(), st["n_ent"].long(), st["mask"].bool())
+def graph_step(net: Network, src: dict, sel: torch.Tensor, state: torch.Tensor | None, scratch: int,
+               gen: torch.Generator) -> tuple:
+    """What each graph captures: gather the net's rows from the staging views `src` by
+    the static index `sel` (the graph's row bucket of staging rows, then the count of
+    real ones; padded rows repeat a real row, so they hold valid inputs and their answers
+    are not read), step, sample from `gen`, and pack the answers into one tensor per row
+    (actions as floats, log-probability, value, and with GRU the state each row had) for
+    one copy to the host. With GRU, the rows' state is gathered from `state` by their
+    table rows (padded rows by the scratch row), zeroed where FIRST is set, stepped, and
+    scattered back in place. Returns (the packed answers, the table rows stepped or None,
+    their state before FIRST zeroed it (the rollback's) or None). Under no_grad: nothing
+    here may keep autograd state."""
+    rb = sel.shape[0] - 1
+    idx = sel[:rb]
+    obs = Obs(src["glob"].index_select(0, idx), src["ent"].index_select(0, idx),
+              src["ent_type"].index_select(0, idx).long(), src["n_ent"].index_select(0, idx).long(),
+              src["mask"].index_select(0, idx).bool())
     if state is None:
-        return net.act(obs, gen), None, None
-    prev = state.index_select(0, st["rows"])
-    keep = ((st["flags"] & layout.FLAG_FIRST) == 0).to(state.dtype)[:, None]
+        r = net.act(obs, gen)
+        return torch.cat([r.actions.float(), r.logp[:, None], r.value[:, None]], 1), None, None
+    real = torch.arange(rb, device=sel.device) < sel[rb]
+    rows = torch.where(real, src["rows"].index_select(0, idx), scratch)
+    prev = state.index_select(0, rows)
+    keep = ((src["flags"].index_select(0, idx) & layout.FLAG_FIRST) == 0).to(state.dtype)[:, None]
     state_in = prev * keep  # a new episode starts from zeros
     r = net.act(obs, gen, state=state_in)
-    state.index_copy_(0, st["rows"], r.state)
-    return r, state_in, prev
+    state.index_copy_(0, rows, r.state)
+    return torch.cat([r.actions.float(), r.logp[:, None], r.value[:, None], state_in], 1), rows, prev
 
 
 def check_weights(k: int, own: dict, sd: dict) -> None:
