@@ -14,6 +14,7 @@ from gymnasium.vector import AutoresetMode
 from pettingzoo.test import parallel_api_test
 
 import w3async.env as we
+from w3async.env.bridge import Bridge
 from w3async.env.spaces import sample_masked
 from w3async.sync import layout
 from w3async.sync.table import list_segments
@@ -133,7 +134,6 @@ def test_rows_stay_in_order_while_games_are_killed(gather_here, monkeypatch):
     import threading
     import time
 
-    from w3async.env.bridge import Bridge
     from w3async.runtime.slots import SlotState
 
     monkeypatch.setattr(Bridge, "gather_here", gather_here)
@@ -188,15 +188,19 @@ def test_rows_stay_in_order_while_games_are_killed(gather_here, monkeypatch):
         env.close()
 
 
-def test_two_threads_step_their_own_games():
+@pytest.mark.parametrize("gather_here", [True, False], ids=["caller-gathers", "loop-gathers"])
+def test_two_threads_step_their_own_games(gather_here, monkeypatch):
     """Two threads of the caller, each sending to and waiting for the rows of its own
     games at the same time (send, recv_rows): both go on, every row's step moves by one a
-    step, nothing raises (each thread sleeps on the doorbells in its own wait)."""
+    step, nothing raises (each thread sleeps in its own wait, on its own wake-up: a wake-up
+    both shared woke one of them, the other after its half-second nap)."""
     import threading
 
+    monkeypatch.setattr(Bridge, "gather_here", gather_here)
     env = we.make("env-null", sets=['games.env.W3N_EPISODE_STEPS="100000"'], step_timeout_s=60)
     try:
         _, infos = env.reset()
+        assert env.run.bridge.gathers is gather_here
         errors, steps = [], {}
 
         def drive(ids):
@@ -226,15 +230,18 @@ def test_two_threads_step_their_own_games():
         env.close()
 
 
-def test_interrupts_in_the_middle_of_steps_ask_for_a_reset_and_lose_nothing():
+@pytest.mark.parametrize("gather_here", [True, False], ids=["caller-gathers", "loop-gathers"])
+def test_interrupts_in_the_middle_of_steps_ask_for_a_reset_and_lose_nothing(gather_here, monkeypatch):
     """KeyboardInterrupts at random moments inside step() (a timer's signal every 1-4 ms,
     raising only while step() runs, as a Ctrl-C lands in a notebook): each one either
     leaves the env usable, the rows' steps going on, or, when it cut an answer or a round
     in the middle, makes the next step refuse with EnvInterrupted until reset(); no step
     hangs, no observation is handed out twice. Then one interruption inside an answer,
-    forced: the same."""
+    forced: the same. Both where the rounds run: on the caller's thread, and on the loop
+    (a cluster's run), where the caller's thread only waits."""
     import time
 
+    monkeypatch.setattr(Bridge, "gather_here", gather_here)
     env = we.make("env-null", sets=['games.env.W3N_EPISODE_STEPS="100000"'], step_timeout_s=30)
     rng = np.random.default_rng(5)
     counts = {"interrupts": 0, "refused": 0, "steps": 0}
@@ -284,6 +291,8 @@ def test_interrupts_in_the_middle_of_steps_ask_for_a_reset_and_lose_nothing():
             assert (infos["step"] == step + 1).all() and not trunc.any()
             step = infos["step"].copy()
 
+        if not gather_here:  # the loop answers: an interrupt there would be the loop's, not the caller's
+            return
         control = env.run.bridge.control
         real = control.answer
 

@@ -15,8 +15,11 @@ loop holds wherever the rows' state changes). A lockstep step then wakes no othe
 (1.9x the steps/s of answering and gathering on the loop's thread). The loop goes on with
 everything else: starts, restarts, the hang watch, a bad row's game, the status server.
 A run with game hosts (a cluster) leaves the rounds and answers to the loop, whose
-sockets reach the hosts. That lock guards the per-row state both threads read (a `threading.Condition` on it
-waits when the loop runs the rounds).
+sockets reach the hosts. That lock guards the per-row state both threads read. A waiting
+thread sleeps with it released on a wake-up eventfd of its own (and the obs doorbells
+when it runs the rounds): the loop, or another thread, writes it when rows or the run's
+end are there. No `threading.Condition`: its wait is Python code, where a
+KeyboardInterrupt can land between releasing the lock and taking it back.
 
 A row's life, as the caller sees it (`take` and `give`):
 - posted: the game posted an observation, not handed out yet;
@@ -51,6 +54,31 @@ class EnvInterrupted(RuntimeError):
     were answered or handed out is not known. reset() restarts every game and goes on."""
 
 
+class _Sleeper:
+    """One caller thread's means to sleep in Bridge.wait: its wake-up eventfd and its poll
+    object (a poll object is one thread's: two threads polling one fail) with the obs
+    doorbells it watches."""
+
+    def __init__(self):
+        self.fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self.poll = select.poll()
+        self.poll.register(self.fd, select.POLLIN)
+        self.watched: list[int] = []
+
+    def watch(self, fds: list[int]) -> None:
+        if fds != self.watched:
+            for fd in self.watched:
+                self.poll.unregister(fd)
+            for fd in fds:
+                self.poll.register(fd, select.POLLIN)
+            self.watched = fds
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
 class Bridge(QuietAnswerer):
     """An Answerer whose rows are answered by a caller on another thread."""
 
@@ -61,17 +89,13 @@ class Bridge(QuietAnswerer):
         self.opponent = opponent  # env/opponent.py's Opponent: plays its rows before the caller sees any
         n = control.n_rows
         self.n_rows = n
-        # `with self.lock`, never `with self.cond`: the lock's own enter and exit are C calls,
-        # where a KeyboardInterrupt cannot land between taking and releasing it (it can at the
-        # entry of Condition's Python __exit__, and the lock stays taken for good).
+        # `with self.lock`: the lock's own enter and exit are C calls, where a KeyboardInterrupt
+        # cannot land between taking and releasing it (it can inside a Condition's Python code).
         self.lock = control.lock
-        self.cond = threading.Condition(control.lock)  # its wait and notify, on the same lock
         self.gathers = control.local and self.gather_here  # the caller's thread gathers and answers
-        self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)  # wakes the caller's sleep
-        self._poll = select.poll()
-        self._poll.register(self._wake_fd, select.POLLIN)
-        self._polled: list[int] = []  # the obs doorbells registered
-        self._sleepers = 0  # callers asleep on the doorbells (the lock released)
+        self._local = threading.local()  # each caller thread's _Sleeper
+        self._sleepers: list[_Sleeper] = []  # every one made (closed with the bridge)
+        self._asleep: set[int] = set()  # the wake-up eventfds of the threads asleep now
         slot_of = np.zeros(n, np.int32)
         for g in control.games:
             slot_of[g.row0:g.row0 + g.nrows] = g.index
@@ -153,23 +177,25 @@ class Bridge(QuietAnswerer):
             self._notify()
 
     def _notify(self) -> None:
-        self.cond.notify_all()
-        if self._sleepers:
+        if self._asleep:
             self.wake_thread()
 
     def wake_thread(self) -> None:
-        """Wake the caller's sleep on the doorbells (the run ended, a doorbell was added,
-        rows were given by a round on the loop)."""
-        try:
-            os.eventfd_write(self._wake_fd, 1)
-        except (BlockingIOError, OSError):  # a wake-up pending already; closed with the env
-            pass
+        """Wake every caller thread asleep in wait() (rows were given, the run ended, a
+        doorbell was added). Call with the lock held: no eventfd closes meanwhile."""
+        for fd in tuple(self._asleep):
+            try:
+                os.eventfd_write(fd, 1)
+            except (BlockingIOError, OSError):  # a wake-up pending already
+                pass
 
     def close(self) -> None:
-        """The caller's side is done (the run ended): the wake-up's eventfd closed."""
-        if self._wake_fd >= 0:
-            os.close(self._wake_fd)
-            self._wake_fd = -1
+        """The caller's side is done (the run ended): the wake-up eventfds closed."""
+        with self.lock:
+            self._asleep.clear()
+            for s in self._sleepers:
+                s.close()
+            self._sleepers.clear()
 
     def _answer(self, rows: np.ndarray, seqs: np.ndarray, gens: np.ndarray, actions: np.ndarray) -> None:
         # RunControl drops the rows whose game restarted since they were held (stale).
@@ -216,42 +242,37 @@ class Bridge(QuietAnswerer):
                     if left is not None and left <= 0:
                         raise TimeoutError(f"no rows ready within {timeout_s} s")
                     nap = 0.5 if left is None else min(left, 0.5)  # a lost ring costs at most this
-                    if self.gathers:
-                        always = not self._sleep(nap)  # after a nap with no ring: a round all the same
-                    else:
-                        self.cond.wait(nap)
+                    woke = self._sleep(nap)
+                    always = not woke  # after a nap with no ring: a round all the same
             finally:
                 self._enough = None
 
     def _sleep(self, seconds: float) -> bool:
-        """Sleep on the obs doorbells and the wake-up, the lock released (call with the
-        lock held once). Whether something woke it before the time was up."""
-        fds = [o.fd for o in self.control.obs_bells]
-        poll = self._poll
-        if self._sleepers:  # another thread of the caller's sleeps on it (a poll object is one thread's)
-            poll = select.poll()
-            for fd in (self._wake_fd, *fds):
-                poll.register(fd, select.POLLIN)
-        elif fds != self._polled:
-            for fd in self._polled:
-                poll.unregister(fd)
-            for fd in fds:
-                poll.register(fd, select.POLLIN)
-            self._polled = fds
-        lock = self.control.lock
-        self._sleepers += 1
+        """Sleep on this thread's wake-up eventfd and (when this thread runs the rounds) the
+        obs doorbells, the lock released (call with the lock held once). Whether something
+        woke it before the time was up."""
+        s = getattr(self._local, "sleeper", None)
+        if s is None or s.fd < 0:
+            s = self._local.sleeper = _Sleeper()
+            self._sleepers.append(s)
+        s.watch([o.fd for o in self.control.obs_bells] if self.gathers else [])
+        lock, held = self.control.lock, (1, threading.get_ident())  # the RLock's state, held once
+        self._asleep.add(s.fd)
         try:  # nested so that an interrupt (KeyboardInterrupt) at any call leaves the lock held once
             try:
                 lock.release()
-                woke = poll.poll(seconds * 1000.0)
+                woke = s.poll.poll(seconds * 1000.0)
             finally:
-                lock.acquire()
+                # Not acquire(): a signal handler's exception (Ctrl-C) cuts its wait for a lock
+                # the other thread holds, leaving it untaken. The RLock's _acquire_restore (what
+                # Condition.wait takes it back with) waits through signals; they raise after.
+                lock._acquire_restore(held)
         finally:
-            self._sleepers -= 1
-        if any(fd == self._wake_fd for fd, _ in woke):
+            self._asleep.discard(s.fd)
+        if any(fd == s.fd for fd, _ in woke):
             try:
-                os.eventfd_read(self._wake_fd)
-            except BlockingIOError:
+                os.eventfd_read(s.fd)
+            except (BlockingIOError, OSError):
                 pass
         return bool(woke)
 
@@ -377,8 +398,7 @@ class SupervisorThread:
             if b is not None:
                 with b.lock:
                     b.ended = self.error or "the run stopped (closed, or a stop condition of its recipe)"
-                    b.cond.notify_all()
-                b.wake_thread()
+                    b.wake_thread()
 
     def call(self, fn, *args) -> None:
         """Run fn(*args) on the supervisor's loop (nothing when it has ended)."""

@@ -223,7 +223,7 @@ class RunControl:
             return False
         with self.lock:
             self.obs_bells.append(obs)
-        self.answerer.wake_thread()
+            self.answerer.wake_thread()  # under the lock: its eventfds do not close meanwhile
         return True
 
     def round_here(self, always: bool) -> None:
@@ -291,8 +291,8 @@ class Answerer(Protocol):
 
     gathers: bool
     """Its own thread runs the rounds (RunControl.round_here, waiting on RunControl.obs_bells)
-    and the loop reads no obs doorbell; such an answerer has wake_thread(), called when the
-    doorbells change. False when absent (the loop gathers)."""
+    and the loop reads no obs doorbell; such an answerer has wake_thread(), called (with
+    RunControl.lock held) when the doorbells change. False when absent (the loop gathers)."""
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Before the first game starts (off the loop: it may load a network)."""
