@@ -1,7 +1,7 @@
 """The inference engine's CUDA path (w3async.learn.inference): streams, CUDA graphs,
 pinned buffers. Made by InferenceEngine on its worker thread when the device is "cuda"
-and torch.cuda.is_available(). It is UNCHECKED on a GPU unless docs/performance.md says
-a device check ran.
+and torch.cuda.is_available(). Checked on an H200 by bench/device_check.sh (2026-12-04:
+docs/performance.md, "The GPU path"); rerun it there after a change here.
 
 Its interface to the engine is what the constructor takes and these calls, all on the
 engine's worker thread (the only thread that touches the networks):
@@ -11,7 +11,8 @@ engine's worker thread (the only thread that touches the networks):
         state: the GRU state per table row plus one scratch row last (shared, written in
                place), or None without GRU
         seed: net k samples from a generator of its own seeded seed + k (never the default one)
-        flights: rounds that may be in flight at once, each with its own device buffers
+        flights: rounds that may be in flight at once, each with its own rows of the staging
+                 copy, index and pinned outputs
         gru_graphs: False runs a GRU network eagerly, one round at a time (the fallback)
     runner.capture_all(buckets)        # every graph, before the first round; none after
     runner.load(k, state_dict, ready)  # new weights for net k, ordered with its replays (ready: the
@@ -73,8 +74,7 @@ class CudaRunner:
       give two nets' replays the same noise), and, per (bucket, row bucket), a CUDA graph
       captured before the first round (capture_all) under no_grad (issue 26: with
       autograd on, each graph kept its saved activations and the GRU state grew an
-      autograd chain) over static device inputs in the raw dtypes with pinned host
-      outputs. The gather is inside the graph: it reads each net's rows from the staging
+      autograd chain), with pinned host outputs. The gather is inside the graph: it reads each net's rows from the staging
       copy by a static index (padded rows repeat a real row, never stale memory: stale
       padding crashed a run of a Warcraft III harness under Wine) and packs its answers
       into one tensor, so a net's part of a round is four calls (the index's upload, the
