@@ -9,14 +9,7 @@
 # figure against its bound. At most 6 minutes with its set-up (the tests 100 s, the check 230 s);
 # logs go to $OUT (or /tmp/device_check). Exit 0 only when the tests pass and every bound holds.
 #
-# The machine's Python has torch, numpy and pytest but not posix_ipc, pydantic (with its core,
-# annotated-types and typing-inspection), structlog or pytest-asyncio. Here, once, in the
-# repo's root (the wheels travel with `carry: [".whl"]`):
-#   echo /.whl/ >> .git/info/exclude
-#   .venv/bin/python -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
-#     --implementation cp --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 -d .whl \
-#     posix_ipc==1.3.2 pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0 \
-#     typing-inspection==0.4.5 structlog==26.1.0 pytest-asyncio==1.5.0
+# The machine's Python lacks some packages: bench/device_wheels.sh says how to carry them.
 # There: bash bench/device_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -25,15 +18,7 @@ PY=${PY:-python3}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 
-if ! $PY -c "import posix_ipc, pydantic, structlog, pytest_asyncio" 2>/dev/null; then
-  if ls .whl/*.whl >/dev/null 2>&1; then
-    $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 2
-    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-  else
-    echo "device_check: posix_ipc, pydantic, structlog or pytest-asyncio is missing and .whl/ has no wheels (see this script's header)"; exit 2
-  fi
-fi
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+source bench/device_wheels.sh
 $PY setup.py -q build_ext --inplace >"$OUT/build.log" 2>&1 || echo "device_check: the C gather did not build (numpy path; $OUT/build.log)"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee "$OUT/gpu.txt"
 $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.is_available())" | tee -a "$OUT/gpu.txt"

@@ -2,8 +2,8 @@
 # fgself end to end on the device machine: the recipe as it is, its engine and learner on
 # the GPU (inference.device=cuda), then the same on that machine's CPU, $SECS seconds each
 # (default 60), each run's figures from its own logs: agent steps/s, updates and their
-# time (learner.jsonl), rounds' latency and rows (inference.jsonl), faults. The same
-# wheels as bench/device_check.sh (its header); logs and the summary go to $OUT (or
+# time (learner.jsonl), rounds' latency and rows (inference.jsonl), faults. The wheels
+# of bench/device_wheels.sh; logs and the summary go to $OUT (or
 # /tmp/device_run). Exit 0 when both runs ended without a fault or an answerer failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -14,11 +14,7 @@ RUNS=${RUNS:-/tmp/device_runs}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 
-if ! $PY -c "import posix_ipc, pydantic, structlog" 2>/dev/null; then
-  $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 2
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+source bench/device_wheels.sh
 { $PY setup.py -q build_ext --inplace && make -s build; } >"$OUT/build.log" 2>&1 \
   || { echo "device_run: the C parts did not build ($OUT/build.log):"; tail -20 "$OUT/build.log"; exit 2; }
 nproc | sed 's/^/cores: /'

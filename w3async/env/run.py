@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from w3async import games
-from w3async.env.bridge import Bridge, EnvClosed, EnvInterrupted, SupervisorThread
+from w3async.env.bridge import Bridge, EnvClosed, SupervisorThread
 from w3async.runtime.slots import ASKED
 
 
@@ -140,6 +140,7 @@ class EnvRun:
 
         with b.lock:
             b.handed[:] = False
+            b.broken = None  # every row is reset: a step interrupted half-way leaves nothing behind
         self.thread.call(kill_all)
         rows = self.rows  # the caller's: an opponent's are answered, never posted here
 
@@ -147,8 +148,6 @@ class EnvRun:
             e = mark.get("epochs")
             return e is not None and bool(((b.epoch[rows] > e[rows]) & b.posted[rows]).all())
 
-        with b.lock:
-            b.broken = None  # every row is reset: a step interrupted half-way leaves nothing behind
         b.wait(restarted, timeout_s)
         with b.lock:
             b.cut[:] = False
@@ -197,4 +196,4 @@ def _close_open_runs() -> None:
         run.close()
 
 
-__all__ = ["EnvClosed", "EnvInterrupted", "EnvRun", "env_recipe"]
+__all__ = ["EnvClosed", "EnvRun", "env_recipe"]
