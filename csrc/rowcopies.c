@@ -3,10 +3,11 @@
  * w3async/env/rowcopies.py has the contract and the numpy path (NumpyRowCopies);
  * tests/test_env_rows.py proves both leave the same copies and hand out the same arrays.
  * Each row has two banks of its observation: bank[r] holds the last one handed out to
- * the caller, a post goes into the other. put() copies a gathered batch's rows in,
- * take() hands rows out to the caller's new arrays with the step's rewards and ends and
- * moves each row's state on; each is one call where numpy took 15-20 (a step of 8 null
- * games paid 40-60 us of numpy's per-call cost).
+ * the caller, a post goes into the other. put() copies a gathered batch's rows in and
+ * marks them posted, take() hands rows out to the caller's new arrays with the step's
+ * rewards and ends and moves each row's state on, ready() counts the rows it could hand
+ * out; each is one call where numpy took 5-20 (a step of 8 null games paid 40-60 us of
+ * numpy's per-call cost).
  *
  * Only the supervisor's own memory is read here (the batch, already checked), never the
  * shared table. Entities: a bank row is zero past ent_hi[bank][r], what put() wrote of
@@ -28,15 +29,16 @@ typedef struct {
     PyObject_HEAD
     /* the banks, [2][n_rows][...] */
     Py_buffer glob, ent, ent_type, n_ent, mask, ent_hi;
-    /* per row: the bank last handed out, the last post's scalars, its state (bool) and game slot */
-    Py_buffer bank, reward, flags, episode, step, obs_seq, posted, handed, cut, in_episode, slot_of;
+    /* per row: the bank last handed out, the last post's scalars, its state (bool) and game
+     * slot, the generation it was held at and when it was posted (put's stamp) */
+    Py_buffer bank, reward, flags, episode, step, obs_seq, posted, handed, cut, in_episode, slot_of, gen, stamp;
     /* the gatherer's batch (capacity rows; entities at stride bucket) */
     Py_buffer b_glob, b_ent, b_ent_type, b_n_ent, b_mask, b_reward, b_flags, b_episode, b_step, b_obs_seq;
     int n_rows, capacity;
     int held; /* buffers acquired */
 } Copies;
 
-#define RC_N_BUFFERS 27 /* the Py_buffer fields, glob to b_obs_seq: rc_specs names each */
+#define RC_N_BUFFERS 29 /* the Py_buffer fields, glob to b_obs_seq: rc_specs names each */
 
 typedef struct {
     const char *name;
@@ -50,7 +52,8 @@ static const rc_buf_spec rc_specs[] = {
     {"bank", 8, 1},              {"reward", 4, 1},           {"flags", 4, 1},
     {"episode", 8, 1},           {"step", 4, 1},             {"obs_seq", 8, 1},
     {"posted", 1, 1},            {"handed", 1, 1},           {"cut", 1, 1},
-    {"in_episode", 1, 1},        {"slot_of", 4, 1},
+    {"in_episode", 1, 1},        {"slot_of", 4, 1},          {"gen", 8, 1},
+    {"stamp", 8, 1},
     {"b_glob", W3S_G_GLOB * 4, 0}, {"b_ent", RC_ENT * 4, 0}, {"b_ent_type", W3S_E_MAX * 2, 0},
     {"b_n_ent", 4, 0},           {"b_mask", RC_MASK, 0},     {"b_reward", 4, 0},
     {"b_flags", 4, 0},           {"b_episode", 8, 0},        {"b_step", 4, 0},
@@ -137,23 +140,33 @@ static Py_ssize_t rc_rows(Copies *c, Py_buffer *rows, const char *fn)
     return n;
 }
 
-/* put(rows, bucket): the batch's first len(rows) rows, posted for these table rows, into
- * each row's other bank, and their scalars. */
+/* put(rows, bucket, gens, stamp): the batch's first len(rows) rows, posted for these
+ * table rows, into each row's other bank, and their scalars; each row posted, its
+ * generation gens[r] (int64 per table row: the run's, as the rows were held), its stamp. */
 static PyObject *Copies_put(Copies *c, PyObject *args)
 {
-    Py_buffer rows;
+    Py_buffer rows, gens;
     int bucket;
-    if (!PyArg_ParseTuple(args, "y*i", &rows, &bucket))
+    long long stamp;
+    if (!PyArg_ParseTuple(args, "y*iy*L", &rows, &bucket, &gens, &stamp))
         return NULL;
     Py_ssize_t n = rc_rows(c, &rows, "put");
     if (n >= 0 && (bucket < 0 || bucket > W3S_E_MAX || n > c->capacity)) {
         PyErr_Format(PyExc_ValueError, "put: bucket %d not in 0..%d, or %zd rows", bucket, W3S_E_MAX, n);
         n = -1;
     }
+    if (n >= 0 && gens.len < (Py_ssize_t)c->n_rows * 8) {
+        PyErr_Format(PyExc_ValueError, "put: gens holds %zd bytes, needs one int64 a row (%d)", gens.len, c->n_rows);
+        n = -1;
+    }
     if (n < 0) {
         PyBuffer_Release(&rows);
+        PyBuffer_Release(&gens);
         return NULL;
     }
+    const int64_t *gen_of = gens.buf;
+    int64_t *gen = c->gen.buf, *stamps = c->stamp.buf;
+    uint8_t *posted = c->posted.buf;
     const int64_t *rw = rows.buf;
     const size_t N = (size_t)c->n_rows;
     int64_t *bank = c->bank.buf, *hi = c->ent_hi.buf, *n_ent = c->n_ent.buf;
@@ -176,9 +189,38 @@ static PyObject *Copies_put(Copies *c, PyObject *args)
         ((uint64_t *)c->episode.buf)[r] = ((uint64_t *)c->b_episode.buf)[i];
         ((uint32_t *)c->step.buf)[r] = ((uint32_t *)c->b_step.buf)[i];
         ((uint64_t *)c->obs_seq.buf)[r] = ((uint64_t *)c->b_obs_seq.buf)[i];
+        posted[r] = 1;
+        gen[r] = gen_of[r];
+        stamps[r] = stamp;
     }
     PyBuffer_Release(&rows);
+    PyBuffer_Release(&gens);
     Py_RETURN_NONE;
+}
+
+/* ready(rows=None) -> how many of these rows (int64; None: every row) can be handed
+ * out: posted or cut. A step's wait asks it each round. */
+static PyObject *Copies_ready(Copies *c, PyObject *args)
+{
+    PyObject *arg = Py_None;
+    if (!PyArg_ParseTuple(args, "|O", &arg))
+        return NULL;
+    const uint8_t *posted = c->posted.buf, *cut = c->cut.buf;
+    long count = 0;
+    if (arg == Py_None) {
+        for (int r = 0; r < c->n_rows; r++)
+            count += (posted[r] | cut[r]) != 0;
+        return PyLong_FromLong(count);
+    }
+    Py_buffer rows;
+    if (PyObject_GetBuffer(arg, &rows, PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    Py_ssize_t n = rc_rows(c, &rows, "ready");
+    const int64_t *rw = rows.buf;
+    for (Py_ssize_t i = 0; i < n; i++)
+        count += (posted[rw[i]] | cut[rw[i]]) != 0;
+    PyBuffer_Release(&rows);
+    return n < 0 ? NULL : PyLong_FromLong(count);
 }
 
 /* take(rows, glob, ent, ent_type, n_ent, mask, reward, terminated, truncated, cut,
@@ -248,7 +290,8 @@ static PyObject *Copies_take(Copies *c, PyObject *args)
 }
 
 static PyMethodDef Copies_methods[] = {
-    {"put", (PyCFunction)Copies_put, METH_VARARGS, "put(rows, bucket)"},
+    {"put", (PyCFunction)Copies_put, METH_VARARGS, "put(rows, bucket, gens, stamp)"},
+    {"ready", (PyCFunction)Copies_ready, METH_VARARGS, "ready(rows=None) -> rows posted or cut"},
     {"take", (PyCFunction)Copies_take, METH_VARARGS,
      "take(rows, glob, ent, ent_type, n_ent, mask, reward, terminated, truncated, cut, episode, step, slot)"},
     {NULL, NULL, 0, NULL},

@@ -4,8 +4,9 @@
  * the row->game map, the supervisor's own record of each row's act_seq and the games'
  * act doorbells), so a round is two calls: gather() scans every row, copies each
  * waiting one into the batch, checks the copy and keeps the valid ones, entities padded
- * to a bucket (padding zeroed every time); answer() writes the actions, publishes
- * act_seq and rings each answered game's doorbell once.
+ * to a bucket (padding zeroed every time), holding them if asked; answer() releases the
+ * held rows it answers if asked, writes the actions, publishes act_seq and rings each
+ * answered game's doorbell once.
  *
  * The game is untrusted and runs beside us: a value it wrote may change between two
  * reads. Every field is read from the table once, into memory the supervisor owns
@@ -264,16 +265,19 @@ static int g_body(Gatherer *g, const w3s_row *r, int row, uint32_t n_ent, int k,
     return 0;
 }
 
-/* gather() -> (n, bucket, bad): n valid waiting rows copied into the batch buffers,
- * their entities padded to `bucket` (entity blocks are n x bucket, contiguous), and
- * the bad rows as a list of (row, field, index, value). The bucket fits the largest
+/* gather(hold=False) -> (n, bucket, bad): n valid waiting rows copied into the batch
+ * buffers, their entities padded to `bucket` (entity blocks are n x bucket, contiguous),
+ * and the bad rows as a list of (row, field, index, value). The bucket fits the largest
  * n_ent of the rows whose scalars passed (a row found bad in the second pass may have
- * been that largest: the bucket stays, padding is zero either way). */
-static PyObject *Gatherer_gather(Gatherer *g, PyObject *noargs)
+ * been that largest: the bucket stays, padding is zero either way). hold: each valid row
+ * gathered is held too (row_game -2 - game, as hold() in gather.py), in the same pass. */
+static PyObject *Gatherer_gather(Gatherer *g, PyObject *args)
 {
-    (void)noargs;
+    int hold = 0;
+    if (!PyArg_ParseTuple(args, "|p", &hold))
+        return NULL;
     const w3s_row *rows = g->table.buf;
-    const int32_t *row_game = g->row_game.buf;
+    int32_t *row_game = g->row_game.buf;
     const uint64_t *acked = g->acked.buf;
     int32_t *out_rows = g->b_rows.buf;
     uint64_t *out_seq = g->b_obs_seq.buf;
@@ -327,6 +331,8 @@ static PyObject *Gatherer_gather(Gatherer *g, PyObject *noargs)
         n_ent[n] = hd->n_ent;
         hash[n] = hd->state_hash;
         disc[n] = hd->discarded;
+        if (hold)
+            row_game[g->cand[c]] = -2 - row_game[g->cand[c]];
         n++;
     }
     if (PyList_GET_SIZE(bad) > 1 && PyList_Sort(bad) < 0) /* in row order, as one pass would give */
@@ -337,7 +343,7 @@ err:
     return NULL;
 }
 
-/* answer(rows, obs_seq, actions, versions) -> rung: for k < len(rows), writes
+/* answer(rows, obs_seq, actions, versions, release=False) -> rung: for k < len(rows), writes
  * actions[k] (int32[n][N_HEADS], C-contiguous) and versions[k] (uint32) into table row
  * rows[k] (int32), then act_seq = obs_seq[k] (uint64, the sequence gathered) with a
  * release store, then rings each answered game's act doorbell once. A row that no
@@ -345,11 +351,14 @@ err:
  * is held) is skipped: a late answer never lands on a new game's rows. The round keeps
  * its own rows and obs_seq, so the next round may gather while this one computes.
  * Returns the number of games rung. A ring that fails with EAGAIN (a FIFO already
- * full: the game has a wake-up pending anyway) is not an error. */
+ * full: the game has a wake-up pending anyway) is not an error. release: each held row
+ * of `rows` is released first (as release() in gather.py), so a round's held rows are
+ * answered in this one call. */
 static PyObject *Gatherer_answer(Gatherer *g, PyObject *args)
 {
     Py_buffer rowsb, seqb, actions, versions;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*", &rowsb, &seqb, &actions, &versions))
+    int release = 0;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*|p", &rowsb, &seqb, &actions, &versions, &release))
         return NULL;
     PyObject *result = NULL;
     Py_ssize_t n = rowsb.len / 4;
@@ -364,7 +373,8 @@ static PyObject *Gatherer_answer(Gatherer *g, PyObject *args)
     }
     w3s_row *rows = g->table.buf;
     uint64_t *acked = g->acked.buf;
-    const int32_t *idx = rowsb.buf, *row_game = g->row_game.buf;
+    const int32_t *idx = rowsb.buf;
+    int32_t *row_game = g->row_game.buf;
     const int32_t *fds = g->act_fd.buf, *lens = g->act_len.buf;
     const uint64_t *seq = seqb.buf;
     const int32_t *act = actions.buf;
@@ -375,6 +385,10 @@ static PyObject *Gatherer_answer(Gatherer *g, PyObject *args)
             goto done;
         }
     }
+    if (release)
+        for (Py_ssize_t k = 0; k < n; k++)
+            if (row_game[idx[k]] <= -2) /* held: its game's again (a detached row, -1, stays) */
+                row_game[idx[k]] = -2 - row_game[idx[k]];
     int32_t epoch = ++g->ring_epoch;
     for (Py_ssize_t k = 0; k < n; k++) {
         w3s_row *r = &rows[idx[k]];
@@ -421,8 +435,9 @@ done:
 }
 
 static PyMethodDef Gatherer_methods[] = {
-    {"gather", (PyCFunction)Gatherer_gather, METH_NOARGS, "gather() -> (n, bucket, bad)"},
-    {"answer", (PyCFunction)Gatherer_answer, METH_VARARGS, "answer(rows, obs_seq, actions, versions) -> games rung"},
+    {"gather", (PyCFunction)Gatherer_gather, METH_VARARGS, "gather(hold=False) -> (n, bucket, bad)"},
+    {"answer", (PyCFunction)Gatherer_answer, METH_VARARGS,
+     "answer(rows, obs_seq, actions, versions, release=False) -> games rung"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -87,8 +87,13 @@ def test_c_and_numpy_copies_agree():
     for _ in range(300):
         rows = rng.choice(16, rng.integers(1, 17), replace=False).astype(np.int64)
         b = _batch(rng, rows, int(rng.choice(BUCKETS)))
-        c.put(rows, b)
-        ref.put(rows, b)
+        gens, stamp = rng.integers(0, 9, 16), int(rng.integers(1, 1 << 40))
+        c.put(rows, b, gens, stamp)
+        ref.put(rows, b, gens, stamp)
+        assert c.posted[rows].all() and (c.gen[rows] == gens[rows]).all() and (c.stamp[rows] == stamp).all()
+        some = rng.choice(16, rng.integers(1, 17), replace=False).astype(np.int64)
+        assert c.ready() == ref.ready() == np.count_nonzero(c.posted | c.cut)
+        assert c.ready(some) == ref.ready(some) == np.count_nonzero(c.posted[some] | c.cut[some])
         rows = rng.choice(16, rng.integers(1, 17), replace=False).astype(np.int64)
         cut = rng.random(16) < 0.2
         for k in (c, ref):
@@ -103,7 +108,7 @@ def test_c_and_numpy_copies_agree():
                 assert g[k].dtype == w[k].dtype and np.array_equal(g[k], w[k]), k
         assert want[1]["cut"].any() or not cut[rows].any()
         for k in (*OBS_KEYS, "ent_hi", "bank", "reward", "flags", "episode", "step", "obs_seq",
-                  "posted", "handed", "cut", "in_episode"):
+                  "posted", "handed", "cut", "in_episode", "gen", "stamp"):
             assert np.array_equal(getattr(c, k), getattr(ref, k)), k
 
 
@@ -112,4 +117,8 @@ def test_c_copies_refuse_a_row_out_of_range():
         pytest.skip(extension_problem())
     c = CRowCopies(4)
     with pytest.raises(ValueError, match="row 4 is not in 0..3"):
-        c.put(np.array([4], np.int64), _batch(np.random.default_rng(0), [0], 32))
+        c.put(np.array([4], np.int64), _batch(np.random.default_rng(0), [0], 32), np.zeros(4, np.int64), 1)
+    with pytest.raises(ValueError, match="row -1 is not in 0..3"):
+        c.ready(np.array([-1], np.int64))
+    with pytest.raises(ValueError, match="gens holds 16 bytes"):
+        c.put(np.array([0], np.int64), _batch(np.random.default_rng(0), [0], 32), np.zeros(2, np.int64), 1)

@@ -252,6 +252,31 @@ def test_hold_and_release(table, cls):
     assert g.row_game[33] == -1
 
 
+@pytest.mark.parametrize("cls", [CGatherer, NumpyGatherer])
+def test_a_gather_that_holds_and_an_answer_that_releases(table, cls):
+    """gather(hold=True) holds each valid row it gathers (a bad one is left for the
+    round that reports it); answer(release=True) releases the held rows it answers in
+    the same call, a row detached meanwhile stays detached and gets no answer."""
+    rng = np.random.default_rng(11)
+    g = _make(table, cls)
+    rows = np.array([1, 2, 17, 33, 34])
+    _fill_valid(table, rng, rows)
+    _spoil(table, 2, "glob")
+    b = g.gather(hold=True)
+    got = b.rows[: b.n].copy()
+    seq = b.obs_seq[: b.n].copy()
+    assert sorted(got.tolist()) == [1, 17, 33, 34]
+    assert g.row_game[[1, 2, 17, 33, 34]].tolist() == [-2, 0, -3, -4, -4]
+    assert g.gather().n == 0 and [x.row for x in g.batch.bad] == [2]  # held rows are not gathered again
+    g.detach_game(2)  # rows 33 and 34: their game ended while they were held
+    acts = np.full((len(got), layout.N_HEADS), 5, np.int32)
+    g.answer(got, seq, acts, np.zeros(len(got), np.uint32), release=True)
+    assert g.row_game[[1, 2, 17, 33, 34]].tolist() == [0, 0, 1, -1, -1]
+    assert (table.rows["act_seq"][[1, 17]] == table.rows["obs_seq"][[1, 17]]).all()
+    assert (table.rows["act_seq"][[33, 34]] != table.rows["obs_seq"][[33, 34]]).all()
+    assert (table.rows["action"][[1, 17]] == 5).all() and not table.rows["action"][[33, 34]].any()
+
+
 def test_batch_select_compacts_in_place(table):
     rng = np.random.default_rng(9)
     g = _make(table, CGatherer)

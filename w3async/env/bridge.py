@@ -3,14 +3,15 @@ that runs the supervisor.
 
 The supervisor runs unchanged (restarts, hang watch, Wine, injection, status server,
 logs) on an event loop of its own in `SupervisorThread`. Its answerer is a `Bridge`
-(runtime/answerer.py's contract): each gathered row is copied into the bridge's own
-buffers (env/rowcopies.py, in C), held (left out of the gathers), and offered to the
-caller; while the caller waits for more rows than a round brings, the round leaves them
-to the next one instead (a step then copies and holds its rows once).
+(runtime/answerer.py's contract): each gathered row is held (left out of the gathers),
+copied into the bridge's own buffers (env/rowcopies.py, in C) and offered to the caller.
+A round on the caller's thread is three C calls (the gather that holds, the copy that
+posts, the count of rows ready): a step's rounds cost what one did in Python.
 
 The caller's thread runs the step's rounds itself: it answers through RunControl.answer
-and, while it waits for rows, sleeps on the games' obs doorbells and runs the round when
-they ring (RunControl.round_here), all under the run's lock (RunControl.lock, which the
+and, while it waits for rows, runs a few rounds between yields of its core, then sleeps
+on the games' obs doorbells and runs the round when they ring (RunControl.round_here),
+all under the run's lock (RunControl.lock, which the
 loop holds wherever the rows' state changes). A lockstep step then wakes no other thread
 (1.9x the steps/s of answering and gathering on the loop's thread). The loop goes on with
 everything else: starts, restarts, the hang watch, a bad row's game, the status server.
@@ -83,6 +84,12 @@ class Bridge(QuietAnswerer):
     """An Answerer whose rows are answered by a caller on another thread."""
 
     gather_here = True  # False: the rounds and answers on the loop, as a cluster's run has them (tests)
+    # Rounds a waiting caller's thread runs between sched_yield()s (the lock released)
+    # before it sleeps on the doorbells: the games it just answered post within tens of
+    # microseconds, and each sleep is a wake-up (8 null games: 1.13x the steps/s of
+    # sleeping at once; ~30 us at most spent before sleeping, each yield leaving the core
+    # to any game waiting for it).
+    spins = 8
 
     def __init__(self, control, opponent=None):
         self.control = control
@@ -102,17 +109,14 @@ class Bridge(QuietAnswerer):
         self.copies = c = row_copies(n, slot_of)  # the rows' observations, last posts and states
         self.reward, self.flags, self.episode, self.step, self.obs_seq = c.reward, c.flags, c.episode, c.step, c.obs_seq
         self.posted, self.handed, self.cut, self.in_episode = c.posted, c.handed, c.cut, c.in_episode
+        self.gen, self.stamp = c.gen, c.stamp  # each row's generation when held, when it became ready
         self.epoch = np.zeros(n, np.int64)  # +1 each time a row's game is reset (reset() waits on it)
-        self.gen = np.zeros(n, np.int64)  # each row's generation when held (RunControl's ticket)
-        self.stamp = np.zeros(n, np.int64)  # when the row became ready: oldest handed out first
         self._clock = itertools.count(1)
         self._versions = np.zeros(n, np.uint32)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.ended: str | None = None  # set by SupervisorThread when the run is over
         self.restarts = 0  # rows cut by a game's end mid-episode
         self._enough = None  # the waiting caller's condition: the loop wakes it only when it holds
-        self.deferred = False  # a round's rows were left to the next round (submit)
-        self.verdict: tuple | None = None  # (condition, its value) as the last submit found it (lock held since)
         self.broken: str | None = None  # why the rows' state is unknown (EnvInterrupted) until a reset
 
     # ---- the loop's side (the Answerer contract) ------------------------------------------------
@@ -126,32 +130,19 @@ class Bridge(QuietAnswerer):
         if self.opponent is not None:
             self.opponent.stop()
 
-    def submit(self, b: Batch) -> None:
+    def submit(self, b: Batch, held: bool = False) -> None:
+        """held: the rows were taken as they were gathered (RunControl.round_here's)."""
         if self.opponent is not None:
             self.opponent.play(b)  # answers its rows; b keeps the caller's
             if not b.n:
                 return
         rows = b.rows[: b.n].astype(np.int64)
-        with self.lock:  # one hold from the check to the copies: the caller sees posted rows whole
-            self.posted[rows] = True  # gathered, so not held: not posted before
-            if self._enough is not None:
-                ok = self._enough()
-                self.verdict = (self._enough, ok)  # the waiting caller's round reads it instead of asking again
-                if not ok:
-                    # Not yet all the waiting caller needs: left to the next round, not held
-                    # (gathered again, in C), so a step copies and holds its rows once.
-                    self.posted[rows] = False
-                    self.deferred = True
-                    return
-            try:
-                ticket = self.control.take(rows)  # not gathered again until answered
-                self.gen[rows] = ticket.gens  # with the rows: a caller may answer the moment they show
-                self.copies.put(rows, b)
-            except BaseException:
-                self.posted[rows] = False
-                raise
-            self.stamp[rows] = next(self._clock)
-            self._notify()  # what a waiting caller needs is there (checked above)
+        with self.lock:  # one hold from the take to the copies: the caller sees posted rows whole
+            if not held:
+                self.control.take(rows)  # not gathered again until answered
+            # posted, with their generations now (a caller may answer the moment they show)
+            self.copies.put(rows, b, self.control.generations, next(self._clock))
+            self._wake()
 
     def rows_reset(self, rows: slice) -> None:
         if self.opponent is not None:
@@ -166,18 +157,13 @@ class Bridge(QuietAnswerer):
             self.handed[rows] = False
             self.in_episode[rows] = False
             self._wake()
-            if self.deferred and not self.gathers:  # the cut may be what the caller waited for beside the rows left
-                self.deferred = False
-                self.control.schedule_round()
 
     def _wake(self) -> None:
-        """Wake the caller if what it waits for is there (each wake-up it cannot use
-        costs a thread switch: 4-5 a step with 8 games posting one by one)."""
-        if self._enough is None or self._enough():
-            self._notify()
-
-    def _notify(self) -> None:
-        if self._asleep:
+        """Wake the sleeping caller threads if what they wait for may be there. Rounds on
+        the loop wake the caller only once its condition holds (each wake-up it cannot
+        use costs a thread switch: 4-5 a step with 8 games posting one by one); with rounds
+        on the callers' threads, a sleeper is another caller, waiting for rows of its own."""
+        if self._asleep and (self.gathers or self._enough is None or self._enough()):
             self.wake_thread()
 
     def wake_thread(self) -> None:
@@ -214,36 +200,32 @@ class Bridge(QuietAnswerer):
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         with self.lock:
             self._usable()
-            self._enough = enough
-            always = True  # a wait's first round: rows left by an earlier round may be waiting
+            always = True  # a wait's first round gathers whatever is posted, rung or not
+            drain, spun = True, 0
             try:
                 while True:
+                    self._enough = enough  # (another thread's wait may have ended meanwhile)
                     if self.gathers:
-                        always |= self.deferred  # a round left rows to the next one
-                        self.deferred, self.verdict = False, None
-                        self._enough = enough  # (another thread's wait may have ended meanwhile)
                         try:
-                            self.control.round_here(always)
+                            self.control.round_here(always, drain)
                         except BaseException as e:
                             self._failed("round", e)
                             raise
-                        v = self.verdict
-                        if v[1] if v is not None and v[0] is enough else enough():
-                            return
-                    else:
-                        if self.deferred and not enough():  # rows left waiting for a caller that waited for more
-                            self.deferred = False
-                            self.loop.call_soon_threadsafe(self.control.schedule_round)
-                        if enough():
-                            return
+                    if enough():
+                        return
                     if self.ended is not None:
                         raise EnvClosed(self.ended)
                     left = None if deadline is None else deadline - time.monotonic()
                     if left is not None and left <= 0:
                         raise TimeoutError(f"no rows ready within {timeout_s} s")
+                    if self.gathers and spun < self.spins:
+                        spun += 1
+                        self._unlocked(os.sched_yield)
+                        always, drain = True, False  # a gather; the rings are read before a sleep
+                        continue
                     nap = 0.5 if left is None else min(left, 0.5)  # a lost ring costs at most this
                     woke = self._sleep(nap)
-                    always = not woke  # after a nap with no ring: a round all the same
+                    always, drain = not woke, True  # after a nap with no ring: a round all the same
             finally:
                 self._enough = None
 
@@ -256,17 +238,9 @@ class Bridge(QuietAnswerer):
             s = self._local.sleeper = _Sleeper()
             self._sleepers.append(s)
         s.watch([o.fd for o in self.control.obs_bells] if self.gathers else [])
-        lock, held = self.control.lock, (1, threading.get_ident())  # the RLock's state, held once
         self._asleep.add(s.fd)
-        try:  # nested so that an interrupt (KeyboardInterrupt) at any call leaves the lock held once
-            try:
-                lock.release()
-                woke = s.poll.poll(seconds * 1000.0)
-            finally:
-                # Not acquire(): a signal handler's exception (Ctrl-C) cuts its wait for a lock
-                # the other thread holds, leaving it untaken. The RLock's _acquire_restore (what
-                # Condition.wait takes it back with) waits through signals; they raise after.
-                lock._acquire_restore(held)
+        try:
+            woke = self._unlocked(s.poll.poll, seconds * 1000.0)
         finally:
             self._asleep.discard(s.fd)
         if any(fd == s.fd for fd, _ in woke):
@@ -275,6 +249,19 @@ class Bridge(QuietAnswerer):
             except (BlockingIOError, OSError):
                 pass
         return bool(woke)
+
+    def _unlocked(self, fn, *args):
+        """fn(*args) with the run's lock released (call with it held once), the lock taken
+        back whatever happens, an interrupt (KeyboardInterrupt) at any call included."""
+        lock, held = self.control.lock, (1, threading.get_ident())  # the RLock's state, held once
+        try:
+            lock.release()
+            return fn(*args)
+        finally:
+            # Not acquire(): a signal handler's exception (Ctrl-C) cuts its wait for a lock
+            # the other thread holds, leaving it untaken. The RLock's _acquire_restore (what
+            # Condition.wait takes it back with) waits through signals; they raise after.
+            lock._acquire_restore(held)
 
     def take(self, rows: np.ndarray) -> tuple[dict, dict]:
         """Hand out these rows (each posted or cut; call with the lock held): their

@@ -1,6 +1,7 @@
 """The rows as the bridge keeps them: each row's observation in two banks, its last
 post's scalars (reward, flags, episode, step, obs_seq), and its state (posted, handed,
-cut, in_episode: env/bridge.py says what each means).
+cut, in_episode: env/bridge.py says what each means; gen, the run's generation of the
+row when it was held, and stamp, when it was posted).
 
 A row's bank `bank[r]` holds the last observation handed out to the caller; a post goes
 into the other bank. So the observation a cut row reports (its game ended mid-episode:
@@ -24,7 +25,7 @@ from w3async.sync import layout
 from w3async.sync.gather import Batch
 
 _SCALARS = ("reward", "flags", "episode", "step", "obs_seq")  # a Batch's, the same dtypes here
-_STATES = ("posted", "handed", "cut", "in_episode", "slot_of")
+_STATES = ("posted", "handed", "cut", "in_episode", "slot_of", "gen", "stamp")
 
 
 class NumpyRowCopies:
@@ -52,10 +53,14 @@ class NumpyRowCopies:
         self.cut = np.zeros(n, bool)
         self.in_episode = np.zeros(n, bool)
         self.slot_of = np.zeros(n, np.int32) if slot_of is None else np.ascontiguousarray(slot_of, np.int32)
+        self.gen = np.zeros(n, np.int64)  # each row's generation when held (RunControl's ticket)
+        self.stamp = np.zeros(n, np.int64)  # when the row was posted: oldest handed out first
         self._fields = tuple(getattr(self, k) for k in OBS_KEYS)
 
-    def put(self, rows: np.ndarray, b: Batch) -> None:
-        """The batch's first len(rows) rows, posted for these table rows (int64)."""
+    def put(self, rows: np.ndarray, b: Batch, gens: np.ndarray, stamp: int) -> None:
+        """The batch's first len(rows) rows, posted for these table rows (int64): each
+        row posted, its generation gens[row] (gens: the run's, one per table row), its
+        stamp."""
         n, bucket = len(rows), b.bucket
         w = self.bank[rows] ^ 1
         self.glob[w, rows] = b.glob[:n]
@@ -70,6 +75,15 @@ class NumpyRowCopies:
         self.mask[w, rows] = b.mask[:n]
         for k in _SCALARS:
             getattr(self, k)[rows] = getattr(b, k)[:n]
+        self.posted[rows] = True
+        self.gen[rows] = gens[rows]
+        self.stamp[rows] = stamp
+
+    def ready(self, rows: np.ndarray | None = None) -> int:
+        """How many of these rows (None: every row) can be handed out: posted or cut."""
+        if rows is None:
+            return int(np.count_nonzero(self.posted | self.cut))
+        return int(np.count_nonzero(self.posted[rows] | self.cut[rows]))
 
     def take(self, rows: np.ndarray) -> tuple[dict, dict]:
         """Hand out these rows (int64; each posted or cut): their observations (a cut row:
@@ -129,8 +143,11 @@ class CRowCopies(NumpyRowCopies):
             got = self._c[id(b)] = (b, self._ext.Copies(n_rows=self.n_rows, capacity=b.capacity, **bufs))
         return got[1]
 
-    def put(self, rows: np.ndarray, b: Batch) -> None:
-        self._for(b).put(rows, b.bucket)
+    def put(self, rows: np.ndarray, b: Batch, gens: np.ndarray, stamp: int) -> None:
+        self._for(b).put(rows, b.bucket, gens, stamp)
+
+    def ready(self, rows: np.ndarray | None = None) -> int:
+        return self._any().ready(rows)
 
     def take(self, rows: np.ndarray) -> tuple[dict, dict]:
         n = len(rows)
@@ -142,13 +159,13 @@ class CRowCopies(NumpyRowCopies):
         step = {"reward": np.empty(n, np.float32), "terminated": np.empty(n, bool), "truncated": np.empty(n, bool),
                 "cut": np.empty(n, bool), "episode": np.empty(n, np.uint64), "step": np.empty(n, np.uint32),
                 "slot": np.empty(n, np.int32)}
-        c = next(iter(self._c.values()))[1] if self._c else self._first()
-        c.take(rows, *obs.values(), *step.values())
+        self._any().take(rows, *obs.values(), *step.values())
         return obs, step
 
-    def _first(self):
-        """A C view before any post (a hand-out of cut rows only): over a batch of its own."""
-        return self._for(Batch(1))
+    def _any(self):
+        """A C view (each one's row state and banks are these arrays); before any post (a
+        hand-out of cut rows only), one over a batch of its own."""
+        return next(iter(self._c.values()))[1] if self._c else self._for(Batch(1))
 
 
 def extension_problem() -> str | None:

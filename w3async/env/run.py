@@ -110,12 +110,13 @@ class EnvRun:
         self.bridge.wait(self.all_ready(rows), timeout_s)
 
     def all_ready(self, rows: np.ndarray):
-        """The check that every one of these rows is ready (for Bridge.wait; every table
-        row: two numpy calls fewer, each a round and each step makes it)."""
-        b = self.bridge
-        if len(rows) == b.n_rows:
-            return lambda: bool((b.posted | b.cut).all())
-        return lambda: bool((b.posted[rows] | b.cut[rows]).all())
+        """The check that every one of these rows is ready (for Bridge.wait: each round
+        and each step makes it, one C call)."""
+        copies, n = self.bridge.copies, len(rows)
+        if n == self.bridge.n_rows:
+            return lambda: copies.ready() == n
+        rows = np.ascontiguousarray(rows, np.int64)
+        return lambda: copies.ready(rows) == n
 
     def restart_games(self, timeout_s: float | None, seed=None) -> None:
         """End every game at once and restart it (a reset() after the first; `seed` as

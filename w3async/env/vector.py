@@ -115,7 +115,7 @@ class W3VectorEnv(VectorEnv):
         """The next `batch_size` sub-envs that are ready, oldest first: (obs, rewards,
         terminations, truncations, infos), infos["env_id"] their ids."""
         b = self.run.bridge
-        b.wait(lambda: len(b.ready()) >= self.batch_size, timeout_s or self.step_timeout_s)
+        b.wait(lambda: b.copies.ready() >= self.batch_size, timeout_s or self.step_timeout_s)
         with b.lock:
             ready = b.ready()
             rows = ready[np.argsort(b.stamp[ready], kind="stable")[: self.batch_size]]
@@ -136,7 +136,8 @@ class W3VectorEnv(VectorEnv):
         info = {k: st[k] for k in ("cut", "episode", "step", "slot")}
         if ids is not None:
             info["env_id"] = ids.astype(np.int64)
-        every = np.ones((len(info), len(st["cut"])), bool)  # one call for every "_key" mask (rows of it)
+        every = np.empty((len(info), len(st["cut"])), bool)  # every "_key" mask: rows of one array
+        every.fill(True)  # (np.ones is Python code around these two calls)
         for i, k in enumerate(list(info)):
             info["_" + k] = every[i]
         return info

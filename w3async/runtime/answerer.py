@@ -128,6 +128,12 @@ class RunControl:
         """Which of rows are held by a ticket not yet answered or released."""
         return self._in_flight[rows]
 
+    @property
+    def generations(self) -> np.ndarray:
+        """Every row's generation now: the array itself, to read under the lock (an
+        answerer's C copies read a round's rows' from it), never to write."""
+        return self._gen
+
     def generation(self, rows) -> np.ndarray:
         """The rows' generations now (a game host sends them with its rounds and resets)."""
         return self._gen[rows].copy()
@@ -150,8 +156,8 @@ class RunControl:
             obs_seq, actions, versions = obs_seq[keep], actions[keep], versions[keep]
         if not len(rows):
             return keep
-        self._free(rows)  # first: the gatherer drops an answer to a row still held (row_game < 0)
-        self._publish(rows, obs_seq, actions, versions)
+        self._in_flight[rows] = False
+        self._publish(rows, obs_seq, actions, versions, held=True)
         return keep
 
     def answer_now(self, rows: np.ndarray, obs_seq: np.ndarray, actions: np.ndarray, versions: np.ndarray) -> None:
@@ -160,19 +166,23 @@ class RunControl:
         thread. Saves take()'s hold and release on the hot path."""
         self._publish(np.asarray(rows), obs_seq, actions, versions)
 
-    def _publish(self, rows: np.ndarray, obs_seq: np.ndarray, actions: np.ndarray, versions: np.ndarray) -> None:
+    def _publish(self, rows: np.ndarray, obs_seq: np.ndarray, actions: np.ndarray, versions: np.ndarray,
+                 held: bool = False) -> None:
         """Write the answers (unless the run is stopping), count them, and stop the run
-        when its step limit is reached."""
-        if not self._ctx.life.stopping:
-            if self._remote is None:
-                self._gatherer.answer(rows, obs_seq, actions, versions)
-            else:
-                here = rows < self._n_local
-                if here.any():
-                    self._gatherer.answer(rows[here], obs_seq[here], actions[here], versions[here])
-                if not here.all():
-                    far = rows[~here]
-                    self._remote.answer(far, self._host_gen[far], obs_seq[~here], actions[~here], versions[~here])
+        when its step limit is reached. held: this host's rows are held (a ticket's) and
+        are released in the same call (the gatherer drops an answer to a held row)."""
+        if self._ctx.life.stopping:
+            if held:
+                self._gatherer.release(rows[rows < self._n_local] if self._remote is not None else rows)
+        elif self._remote is None:
+            self._gatherer.answer(rows, obs_seq, actions, versions, release=held)
+        else:
+            here = rows < self._n_local
+            if here.any():
+                self._gatherer.answer(rows[here], obs_seq[here], actions[here], versions[here], release=held)
+            if not here.all():
+                far = rows[~here]
+                self._remote.answer(far, self._host_gen[far], obs_seq[~here], actions[~here], versions[~here])
         self.counters.agent_steps += len(rows)
         self.counters.rounds += 1
         steps = self.recipe.stop.steps
@@ -226,25 +236,31 @@ class RunControl:
             self.answerer.wake_thread()  # under the lock: its eventfds do not close meanwhile
         return True
 
-    def round_here(self, always: bool) -> None:
+    def round_here(self, always: bool, drain: bool = True) -> None:
         """A round on the calling thread, under the lock: the obs doorbells drained, then,
         if one had rung or `always`, a gather submitted to the answerer (a game rings after
-        it posts: with no ring, only rows a round left behind can be waiting). Bad rows are
+        it posts: with no ring, only rows a round left behind can be waiting). drain=False:
+        a gather, the doorbells left unread (a thread polling between yields: the round
+        before its sleep reads them). The batch's
+        rows come held, as take() holds them: submit(b, held=True) answers them through a
+        ticket of generation() (take() of them again is harmless). Bad rows are
         left to a round on the loop, which restarts their games (the loop's work); nothing
         after close_rounds()."""
         with self.lock:
             if not self._rounds_open:
                 return
-            rang = False
-            for obs in self.obs_bells:
-                rang |= obs.drain()
-            if not (rang or always):
-                return
-            b = self._gatherer.gather()
+            if drain:
+                rang = False
+                for obs in self.obs_bells:
+                    rang |= obs.drain()
+                if not (rang or always):
+                    return
+            b = self._gatherer.gather(hold=True)  # each row taken as gathered: one C call
             if b.bad:
                 self._ctx.loop.call_soon_threadsafe(self._schedule_round)
             if b.n:
-                self.answerer.submit(b)
+                self._in_flight[b.rows[: b.n]] = True
+                self.answerer.submit(b, held=True)
 
     def close_rounds(self) -> None:
         """The shutdown, before the doorbells and the table close: a round on another
@@ -292,7 +308,9 @@ class Answerer(Protocol):
     gathers: bool
     """Its own thread runs the rounds (RunControl.round_here, waiting on RunControl.obs_bells)
     and the loop reads no obs doorbell; such an answerer has wake_thread(), called (with
-    RunControl.lock held) when the doorbells change. False when absent (the loop gathers)."""
+    RunControl.lock held) when the doorbells change, and its submit takes `held`: True for
+    round_here's batches, whose rows it took as it gathered them. False when absent (the
+    loop gathers)."""
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Before the first game starts (off the loop: it may load a network)."""

@@ -182,7 +182,9 @@ class NumpyGatherer(_GathererBase):
         self._obs, self._act = t["obs_seq"], t["act_seq"]  # _act is written, never read
         self._rungs = {8: (1).to_bytes(8, "little"), 1: b"\x01"}
 
-    def gather(self) -> Batch:
+    def gather(self, hold: bool = False) -> Batch:
+        """The valid waiting rows into the batch (bad ones in b.bad); hold: each one held
+        as gathered (hold()), in the same call."""
         b = self.batch
         t = self.table.rows
         obs_all = self._obs.copy()  # one read of every sequence number
@@ -208,6 +210,8 @@ class NumpyGatherer(_GathererBase):
         b.ent[:] = np.where(live[:, :, None], sub["ent"][:, :bucket], 0)
         b.ent_type[:] = np.where(live, sub["ent_type"][:, :bucket], 0)
         b.mask[:n] = sub["mask"]
+        if hold:
+            self.hold(b.rows[:n])
         return b
 
     def _scalars_valid(self, sub: np.ndarray, obs: np.ndarray) -> np.ndarray:
@@ -258,11 +262,15 @@ class NumpyGatherer(_GathererBase):
                 return BadRow(row, "mask", h * layout.HEAD_MAX, 0)
         raise AssertionError(f"row {row} failed a vectorised check but none of the row checks")
 
-    def answer(self, rows: np.ndarray, obs_seq: np.ndarray, actions: np.ndarray, versions: np.ndarray) -> int:
+    def answer(self, rows: np.ndarray, obs_seq: np.ndarray, actions: np.ndarray, versions: np.ndarray,
+               release: bool = False) -> int:
         """Write actions (n, N_HEADS) and versions (n,) into table rows `rows`, publish
         act_seq = obs_seq (the sequence gathered), ring each answered game once.
-        Returns the games rung."""
+        release: the held ones of `rows` are released first (a round's held rows answered
+        in one call). Returns the games rung."""
         rows = np.asarray(rows, np.int64)
+        if release:
+            self.release(rows)
         n = len(rows)
         seq = np.asarray(obs_seq[:n], np.uint64)
         # Stale answers (the game restarted meanwhile, or the row is held or gameless) drop.
@@ -321,19 +329,21 @@ class CGatherer(_GathererBase):
             glob=b.glob, ent=b.ent_flat, ent_type=b.type_flat, mask=b.mask,
         )
 
-    def gather(self) -> Batch:
+    def gather(self, hold: bool = False) -> Batch:
         b = self.batch
-        b.n, b.bucket, bad = self._g.gather()
+        b.n, b.bucket, bad = self._g.gather(hold)
         b.bad = [BadRow(*x) for x in bad]
         return b
 
-    def answer(self, rows: np.ndarray, obs_seq: np.ndarray, actions: np.ndarray, versions: np.ndarray) -> int:
+    def answer(self, rows: np.ndarray, obs_seq: np.ndarray, actions: np.ndarray, versions: np.ndarray,
+               release: bool = False) -> int:
         n = len(rows)
         return self._g.answer(
             np.ascontiguousarray(rows, np.int32),
             np.ascontiguousarray(obs_seq[:n], np.uint64),
             np.ascontiguousarray(actions[:n], np.int32),
             np.ascontiguousarray(versions[:n], np.uint32),
+            release,
         )
 
 
