@@ -277,7 +277,7 @@ class Bridge(QuietAnswerer):
         with self.lock:
             self._usable()
             owed = self.handed[rows]
-            if owed.all():  # a step's usual case: no selection to copy
+            if np.count_nonzero(owed) == len(owed):  # a step's usual case: no selection to copy
                 r, acts = rows, actions.astype(np.int32)  # a new array: the caller may reuse its own
             else:
                 r = rows[owed]

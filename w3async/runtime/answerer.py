@@ -149,7 +149,7 @@ class RunControl:
         Stale rows are dropped (the gatherer drops answers for rows re-posted since
         obs_seq too). Returns the mask of the rows answered."""
         keep = self.current(ticket)
-        if keep.all():  # the usual round: no row went stale, no selection to copy
+        if np.count_nonzero(keep) == len(keep):  # the usual round: no row went stale, no selection to copy
             rows = ticket.rows
         else:
             rows = ticket.rows[keep]
@@ -259,7 +259,7 @@ class RunControl:
             if b.bad:
                 self._ctx.loop.call_soon_threadsafe(self._schedule_round)
             if b.n:
-                self._in_flight[b.rows[: b.n]] = True
+                self._in_flight[b.rows[: b.n].astype(np.int64)] = True  # (an int32 index is 8x slower)
                 self.answerer.submit(b, held=True)
 
     def close_rounds(self) -> None:
