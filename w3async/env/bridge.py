@@ -87,8 +87,8 @@ class Bridge(QuietAnswerer):
     # Rounds a waiting caller's thread runs between sched_yield()s (the lock released)
     # before it sleeps on the doorbells: the games it just answered post within tens of
     # microseconds, and each sleep is a wake-up (8 null games: 1.13x the steps/s of
-    # sleeping at once; ~30 us at most spent before sleeping, each yield leaving the core
-    # to any game waiting for it).
+    # sleeping at once, the duel within noise; 30-50 us of this thread's CPU at most before
+    # it sleeps, each yield leaving the core to any game waiting for it).
     spins = 8
 
     def __init__(self, control, opponent=None):
