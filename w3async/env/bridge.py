@@ -9,9 +9,8 @@ A round on the caller's thread is three C calls (the gather that holds, the copy
 posts, the count of rows ready): a step's rounds cost what one did in Python.
 
 The caller's thread runs the step's rounds itself: it answers through RunControl.answer
-and, while it waits for rows, runs a few rounds between yields of its core, then sleeps
-on the games' obs doorbells and runs the round when they ring (RunControl.round_here),
-all under the run's lock (RunControl.lock, which the
+and, while it waits for rows, sleeps on the games' obs doorbells and runs the round when
+they ring (RunControl.round_here), all under the run's lock (RunControl.lock, which the
 loop holds wherever the rows' state changes). A lockstep step then wakes no other thread
 (1.9x the steps/s of answering and gathering on the loop's thread). The loop goes on with
 everything else: starts, restarts, the hang watch, a bad row's game, the status server.
@@ -84,12 +83,6 @@ class Bridge(QuietAnswerer):
     """An Answerer whose rows are answered by a caller on another thread."""
 
     gather_here = True  # False: the rounds and answers on the loop, as a cluster's run has them (tests)
-    # Rounds a waiting caller's thread runs between sched_yield()s (the lock released)
-    # before it sleeps on the doorbells: the games it just answered post within tens of
-    # microseconds, and each sleep is a wake-up (8 null games: 1.13x the steps/s of
-    # sleeping at once, the duel within noise; 30-50 us of this thread's CPU at most before
-    # it sleeps, each yield leaving the core to any game waiting for it).
-    spins = 8
 
     def __init__(self, control, opponent=None):
         self.control = control
@@ -201,13 +194,12 @@ class Bridge(QuietAnswerer):
         with self.lock:
             self._usable()
             always = True  # a wait's first round gathers whatever is posted, rung or not
-            drain, spun = True, 0
             try:
                 while True:
                     self._enough = enough  # (another thread's wait may have ended meanwhile)
                     if self.gathers:
                         try:
-                            self.control.round_here(always, drain)
+                            self.control.round_here(always)
                         except BaseException as e:
                             self._failed("round", e)
                             raise
@@ -218,14 +210,9 @@ class Bridge(QuietAnswerer):
                     left = None if deadline is None else deadline - time.monotonic()
                     if left is not None and left <= 0:
                         raise TimeoutError(f"no rows ready within {timeout_s} s")
-                    if self.gathers and spun < self.spins:
-                        spun += 1
-                        self._unlocked(os.sched_yield)
-                        always, drain = True, False  # a gather; the rings are read before a sleep
-                        continue
                     nap = 0.5 if left is None else min(left, 0.5)  # a lost ring costs at most this
                     woke = self._sleep(nap)
-                    always, drain = not woke, True  # after a nap with no ring: a round all the same
+                    always = not woke  # after a nap with no ring: a round all the same
             finally:
                 self._enough = None
 
