@@ -266,6 +266,8 @@ def test_interrupts_in_the_middle_of_steps_ask_for_a_reset_and_lose_nothing(gath
             except KeyboardInterrupt:
                 armed[0] = False
                 counts["interrupts"] += 1
+                # the step's `with` blocks all undone (a lock left held deadlocks a later sleep)
+                assert not env.run.bridge.lock._is_owned(), "an interrupt left the run's lock held"
                 continue
             except we.EnvInterrupted:
                 armed[0] = False
