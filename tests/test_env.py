@@ -29,6 +29,23 @@ def _built(null_native):
     return null_native
 
 
+def test_sample_masked_picks_each_allowed_choice_alike_and_nothing_else():
+    """The random policy of the examples and the bench: only allowed choices, each about
+    equally often (a head's 1-3 allowed among HEAD_MAX), choice 0 for a head with none."""
+    rng = np.random.default_rng(1)
+    mask = np.zeros((4000, layout.N_HEADS, layout.HEAD_MAX), np.uint8)
+    allowed = {0: [5], 1: [0, layout.HEAD_MAX - 1], 2: [3, 7, 11]}  # head 3 allows none
+    for h, cs in allowed.items():
+        mask[:, h, cs] = 1
+    acts = sample_masked(mask, rng)
+    assert acts.shape == (4000, layout.N_HEADS) and acts.dtype == np.int64
+    for h, cs in allowed.items():
+        counts = np.bincount(acts[:, h], minlength=layout.HEAD_MAX)
+        assert set(np.flatnonzero(counts)) == set(cs), (h, np.flatnonzero(counts))
+        assert counts[cs].min() > 0.8 * 4000 / len(cs), (h, counts[cs])  # uniform: each near 1/len
+    assert (acts[:, 3] == 0).all()
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
