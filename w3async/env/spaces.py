@@ -13,6 +13,7 @@ import numpy as np
 from gymnasium import spaces
 
 from w3async.games.spec import GameSpec
+from w3async.runtime.policies import sample_masked  # noqa: F401 (the env's users' random policy)
 from w3async.sync import layout
 
 OBS_KEYS = ("glob", "ent", "ent_type", "n_ent", "mask")
@@ -30,12 +31,3 @@ def observation_space(spec: GameSpec, seed: int | None = None) -> spaces.Dict:
 
 def action_space(spec: GameSpec, seed: int | None = None) -> spaces.MultiDiscrete:
     return spaces.MultiDiscrete(np.array(spec.head_sizes, np.int64), seed=seed)
-
-
-def sample_masked(mask: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """A uniform allowed choice per head for each row of a batched mask (n, N_HEADS, HEAD_MAX);
-    choice 0 for a head that allows none."""
-    scores = rng.random(mask.shape, dtype=np.float32)
-    np.subtract(1.0, scores, out=scores)  # (0, 1]: an allowed choice scores above a masked one's 0
-    np.multiply(scores, mask, out=scores)  # (not a boolean mask's setitem: 1.4x for 8 rows, 1.9x for 16)
-    return scores.argmax(axis=2).astype(np.int64, copy=False)

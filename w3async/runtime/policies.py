@@ -30,8 +30,21 @@ class CheckPolicy:
         return layout.check_answer(b.obs_seq[:n], b.lane[:n], b.side[:n]), self.versions[:n]
 
 
+def sample_masked(mask: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """A uniform allowed choice per head for each row of a batched mask (n, N_HEADS,
+    HEAD_MAX), int64; choice 0 for a head that allows none. Each choice scores a random
+    31-bit number, a masked one 0, and the best wins: the bit generator's raw words (half
+    the cost of its floats, which were two thirds of this) and a multiply (a boolean mask's
+    setitem cost as much again). Two allowed choices tie once in ~2^31 draws."""
+    n = mask.size
+    scores = rng.bit_generator.random_raw((n + 1) // 2).view(np.uint32)[:n].reshape(mask.shape)
+    scores |= 1  # never 0: an allowed choice scores above a masked one
+    np.multiply(scores, mask, out=scores, casting="unsafe")  # (a mask of 0 and 1, whatever its dtype)
+    return scores.argmax(axis=-1)
+
+
 class RandomPolicy:
-    """Uniform over each head's allowed choices (Gumbel-max over the mask)."""
+    """Uniform over each head's allowed choices (sample_masked)."""
 
     def __init__(self, capacity: int, seed: int = 0):
         self.rng = np.random.default_rng(seed)
@@ -39,9 +52,7 @@ class RandomPolicy:
 
     def __call__(self, b: Batch) -> tuple[np.ndarray, np.ndarray]:
         n = b.n
-        scores = self.rng.random((n, layout.N_HEADS, layout.HEAD_MAX), dtype=np.float32)
-        scores[b.mask[:n] == 0] = -1.0
-        return scores.argmax(axis=2).astype(np.int32), self.versions[:n]
+        return sample_masked(b.mask[:n], self.rng).astype(np.int32), self.versions[:n]
 
 
 class PolicyAnswerer:
