@@ -1,7 +1,7 @@
 """w3async.env's throughput (`make bench`): agent steps/s through the env API, beside
 gymnasium's AsyncVectorEnv over the same games and beside w3async's own answerer path.
 
-    .venv/bin/python bench/env_bench.py [--seconds S] [--procs N] [--games null,duel]
+    .venv/bin/python bench/env_bench.py [--seconds S] [--repeats R] [--procs N] [--games null,duel]
 
 The same games in every row: N processes of 1 lane and 1 agent side (the duel against
 ai:easy; the null game with one agent side... its two sides are both agent rows, so a
@@ -12,8 +12,11 @@ null process gives 2 rows), answered with uniform allowed actions (masked random
   w3async.env.single.GameEnv (that one game as a gymnasium.Env: one env per game);
 - `native answerer`: the supervisor's own path, the random policy as its answerer (no
   thread crossing, no per-step Python of the caller): the upper bound.
-An agent step is one row answered. Each row runs --seconds after a warm-up; one run, one
-table: compare within it (docs/performance.md).
+An agent step is one row answered. Each path runs --seconds after a warm-up, the four
+paths in turn, --repeats times (each path's figure is the median of its repeats, its
+range beside it: this shared machine's load changes within a minute, and a path measured
+once can meet a quiet or a busy window alone). One run, one table: compare within it
+(docs/performance.md).
 """
 
 from __future__ import annotations
@@ -134,17 +137,23 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=5.0)
     p.add_argument("--procs", type=int, default=8, help="game processes (sub-envs of AsyncVectorEnv)")
     p.add_argument("--games", default="null,duel")
+    p.add_argument("--repeats", type=int, default=3, help="each path measured this many times, in turn")
     a = p.parse_args()
-    print(f"{'game':<6} {'path':<26} {'agent steps/s':>14} {'vs async':>9} {'vs native':>10}")
+    paths = {"w3async.env step": bench_step, "w3async.env send/recv": bench_recv,
+             "gymnasium AsyncVectorEnv": bench_async, "native answerer": bench_native}
+    print(f"{'game':<6} {'path':<26} {'agent steps/s':>14} {'range':>17} {'vs async':>9} {'vs native':>10}")
     for g in a.games.split(","):
-        recipe = RECIPES[g]
-        res = {"w3async.env step": bench_step(recipe, a.procs, a.seconds),
-               "w3async.env send/recv": bench_recv(recipe, a.procs, a.seconds),
-               "gymnasium AsyncVectorEnv": bench_async(recipe, a.procs, a.seconds),
-               "native answerer": bench_native(recipe, a.procs, a.seconds)}
+        runs: dict[str, list[float]] = {k: [] for k in paths}
+        for r in range(a.repeats):
+            for k, bench in paths.items():
+                runs[k].append(bench(RECIPES[g], a.procs, a.seconds))
+            print(f"# {g}: repeat {r + 1} of {a.repeats}: " + ", ".join(f"{k} {v[-1]:,.0f}" for k, v in runs.items()),
+                  file=sys.stderr, flush=True)
+        res = {k: float(np.median(v)) for k, v in runs.items()}
         base, top = res["gymnasium AsyncVectorEnv"], res["native answerer"]
         for k, v in res.items():
-            print(f"{g:<6} {k:<26} {v:>14,.0f} {v / base:>8.1f}x {100 * v / top:>9.0f}%", flush=True)
+            span = f"{min(runs[k]):,.0f}-{max(runs[k]):,.0f}"
+            print(f"{g:<6} {k:<26} {v:>14,.0f} {span:>17} {v / base:>8.1f}x {100 * v / top:>9.0f}%", flush=True)
     return 0
 
 
