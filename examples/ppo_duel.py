@@ -102,6 +102,7 @@ def to_t(obs):
 def main():
     a = parse()
     torch.manual_seed(a.seed)
+    shuffler = np.random.default_rng(a.seed)  # the minibatches' order: the same seed, the same run
     torch.set_num_threads(a.threads)
     env = we.make(a.recipe, supervisor__progress_s=0)
     game = games.get(env.recipe.game)
@@ -158,7 +159,7 @@ def main():
         idx_all = np.flatnonzero(keep.numpy())
         mb = max(1, len(idx_all) // a.num_minibatches)
         for _ in range(a.update_epochs):
-            np.random.shuffle(idx_all)
+            shuffler.shuffle(idx_all)
             for s in range(0, len(idx_all) - mb + 1, mb):
                 idx = torch.as_tensor(idx_all[s:s + mb])
                 _, newlogp, ent, newv = agent.act({k: v[idx] for k, v in flat.items()}, b_act[idx])
