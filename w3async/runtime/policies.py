@@ -30,6 +30,10 @@ class CheckPolicy:
         return layout.check_answer(b.obs_seq[:n], b.lane[:n], b.side[:n]), self.versions[:n]
 
 
+# The bit generators whose raw words are 64 random bits (numpy's default, PCG64, among them).
+_RAW64 = (np.random.PCG64, np.random.PCG64DXSM, np.random.Philox, np.random.SFC64)
+
+
 def sample_masked(mask: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """A uniform allowed choice per head for each row of a batched mask (n, N_HEADS,
     HEAD_MAX), int64; choice 0 for a head that allows none. Each choice scores a random
@@ -37,8 +41,11 @@ def sample_masked(mask: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     the cost of its floats, which were two thirds of this) and a multiply (a boolean mask's
     setitem cost as much again). Two allowed choices tie once in ~2^31 draws."""
     n = mask.size
-    scores = rng.bit_generator.random_raw((n + 1) // 2).view(np.uint32)[:n].reshape(mask.shape)
-    scores |= 1  # never 0: an allowed choice scores above a masked one
+    if isinstance(rng.bit_generator, _RAW64):
+        scores = rng.bit_generator.random_raw((n + 1) // 2).view(np.uint32)[:n].reshape(mask.shape)
+        scores |= 1  # never 0: an allowed choice scores above a masked one
+    else:  # MT19937's raw words are 32-bit in 64: half of them would be 0
+        scores = rng.integers(1, 1 << 32, mask.shape, dtype=np.uint32)
     np.multiply(scores, mask, out=scores, casting="unsafe")  # (a mask of 0 and 1, whatever its dtype)
     return scores.argmax(axis=-1)
 
