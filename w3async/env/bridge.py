@@ -13,10 +13,9 @@ and, while it waits for rows, runs a few rounds between yields of its core, then
 on the games' obs doorbells and runs the round when they ring (RunControl.round_here),
 all under the run's lock (RunControl.lock, which the loop holds wherever the rows' state
 changes). A lockstep step then wakes no other thread (1.9x the steps/s of answering and
-gathering on the loop's thread). The loop goes on with
-everything else: starts, restarts, the hang watch, a bad row's game, the status server.
-A run with game hosts (a cluster) leaves the rounds and answers to the loop, whose
-sockets reach the hosts. That lock guards the per-row state both threads read. A waiting
+gathering on the loop's thread). The loop goes on with everything else: starts,
+restarts, the hang watch, a bad row's game, the status server. A run with game hosts (a
+cluster) leaves the rounds and answers to the loop, whose sockets reach the hosts. That lock guards the per-row state both threads read. A waiting
 thread sleeps with it released on a wake-up eventfd of its own (and the obs doorbells
 when it runs the rounds): the loop, or another thread, writes it when rows or the run's
 end are there. No `threading.Condition`: its wait is Python code, where a
