@@ -9,13 +9,14 @@ A round on the caller's thread is three C calls (the gather that holds, the copy
 posts, the count of rows ready): a step's rounds cost what one did in Python.
 
 The caller's thread runs the step's rounds itself: it answers through RunControl.answer
-and, while it waits for rows, runs a few rounds between yields of its core, then sleeps
-on the games' obs doorbells and runs the round when they ring (RunControl.round_here),
-all under the run's lock (RunControl.lock, which the loop holds wherever the rows' state
-changes). A lockstep step then wakes no other thread (1.9x the steps/s of answering and
-gathering on the loop's thread). The loop goes on with everything else: starts,
-restarts, the hang watch, a bad row's game, the status server. A run with game hosts (a
-cluster) leaves the rounds and answers to the loop, whose sockets reach the hosts. That lock guards the per-row state both threads read. A waiting
+and, while it waits for rows, yields its core for up to a millisecond, gathering when an
+obs doorbell rang, then sleeps on the doorbells and runs the round when they ring
+(RunControl.round_here), all under the run's lock (RunControl.lock, which the loop holds
+wherever the rows' state changes). A lockstep step then wakes no other thread (1.9x the
+steps/s of answering and gathering on the loop's thread). The loop goes on with
+everything else: starts, restarts, the hang watch, a bad row's game, the status server.
+A run with game hosts (a cluster) leaves the rounds and answers to the loop, whose
+sockets reach the hosts. That lock guards the per-row state both threads read. A waiting
 thread sleeps with it released on a wake-up eventfd of its own (and the obs doorbells
 when it runs the rounds): the loop, or another thread, writes it when rows or the run's
 end are there. No `threading.Condition`: its wait is Python code, where a
@@ -83,12 +84,15 @@ class Bridge(QuietAnswerer):
     """An Answerer whose rows are answered by a caller on another thread."""
 
     gather_here = True  # False: the rounds and answers on the loop, as a cluster's run has them (tests)
-    # Rounds a waiting caller's thread runs between sched_yield()s (the lock released)
-    # before it sleeps on the doorbells: the games it just answered post within tens of
-    # microseconds, and each sleep is a wake-up (8 null games: 1.13x the steps/s of
-    # sleeping at once, the duel within noise; 30-50 us of this thread's CPU at most before
-    # it sleeps, each yield leaving the core to any game waiting for it).
-    spins = 8
+    # How long a waiting caller's thread yields its core (sched_yield(), the lock released)
+    # before it sleeps on the doorbells, reading them between yields and gathering only
+    # when one rang: the games it just answered post within a few hundred microseconds,
+    # each yield leaves the core to any game waiting for it, and a thread that sleeps lets
+    # its core go idle. On a VM an idle core halts: waking it took 50-80 us (perf sched
+    # on this project's 2-core VM), paid each step. Against 8 yields then a sleep: step()
+    # 1.18x over 8 duel games, 1.0-1.18x over 8 null ones; AsyncVectorEnv's steps/s, whose
+    # workers run this bridge too, unchanged (docs/performance.md).
+    spin_s = 0.001
 
     def __init__(self, control, opponent=None):
         self.control = control
@@ -200,7 +204,7 @@ class Bridge(QuietAnswerer):
         with self.lock:
             self._usable()
             always = True  # a wait's first round gathers whatever is posted, rung or not
-            drain, spun = True, 0
+            drain, spin_end = True, time.perf_counter() + self.spin_s
             try:
                 while True:
                     self._enough = enough  # (another thread's wait may have ended meanwhile)
@@ -222,10 +226,9 @@ class Bridge(QuietAnswerer):
                     # `continue` here jumped to the loop's head, just past the try's start:
                     # neither the finally nor the `with` ran, the lock stayed held and the next
                     # sleep deadlocked (tests/test_interrupts.py checks every back edge).
-                    if self.gathers and spun < self.spins:
-                        spun += 1
+                    if self.gathers and time.perf_counter() < spin_end:
                         self._unlocked(os.sched_yield)
-                        always, drain = True, False  # a gather; the rings are read before a sleep
+                        always, drain = False, True  # the doorbells read: a gather if one rang
                     else:
                         nap = 0.5 if left is None else min(left, 0.5)  # a lost ring costs at most this
                         woke = self._sleep(nap)
