@@ -204,13 +204,13 @@ class Bridge(QuietAnswerer):
         with self.lock:
             self._usable()
             always = True  # a wait's first round gathers whatever is posted, rung or not
-            drain, spin_end = True, time.perf_counter() + self.spin_s
+            spin_end = time.perf_counter() + self.spin_s
             try:
                 while True:
                     self._enough = enough  # (another thread's wait may have ended meanwhile)
                     if self.gathers:
                         try:
-                            self.control.round_here(always, drain)
+                            self.control.round_here(always)
                         except BaseException as e:
                             self._failed("round", e)
                             raise
@@ -228,11 +228,11 @@ class Bridge(QuietAnswerer):
                     # sleep deadlocked (tests/test_interrupts.py checks every back edge).
                     if self.gathers and time.perf_counter() < spin_end:
                         self._unlocked(os.sched_yield)
-                        always, drain = False, True  # the doorbells read: a gather if one rang
+                        always = False  # the doorbells read: a gather if one rang
                     else:
                         nap = 0.5 if left is None else min(left, 0.5)  # a lost ring costs at most this
                         woke = self._sleep(nap)
-                        always, drain = not woke, True  # after a nap with no ring: a round all the same
+                        always = not woke  # after a nap with no ring: a round all the same
             finally:
                 self._enough = None
 

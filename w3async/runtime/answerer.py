@@ -236,24 +236,22 @@ class RunControl:
             self.answerer.wake_thread()  # under the lock: its eventfds do not close meanwhile
         return True
 
-    def round_here(self, always: bool, drain: bool = True) -> None:
+    def round_here(self, always: bool) -> None:
         """A round on the calling thread, under the lock: the obs doorbells drained, then,
         if one had rung or `always`, a gather submitted to the answerer (a game rings after
-        it posts: with no ring, only rows a round left behind can be waiting). drain=False:
-        a gather, the doorbells left unread (a thread polling between yields: the round
-        before its sleep reads them). The batch's rows come held, as take() holds them:
-        submit(b, held=True) answers them with their generations now (take() of them again
-        is harmless). Bad rows are left to a round on the loop, which restarts their games
-        (the loop's work); nothing after close_rounds()."""
+        it posts: with no ring, only rows a round left behind can be waiting). The batch's
+        rows come held, as take() holds them: submit(b, held=True) answers them with their
+        generations now (take() of them again is harmless). Bad rows are left to a round on
+        the loop, which restarts their games (the loop's work); nothing after
+        close_rounds()."""
         with self.lock:
             if not self._rounds_open:
                 return
-            if drain:
-                rang = False
-                for obs in self.obs_bells:
-                    rang |= obs.drain()
-                if not (rang or always):
-                    return
+            rang = False
+            for obs in self.obs_bells:
+                rang |= obs.drain()
+            if not (rang or always):
+                return
             b = self._gatherer.gather(hold=True)  # each row taken as gathered: one C call
             if b.bad:
                 self._ctx.loop.call_soon_threadsafe(self._schedule_round)
