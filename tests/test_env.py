@@ -358,6 +358,33 @@ def test_a_reset_right_after_a_game_died_gives_the_restarted_games_rows():
         env.close()
 
 
+def test_a_waiting_thread_sleeps_while_a_game_is_slow():
+    """A step's wait yields its core only briefly (Bridge.spin_s) and then sleeps: a game
+    that takes long (here one stopped with SIGSTOP, its step never coming within the
+    step timeout) costs the caller's thread little CPU, not a core for as long as it
+    waits. The step times out naming the wait; after SIGCONT the rows come."""
+    import time
+
+    env = we.make("env-null", step_timeout_s=1.5)
+    try:
+        obs, rng = _reset_and_step(env, 3, 7)
+        pid = env.run.thread.sup.slots[0].proc.pid
+        os.killpg(pid, signal.SIGSTOP)  # the start's group: in a sandbox, pid is bwrap's, the game its child
+        try:
+            t0, c0 = time.monotonic(), time.thread_time()
+            with pytest.raises(TimeoutError, match="no rows ready within 1.5 s"):
+                env.step(sample_masked(obs["mask"], rng))
+            wall, cpu = time.monotonic() - t0, time.thread_time() - c0
+        finally:
+            os.killpg(pid, signal.SIGCONT)
+        assert wall >= 1.5
+        # a spin for the whole wait would take ~the wall on this thread's core
+        assert cpu < 0.25 * wall, (cpu, wall)
+        env.run.wait_rows(env.run.rows, 30)  # the stopped game's rows, once it goes on
+    finally:
+        env.close()
+
+
 def test_send_recv_serves_every_row():
     """EnvPool style: recv gives batch_size ready rows, oldest first; answering them keeps
     every row moving (none starves)."""
