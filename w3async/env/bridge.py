@@ -89,9 +89,10 @@ class Bridge(QuietAnswerer):
     # when one rang: the games it just answered post within a few hundred microseconds,
     # each yield leaves the core to any game waiting for it, and a thread that sleeps lets
     # its core go idle. On a VM an idle core halts: waking it took 50-80 us (perf sched
-    # on this project's 2-core VM), paid each step. Against 8 yields then a sleep: step()
-    # 1.18x over 8 duel games, 1.0-1.18x over 8 null ones; AsyncVectorEnv's steps/s, whose
-    # workers run this bridge too, unchanged (docs/performance.md).
+    # on this project's 2-core VM), once or twice a step. Against 8 rounds between yields
+    # and then a sleep: step() 1.18x over 8 duel games, 1.0-1.18x over 8 null ones;
+    # AsyncVectorEnv's steps/s, whose workers run this bridge too, unchanged
+    # (docs/performance.md). tests/test_env.py checks that a long wait sleeps.
     spin_s = 0.001
 
     def __init__(self, control, opponent=None):
