@@ -155,7 +155,9 @@ class GameGroup:
     max_rss_mb: Float = Field(0.0, ge=0, le=2**24)
     """A game's memory cap: over this many MiB of RSS (its processes together, sampled
     every supervisor.accounting_s) it is recycled, cause `memory`, counted in the restart
-    budget like a crash. 0: no cap."""
+    budget like a crash. Where a cgroup can be made (docs/security.md, "Limits") the
+    kernel holds the cap too, at once, counting what the game writes to its tmpfs. 0: no
+    cap."""
     host: Str = ""
     """Where the group's games run: "" on this machine; a name: on a game host of the
     [cluster], on the Ray node that offers the resource of that name (docs/cluster.md)."""
@@ -227,6 +229,16 @@ class SupervisorSection:
     """Each game start in a bubblewrap sandbox (docs/security.md): "preferred" where bwrap
     works here (a `sandbox_off` warning event where not), "required" (preflight refuses a
     machine without it), "off"."""
+    game_tmpfs_mb: Float = Field(64.0, gt=0, le=2**20)
+    """The size of each private tmpfs a sandbox gives a game (/dev/shm, /tmp, /run,
+    /var/tmp): what a game writes there is memory (docs/security.md)."""
+    game_max_procs: Int = Field(1024, ge=8, le=2**22)
+    """Tasks (processes and threads) a game start may have at once, its helpers
+    included, in a cgroup of its own where the machine allows one (docs/security.md,
+    "Limits"): a fork bomb is refused, and the game recycled, cause `processes`."""
+    game_oom_score_adj: Int = Field(1000, ge=0, le=1000)
+    """Added to every game process's OOM score: when memory runs out, the kernel ends a
+    game (recycled, cause `crash`) before the supervisor and its learner."""
     progress_s: Float = Field(5.0, ge=0, le=YEAR_S)
     """Seconds between console progress lines (0: none)."""
     accounting_s: Float = Field(2.0, ge=0, le=3600)

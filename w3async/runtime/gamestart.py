@@ -68,11 +68,12 @@ class Runtime(Protocol):
         """Release what it holds (doorbells, a prefix's lock)."""
 
 
-def launch(start: GameStart, nice: int, log, wrap=None) -> subprocess.Popen:
+def launch(start: GameStart, nice: int, log, wrap=None, prefix: list[str] | None = None) -> subprocess.Popen:
     """Start `start` in a process group of its own (ending it ends its children), niced,
-    stdout and stderr to log; wrap (Sandbox.wrap) turns its argv into the sandboxed one."""
+    stdout and stderr to log; wrap (Sandbox.wrap) turns its argv into the sandboxed one;
+    prefix (limits.py: its cgroup, its OOM score) runs before it and execs it."""
     argv = wrap(start) if wrap else start.argv
-    return subprocess.Popen(nice_prefix(nice) + argv, env=start.env, pass_fds=start.pass_fds,
+    return subprocess.Popen(nice_prefix(nice) + (prefix or []) + argv, env=start.env, pass_fds=start.pass_fds,
                             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
                             cwd=start.cwd)
 
@@ -84,9 +85,21 @@ def nice_prefix(nice: int) -> list[str]:
     return ["nice", "-n", str(nice)] if nice else []
 
 
-def with_environ(*parts: dict) -> dict[str, str]:
-    """os.environ updated by each of parts in turn."""
-    env = dict(os.environ)
+# What a game inherits of the supervisor's environment: what a program needs to run
+# and speak the user's language. Anything else it gets is declared (the recipe's env,
+# the runtime's W3S_* and Wine's variables); the operator's shell (tokens, keys, sockets)
+# stays out (tests/test_boundary.py, `env`).
+INHERITED = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR")
+
+
+def inherited() -> dict[str, str]:
+    """The part of os.environ a game inherits (INHERITED and LC_*)."""
+    return {k: v for k, v in os.environ.items() if k in INHERITED or k.startswith("LC_")}
+
+
+def game_environ(*parts: dict) -> dict[str, str]:
+    """A game's whole environment: inherited(), updated by each of parts in turn."""
+    env = inherited()
     for p in parts:
         env.update(p)
     return env

@@ -23,6 +23,7 @@ from w3async.observe.logs import console
 from w3async.runtime import gamelog, procs
 from w3async.runtime.answerer import RunControl
 from w3async.runtime.life import RunContext
+from w3async.runtime.limits import Limits, oom_prefix
 from w3async.runtime.runfolder import RunLock
 from w3async.runtime.sandbox import Sandbox
 from w3async.runtime.gamestart import launch
@@ -49,9 +50,10 @@ class GameKeeper:
 
     def __init__(self, ctx: RunContext, *, table: Table, gatherer, slots: list[Slot], runtimes: dict,
                  control: RunControl, sandbox: Sandbox | None, lock: RunLock, born: float,
-                 schedule_round: Callable[[], None]):
+                 schedule_round: Callable[[], None], limits: Limits | None = None):
         self.ctx, self.table, self.gatherer, self.slots, self.runtimes = ctx, table, gatherer, slots, runtimes
         self.control, self.sandbox, self.lock, self.born = control, sandbox, lock, born
+        self.limits = limits  # the games' cgroups and OOM score (runtime/limits.py)
         self._schedule_round = schedule_round
         self.groups: set[int] = set()  # every game's process group this run started
 
@@ -77,9 +79,10 @@ class GameKeeper:
         sandbox = self.sandbox
         wrap = (lambda start: sandbox.wrap(start, s.group)) if sandbox is not None else None
         try:
+            prefix = self._limits_for(s)
             with gamelog.open_for_start(s.log_path, s.starts) as log:
                 start = s.runtime.start(s, env, segment)
-                s.proc = launch(start, s.group.nice, log, wrap)
+                s.proc = launch(start, s.group.nice, log, wrap, prefix)
         except (OSError, WineError) as e:
             s.bells.close()
             s.bells = None
@@ -104,6 +107,17 @@ class GameKeeper:
         self.ctx.events.info("game_start", slot=s.index, pid=s.proc.pid, runtime=s.runtime.name, binary=str(s.binary),
                              rows=[s.row0, s.row0 + s.nrows], start=s.starts, sandboxed=wrap is not None)
 
+    def _limits_for(self, s: Slot) -> list[str]:
+        """The command prefix that puts slot s's next start in a cgroup of its own, capped
+        (limits.py); [] without limits. OSError where the cgroup cannot be made."""
+        if self.limits is None:
+            return []
+        sv = self.ctx.recipe.supervisor
+        if not self.limits.bases:
+            return oom_prefix(self.limits.oom_score_adj)
+        prefix, s.cgroup = self.limits.start(f"slot-{s.index}-{s.starts + 1}", sv.game_max_procs, s.group.max_rss_mb)
+        return prefix
+
     def _record_pgids(self) -> None:
         pg = [s.proc.pid for s in self.slots if s.proc and s.proc.returncode is None]
         self.lock.update(pgids=pg, wine_prefixes=[p for rt in self.runtimes.values() for p in rt.prefixes()])
@@ -118,6 +132,9 @@ class GameKeeper:
             os.close(s.pidfd)
             s.pidfd = -1
         self._end_strays(s)
+        if self.limits is not None:
+            self.limits.remove(s.cgroup)
+            s.cgroup = None
         with self.control.lock:
             if s.bells:
                 s.bells.close()
@@ -162,12 +179,15 @@ class GameKeeper:
         if s.sandboxed and 128 < code < 128 + signal.NSIG:  # bwrap says a game's death by signal N as 128 + N
             code = 128 - code
         tail = gamelog.tail(s.log_path)
+        over = self.limits.hit(s.cgroup) if self.limits is not None else None  # before unwire removes it
         self._note_posted(s)
         self.unwire(s)
         if self.ctx.life.stopping:
             return
         if code == layout.EXIT_OK and not self.ctx.life.stopping and not self.table.header_intact(s.index):
             cause = "exit"  # it wrote its own header (a forged stop): a failure, not a recycle
+        elif over is not None:
+            cause = over  # the kernel held its cap (limits.py): "memory", "processes"
         elif code == layout.EXIT_OK:
             cause = "recycle"
         elif code < 0:
@@ -190,7 +210,7 @@ class GameKeeper:
                 self.fail_slot(s, f"{s.binary} exited before its first post {s.fail_streak} times in a row, "
                                    f"last with {how}: {tail}")
                 return
-        self.schedule_restart(s, cause)
+        self.schedule_restart(s, cause, how, tail)
 
     def restart_after_fault(self, s: Slot) -> None:
         """A fault of ours concerned slot s: its game is ended and restarted from scratch."""
@@ -228,17 +248,17 @@ class GameKeeper:
             if s.fail_streak >= self.ctx.recipe.supervisor.max_start_failures:
                 self.fail_slot(s, f"{s.binary} posted nothing within start_timeout_s, {s.fail_streak} starts in a row")
                 return
-        self.schedule_restart(s, cause)
+        self.schedule_restart(s, cause, str(detail.get("field", "")))
 
-    def schedule_restart(self, s: Slot, cause: str) -> None:
+    def schedule_restart(self, s: Slot, cause: str, how: str = "", tail: str = "") -> None:
         """Restart slot s after its backoff, within its restart budget. A recycle (exit
         0) of a start that posted restarts at once and is not counted, whatever its
         uptime. Every other restart (an exit 0 before any post included) is counted in
         the budget (restart_budget in restart_window_s) and backs off, doubling per
         short-lived start in a row; a slot over its budget is marked failed."""
-        d = decide_restart(s, cause, time.monotonic(), self.ctx.recipe.supervisor)
+        d = decide_restart(s, cause, time.monotonic(), self.ctx.recipe.supervisor, how)
         if d.fail:
-            self.fail_slot(s, d.fail)
+            self.fail_slot(s, f"{d.fail}: {tail}" if tail else d.fail)
             return
         delay = d.delay_s
         s.state = RESTARTING
@@ -282,6 +302,10 @@ class GameKeeper:
             now = time.monotonic()
             for s in self.slots:
                 if s.state not in (STARTING, RUNNING) or s.proc is None:
+                    continue
+                over = self.limits.hit(s.cgroup) if self.limits is not None else None
+                if over is not None:  # a fork refused, a process the kernel ended: recycled, blamed
+                    self.kill(s, over, {"cgroup": str(next(iter(s.cgroup.dirs.values())))})
                     continue
                 seq = int(obs[s.rows].sum())
                 if seq != s.seq_sum:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from w3async.runtime.gamestart import GameStart, with_environ
+from w3async.runtime.gamestart import GameStart, game_environ
 from w3async.sync.doorbells import Doorbells, SharedObs, native_pair, shared_obs_pipe
 from w3async.sync.table import GameSegment
 
@@ -32,7 +32,7 @@ class NativeRuntime:
     def start(self, slot, env: dict[str, str], segment: GameSegment) -> GameStart:
         """The game by its own path, its segment by name; the doorbells are inherited fds."""
         bells = slot.bells
-        full = with_environ(env, bells.child_env, {"W3S_SHM": segment.name, "W3S_PARENT_PID": str(os.getpid())})
+        full = game_environ(env, bells.child_env, {"W3S_SHM": segment.name, "W3S_PARENT_PID": str(os.getpid())})
         return GameStart([str(slot.binary)], full, str(slot.binary.parent), f"W3S_SHM={segment.name}\0".encode(),
                          pass_fds=tuple(bells.child_fds), see=[segment.path])
 

@@ -1,13 +1,19 @@
 """A bubblewrap sandbox around each game start (docs/security.md).
 
-Every start's command becomes `bwrap ... -- command`: the whole file system read-only,
-a private /dev/shm holding only the start's own segment, the run folder hidden but for
-the start's own doorbells and the folders the recipe lets it write, no network (a
-network namespace with loopback only) unless its group allows it, and, for native games,
-a pid namespace of its own: every descendant (setsid and double forks included) dies
-with the start, and with the supervisor, SIGKILLed or not (--die-with-parent). Wine games
-keep the host's pids: their prefix's wineserver, shared and outside, signals a client's
-threads by the tids the client reports, which a pid namespace would make wrong.
+Every start's command becomes `bwrap ... -- command`: a user namespace with no
+capability in it (as root too: bwrap run by root keeps every capability unless told,
+and then a game could unmount what hides the run folder, remount / read-write or setns
+out), and none of its own to make (--disable-userns); the whole file system read-only;
+a private /dev/shm holding only the start's own segment; the run folder hidden but for
+the start's own doorbells and the folders the recipe lets it write; /tmp, /run and
+/var/tmp private and every other unix socket of the host covered, so no host service is
+reachable by path; private IPC and hostname; no network (a network namespace with
+loopback only) unless its group allows it; and, for native games, a pid namespace of
+its own: every descendant (setsid and double forks included) dies with the start, and
+with the supervisor, SIGKILLed or not (--die-with-parent). Wine games keep the host's
+pids: their prefix's wineserver, shared and outside, signals a client's threads by the
+tids the client reports, which a pid namespace would make wrong. Every tmpfs it makes
+is sized (supervisor.game_tmpfs_mb): what a game writes there is memory.
 
 [supervisor] sandbox = "preferred" (default) uses it where bwrap works here, "required"
 refuses a machine without it (preflight), "off" starts games as they are.
@@ -16,7 +22,9 @@ refuses a machine without it (preflight), "off" starts games as they are.
 from __future__ import annotations
 
 import functools
+import os
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 
@@ -32,14 +40,48 @@ def _probe(bwrap: str | None) -> str | None:
     if bwrap is None:
         return "bwrap (bubblewrap) is not on PATH"
     try:
-        out = subprocess.run([bwrap, "--unshare-pid", "--unshare-net", "--die-with-parent", "--ro-bind", "/", "/",
-                              "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/dev/shm", "true"],
+        out = subprocess.run([bwrap, *_NAMESPACES, "--unshare-pid", "--unshare-net", "--die-with-parent",
+                              "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/dev/shm", "true"],
                              capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"{bwrap} cannot run: {e}"
     if out.returncode != 0:
         return f"{bwrap} cannot make namespaces here (exit {out.returncode}: {' '.join(out.stderr.split())[:200]})"
     return None
+
+
+# A user namespace for every sandbox, with no capability inside and no further user
+# namespace: as root, bwrap keeps all capabilities unless told (CapEff 000001fffeffffff),
+# so the uid stays 0 (a Wine prefix must be owned by its user) but mount, umount, setns,
+# ptrace and raw sockets are refused; unprivileged, bwrap drops them itself.
+_NAMESPACES = ["--unshare-user", "--disable-userns", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+               *(["--uid", "0", "--gid", "0", "--cap-drop", "ALL"] if os.geteuid() == 0 else [])]
+
+# Where a host keeps its services' unix sockets (and its scratch files): private and
+# empty in a sandbox. /var/run is a link to /run on current systems.
+HIDDEN = ("/tmp", "/run", "/var/run", "/var/tmp")
+
+
+def host_sockets() -> list[str]:
+    """The unix sockets bound to a path that this network namespace lists (/proc/net/unix)
+    and that still exist as sockets."""
+    try:
+        with open("/proc/net/unix") as f:
+            paths = {line.split()[7] for line in f.read().splitlines()[1:] if len(line.split()) > 7}
+    except OSError:
+        return []
+    out = []
+    for p in sorted(x for x in paths if x.startswith("/")):
+        try:
+            if stat.S_ISSOCK(os.stat(p).st_mode):
+                out.append(p)
+        except OSError:
+            pass
+    return out
+
+
+def _under(path: str, roots) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
 
 def unavailable() -> str | None:
@@ -76,12 +118,14 @@ def writable(group, run_dir: Path) -> list[str]:
 class Sandbox:
     """The run's sandbox: wrap() a start's argv in bwrap."""
 
-    def __init__(self, run_dir: Path, bwrap: str):
+    def __init__(self, run_dir: Path, bwrap: str, tmpfs_mb: float = 64.0):
         self.run_dir = str(run_dir.resolve())
         self.bwrap = bwrap
+        self.tmpfs_bytes = str(int(tmpfs_mb * 2**20))
+        self.hidden = [h for h in HIDDEN if os.path.isdir(h) and not os.path.islink(h)]
 
     @classmethod
-    def for_run(cls, mode: str, run_dir: Path, events=None) -> Sandbox | None:
+    def for_run(cls, mode: str, run_dir: Path, events=None, tmpfs_mb: float = 64.0) -> Sandbox | None:
         """The run's sandbox; None where mode is "off", or "preferred" and bwrap fails here
         (a `sandbox_off` warning in events); RunError for "required" without it."""
         why = None if mode == "off" else unavailable()
@@ -89,22 +133,37 @@ class Sandbox:
             raise RunError(f"supervisor.sandbox = \"required\": {why}; {FIX}")
         if why and events is not None:
             events.warning("sandbox_off", reason=why, fix=FIX)
-        return None if why or mode == "off" else cls(run_dir, shutil.which("bwrap"))
+        return None if why or mode == "off" else cls(run_dir, shutil.which("bwrap"), tmpfs_mb)
+
+    def _tmpfs(self, path: str) -> list[str]:
+        return ["--size", self.tmpfs_bytes, "--tmpfs", path]
 
     def wrap(self, start: GameStart, group) -> list[str]:
         """bwrap's command line around start.argv (group: network, writable folders)."""
-        args = [self.bwrap, "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev"]
+        args = [self.bwrap, *_NAMESPACES, "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev"]
         if start.pid_namespace:  # the game's parent is then the sandbox's pid 1 (the shim dies with it)
             args += ["--unshare-pid", "--proc", "/proc"]
             args += ["--setenv", "W3S_PARENT_PID", "1"] if "W3S_PARENT_PID" in start.env else []
         if not group.network:
             args += ["--unshare-net"]
+        # The host's scratch and socket folders private, its other sockets covered: a game
+        # reaches no service by path (a socket under /dev/null's bind refuses connections).
+        for h in self.hidden + ["/dev/shm"]:
+            args += self._tmpfs(h)
+        for sock in host_sockets():
+            if not _under(sock, self.hidden + [self.run_dir]) and sock not in start.see:
+                args += ["--ro-bind", "/dev/null", sock]
         write = start.write + writable(group, Path(self.run_dir))
-        inside = [p for p in write + [start.cwd] if p.startswith(self.run_dir + "/")]
+        inside = [p for p in write + [start.cwd] if _under(p, [self.run_dir])]
         # Folders outside the run folder first: one above it (/tmp) must not bring it back.
         for p in write:
             args += ["--bind", p, p] if p not in inside else []
-        args += ["--tmpfs", "/dev/shm", "--tmpfs", self.run_dir]  # the neighbours' segments and doorbells hidden
+        # What a private folder hid that the start runs: its folder, its files on the command line.
+        shown = [p for p in [start.cwd] + [a for a in start.argv if a.startswith("/") and os.path.exists(a)]
+                 if _under(p, self.hidden) and not _under(p, write + inside)]
+        for p in dict.fromkeys(shown):
+            args += ["--ro-bind", p, p]
+        args += self._tmpfs(self.run_dir)  # the neighbours' segments and doorbells hidden
         for p in start.see + inside:
             args += ["--bind", p, p]
         return args + ["--chdir", start.cwd, "--", *start.argv]

@@ -49,6 +49,8 @@ class Slot:
     recycles: int = 0  # healthy recycles: exit 0 (host->finish(), an episode quota) after a post
     causes: collections.Counter = field(default_factory=collections.Counter)
     fail_streak: int = 0  # starts in a row that exited before their first post
+    same_streak: int = 0  # short-lived starts in a row that ended the same way (same_failure)
+    same_failure: tuple = ()  # (cause, how) of the last short-lived start's end
     started_at: float = 0.0
     progress_at: float = 0.0  # when its rows' sequence numbers last moved
     seq_sum: int = 0
@@ -62,6 +64,7 @@ class Slot:
     short_streak: int = 0  # starts in a row that lived less than min_uptime_s (the backoff's exponent)
     restart_times: collections.deque = field(default_factory=collections.deque)  # counted in the budget
     log_cut: int = 0  # bytes cut from its log (runtime/gamelog.py), every start together
+    cgroup: object = None  # this start's cgroup (runtime/limits.py StartCgroup); None: none here
     seed: int | None = None  # W3S_SEED of its next start only (an env's reset(seed=)); None: a new one each start
 
     @property
@@ -93,7 +96,7 @@ starts it again): at once, counted in neither the budget nor the backoff, as a t
 reset every few hundred steps."""
 
 
-def decide_restart(s: Slot, cause: str, now: float, sv) -> RestartDecision:
+def decide_restart(s: Slot, cause: str, now: float, sv, how: str = "") -> RestartDecision:
     """Count a restart of slot s (cause) in its history and decide. `sv` is the recipe's
     [supervisor] section. A recycle (exit 0) of a start that posted is healthy whatever
     its uptime: a game that ends each episode by exiting (host->finish(), an episode
@@ -101,7 +104,12 @@ def decide_restart(s: Slot, cause: str, now: float, sv) -> RestartDecision:
     starts over (backing it off cost such a game 10x its steps). Every other restart
     (an exit 0 before any post included: a start that cannot get going, a storm) is
     counted in s.restarts and the budget (restart_budget in restart_window_s) and backs
-    off, doubling per start in a row that did not post and live min_uptime_s."""
+    off, doubling per start in a row that did not post and live min_uptime_s.
+
+    A slot whose starts end the same way (cause and `how`: its exit code or signal)
+    max_start_failures times in a row, none of them healthy, fails with that cause at
+    once: a game that exits at its first answer, or writes the same bad row, every start,
+    would otherwise restart for ever, the backoff keeping it under the budget."""
     s.causes[cause] += 1
     if cause == "recycle" and s.posted:
         s.recycles += 1
@@ -113,6 +121,13 @@ def decide_restart(s: Slot, cause: str, now: float, sv) -> RestartDecision:
     s.restarts += 1
     healthy = s.posted and now - s.started_at >= sv.min_uptime_s
     s.short_streak = 0 if healthy else s.short_streak + 1
+    same = () if healthy else (cause, how)
+    s.same_streak = 0 if healthy else (s.same_streak + 1 if same == s.same_failure else 1)
+    s.same_failure = same
+    if s.same_streak >= sv.max_start_failures:
+        return RestartDecision(fail=f"{s.binary} ended the same way {s.same_streak} starts in a row, each within "
+                                    f"min_uptime_s ({sv.min_uptime_s:g} s) of its start: cause {cause}"
+                                    + (f", {how}" if how else ""))
     s.restart_times.append(now)
     while now - s.restart_times[0] > sv.restart_window_s:
         s.restart_times.popleft()

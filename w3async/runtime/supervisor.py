@@ -41,6 +41,7 @@ from w3async.runtime.life import RunContext, RunLife
 from w3async.runtime.policies import answerer_for
 from w3async.runtime.runfolder import RunError, RunLock, cleanup_previous_run
 from w3async.runtime.runtimes import slot_runtimes
+from w3async.runtime.limits import Limits
 from w3async.runtime.sandbox import Sandbox
 from w3async.runtime import shutdown
 from w3async.runtime.shutdown import Remains
@@ -149,12 +150,20 @@ class Supervisor:
         rts = slot_runtimes(r, groups, self.run_dir, self.runtimes)
         for i, (g, rt, row0, nrows) in enumerate(zip(groups, rts, row0s, sizes)):
             self.slots.append(Slot(i, g, rt, r.binary_path(g), row0, nrows, RunFolder(self.run_dir).game_log(i)))
-        self.sandbox = Sandbox.for_run(r.supervisor.sandbox, self.run_dir, self.events if groups else None)
+        self.sandbox = Sandbox.for_run(r.supervisor.sandbox, self.run_dir, self.events if groups else None,
+                                       r.supervisor.game_tmpfs_mb)
+        limits = Limits(name.lstrip("/"), r.supervisor.game_oom_score_adj) if groups else None
+        if limits is not None:
+            self.teardown.push("the games' cgroups", limits.close)  # after the games have ended
+            if limits.why_off:
+                self.events.warning("limits_off", reason=limits.why_off,
+                                    kept="the OOM score, the sampled max_rss_mb, the sandbox's sized tmpfs")
         self.control = RunControl(ctx, self.spec, self.counters, self.slots, self.table, self.gatherer, self.cluster,
                                   self.schedule_round)
         self.teardown.push("rounds on the answerer's thread", self.control.close_rounds)  # before the table's close
         self.keeper = GameKeeper(ctx, table=self.table, gatherer=self.gatherer, slots=self.slots, runtimes=self.runtimes,
-                                 control=self.control, sandbox=self.sandbox, lock=self.lock, born=self.born,
+                                 control=self.control, sandbox=self.sandbox, limits=limits, lock=self.lock,
+                                 born=self.born,
                                  schedule_round=self.schedule_round)
         self.remains.keeper = self.keeper
         # the composition root's maker (w3async/compose.py: the learner loads its checkpoint

@@ -30,6 +30,13 @@ def wine_server_dir(prefix: Path) -> list[str]:
     return [where] if os.path.isdir(where) else []
 
 
+def x_socket(prefix: WinePrefix) -> list[str]:
+    """The unix socket of the run's X server (display = "xvfb"), which a sandbox's private
+    /tmp would hide; [] without one."""
+    display = prefix.xserver.display if prefix.xserver is not None else ""
+    return [f"/tmp/.X11-unix/X{display[1:].split('.')[0]}"] if display.startswith(":") else []
+
+
 def windows_path(path: str | os.PathLike) -> str:
     """A Linux path as Wine sees it through the Z: drive."""
     return "Z:" + os.path.abspath(path).replace("/", "\\")
@@ -92,7 +99,7 @@ class WineRuntime:
             exe, args, hook_env, cwd = str(launch[0]), launch[1], launch[2], launch[3]
             extra.update(hook_env)
         return GameStart(prefix.command(exe, args), prefix.env(extra), cwd, f"W3S_SHM_PATH={shm_path}\0".encode(),
-                         see=[segment.path, self.obs.path, *slot.bells.paths],
+                         see=[segment.path, self.obs.path, *slot.bells.paths, *x_socket(prefix)],
                          write=[str(prefix.path), *wine_server_dir(prefix.path)], pid_namespace=False)
 
     def game_lost(self, slot) -> bool:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from w3async.runtime import procs
+from w3async.runtime.gamestart import inherited
 from w3async.runtime.wineinstall import exe_bits, program_bits, wine_install  # noqa: F401 (program_bits: the supervisor's)
 
 READY_MARK = ".w3async-ready"
@@ -148,8 +149,9 @@ class WinePrefix:
         self.xserver = None  # display.Xvfb with display = "xvfb", started by start_services
 
     def env(self, extra: dict | None = None) -> dict:
-        """The environment for a process of this prefix (os.environ + Wine's + extra)."""
-        env = dict(os.environ)
+        """The environment for a process of this prefix (gamestart.inherited() + Wine's +
+        extra): the operator's other variables reach neither the games nor Wine's own."""
+        env = inherited()
         env.update(self.build.env)
         env.update(
             WINEPREFIX=str(self.path),

@@ -1,0 +1,154 @@
+"""The sandbox's boundary where it actually runs (docs/security.md): as root, as CI and
+containers run the supervisor, and as an unprivileged user. A game that tries every step
+out (tests/rogue/breakout.c: capabilities, a user namespace of its own, unmounting what
+hides the run folder, remounting / read-write, the supervisor's memory through the host's
+/proc, its network namespace, the host's /dev/shm, the operator's environment, the host's
+unix sockets) takes none of them, and the honest games beside it are never blamed."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import socket
+import stat
+import subprocess
+import tempfile
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from w3async.runtime.gamestart import GameStart, game_environ
+from w3async.runtime.sandbox import Sandbox, unavailable
+
+from .conftest import REPO
+from .test_supervisor import assert_nothing_left, null_recipe, run_recipe
+
+pytestmark = pytest.mark.skipif(unavailable() is not None, reason=f"no sandbox here: {unavailable()}")
+
+# Every step breakout.c takes inside a run, and the ones it takes in a bare sandbox.
+IN_A_RUN = {"caps", "userns", "umount", "remount", "procmem", "signal", "setns", "hostshm", "env", "unixsock"}
+BARE = IN_A_RUN - {"hostshm"}
+SECRET = "W3_BOUNDARY_SECRET"
+
+
+@pytest.fixture(scope="session")
+def breakout(tmp_path_factory) -> Path:
+    # In a folder anyone may read: the unprivileged case runs it as nobody.
+    out = Path(tempfile.mkdtemp(prefix="w3-breakout-")) / "breakout"
+    out.parent.chmod(0o755)
+    subprocess.run(["gcc", "-O2", "-Wall", "-o", str(out), str(REPO / "tests/rogue/breakout.c")], check=True)
+    yield out
+    shutil.rmtree(out.parent, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def listeners(folder: Path):
+    """A TCP listener on 127.0.0.1 and two unix sockets anyone may connect to: one in a
+    folder of /tmp, one outside the folders the sandbox makes private (the repository's
+    build folder)."""
+    paths = [str(folder / "host.sock"), str(REPO / "build" / f"boundary-{os.getpid()}.sock")]
+    socks = []
+    with socket.socket() as tcp:
+        tcp.bind(("127.0.0.1", 0))
+        tcp.listen(8)
+        try:
+            for p in paths:
+                u = socket.socket(socket.AF_UNIX)
+                u.bind(p)
+                u.listen(8)
+                os.chmod(p, 0o777)
+                socks.append(u)
+            yield paths, tcp.getsockname()[1]
+        finally:
+            for u, p in zip(socks, paths):
+                u.close()
+                os.unlink(p)
+
+
+def steps(log: str) -> dict[str, str]:
+    """breakout's steps as it reported them: name -> "ok" or "denied" (unixsock per path)."""
+    return {name: how for name, how in re.findall(r"^breakout: (\w+(?: \S+)?) (ok|denied)", log, re.M)}
+
+
+def assert_all_denied(got: dict[str, str], expected: set[str], log: str) -> None:
+    assert {k.split()[0] for k in got} == expected, log
+    assert [k for k, v in got.items() if v == "ok"] == [], log
+    assert len([k for k in got if k.startswith("unixsock ")]) == 2, log
+
+
+async def test_a_game_cannot_leave_its_sandbox(tmp_path, breakout, null_native, monkeypatch):
+    """As the suite runs (root in CI): the breakout, then an honest game in its place,
+    beside 3 honest games. Every step is denied, nothing is planted in the run folder, and
+    no game is restarted (today's sandbox as root: umount, remount, procmem, setns and
+    hostshm succeeded and 3 honest games were blamed for its garbage)."""
+    monkeypatch.setenv(SECRET, "the operator's token")
+    run = tmp_path / "run"
+    with listeners(tmp_path) as (socks, port):
+        env = {"W3R_SUP_PID": str(os.getpid()), "W3R_RUN_DIR": str(run.resolve()), "W3R_PORT": str(port),
+               "W3R_SECRET": SECRET, "W3R_SOCKS": ":".join(socks), "W3R_THEN": str(null_native)}
+        data = null_recipe([{"binary": str(breakout), "count": 1, "lanes": 1, "env": env},
+                            {"binary": str(null_native), "count": 3, "lanes": 1}],
+                           supervisor={"sandbox": "required"}, stop={"seconds": 4})
+        sup, stats = await run_recipe(data, run)
+    log = (run / "games" / "slot-0.log").read_text(errors="replace")
+    assert_all_denied(steps(log), IN_A_RUN, log)
+    assert "breakout: hostshm opened 0" in log, log
+    assert not (run / "planted").exists()
+    for i in range(4):
+        assert stats["games"][i]["causes"] == {}, (i, stats["games"][i])
+    assert stats["agent_steps"] > 0
+    assert_nothing_left(sup, run)
+
+
+def _bare(breakout: Path, user: list[str], socks: list[str], port: int) -> str:
+    """breakout alone in the sandbox a run would give it, started by `user` (a command
+    prefix: [] for this process's user, setpriv for another)."""
+    run = Path(tempfile.mkdtemp(prefix="w3-boundary-run-"))
+    try:
+        run.chmod(0o755)
+        (run / "recipe.json").write_text("{}")
+        env = game_environ({"W3R_SUP_PID": str(os.getpid()), "W3R_RUN_DIR": str(run), "W3R_PORT": str(port),
+                            "W3R_SECRET": SECRET, "W3R_SOCKS": ":".join(socks)})
+        start = GameStart([str(breakout)], env, str(breakout.parent), b"")
+        group = SimpleNamespace(network=False, env={}, writable=[])
+        argv = Sandbox(run, shutil.which("bwrap")).wrap(start, group)
+        out = subprocess.run(user + argv, env=env, capture_output=True, text=True, timeout=60)
+        assert not (run / "planted").exists()
+        return out.stdout + out.stderr
+    finally:
+        shutil.rmtree(run, ignore_errors=True)
+
+
+@pytest.mark.parametrize("user", ["this", "nobody"])
+def test_a_bare_sandbox_holds_for_root_and_for_an_unprivileged_user(tmp_path, breakout, monkeypatch, user):
+    """The same sandbox started by this process's user (root in CI) and by uid 65534
+    (setpriv, where this process may switch): every step denied for both."""
+    if user == "nobody" and os.geteuid() != 0:
+        pytest.skip("only root can start a sandbox as another user; this process is unprivileged already")
+    monkeypatch.setenv(SECRET, "the operator's token")
+    folder = Path(tempfile.mkdtemp(prefix="w3-boundary-socks-"))
+    folder.chmod(0o755)
+    try:
+        with listeners(folder) as (socks, port):
+            prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if user == "nobody" else []
+            log = _bare(breakout, prefix, socks, port)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    assert_all_denied(steps(log), BARE, log)
+
+
+def test_the_steps_work_without_a_sandbox(tmp_path, breakout, monkeypatch):
+    """The control: unsandboxed, the harmless steps succeed (the environment reaches the
+    game, both sockets connect), so the denials above are the sandbox's doing."""
+    monkeypatch.setenv(SECRET, "the operator's token")
+    with listeners(tmp_path) as (socks, _):
+        env = {**os.environ, "W3R_SECRET": SECRET, "W3R_SOCKS": ":".join(socks)}
+        out = subprocess.run([str(breakout)], env=env, capture_output=True, text=True, timeout=60)
+    got = steps(out.stdout)
+    assert got["env"] == "ok" and [got[f"unixsock {p}"] for p in socks] == ["ok", "ok"], out.stdout
+    if os.geteuid() == 0:
+        assert got["caps"] == "ok", out.stdout
+    assert stat.S_ISREG(os.stat(breakout).st_mode)

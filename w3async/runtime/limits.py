@@ -1,0 +1,178 @@
+"""Limits a game cannot get around: a cgroup of its own per game start, and an OOM score
+above the supervisor's (docs/security.md, "Limits").
+
+A start's cgroup caps its tasks (processes and threads: `supervisor.game_max_procs`) and,
+where its group sets `max_rss_mb`, its memory, what it writes to a tmpfs included (a
+sandbox's private /dev/shm and /tmp are memory that no RSS shows). The kernel enforces
+both at once: a fork over the cap fails, an allocation over it is ended by the kernel's
+OOM killer inside that cgroup only. The keeper reads back which limit a start hit
+(`hit`) and blames it by name (`memory`, `processes`).
+
+Each start's processes join their cgroup before the game runs: the start's command is
+prefixed by a shell that writes its own pid into the cgroup, raises its OOM score
+(`supervisor.game_oom_score_adj`: the kernel ends a game before the supervisor and its
+learner), then execs the game. Every process the game makes is born inside.
+
+Where no cgroup can be made (a read-only /sys/fs/cgroup, a cgroup v2 tree whose
+controllers are not delegated to us), the OOM score still applies and the run's events
+get one `limits_off` warning naming why; the sampled RSS cap (`max_rss_mb`, accounting)
+and the sandbox's sized tmpfs still bound a game.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CONTROLLERS = ("pids", "memory")
+
+# Joins the cgroups named before "--" (their cgroup.procs files), raises its OOM score
+# to $1, then execs the rest: every process of the start is born inside.
+_JOIN = ('echo "$1" > /proc/self/oom_score_adj; shift; '
+         'for f do shift; [ "$f" = -- ] && break; echo $$ > "$f" || exit 125; done; exec "$@"')
+
+
+def _mounts() -> list[tuple[str, str, set[str]]]:
+    """(mount point, fs type, options) of every cgroup file system."""
+    out = []
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                left, _, right = line.partition(" - ")
+                fstype, _, opts = (right.split() + ["", "", ""])[:3]
+                if fstype in ("cgroup", "cgroup2"):
+                    out.append((left.split()[4], fstype, set(opts.split(","))))
+    except OSError:
+        pass
+    return out
+
+
+def _own_paths() -> dict[str, str]:
+    """This process's cgroup per v1 controller, and "" for the v2 tree."""
+    out = {}
+    try:
+        with open("/proc/self/cgroup") as f:
+            for line in f:
+                _, ctrls, path = line.rstrip("\n").split(":", 2)
+                for c in (ctrls.split(",") if ctrls else [""]):
+                    out[c] = path
+    except OSError:
+        pass
+    return out
+
+
+@dataclass
+class StartCgroup:
+    """One start's cgroup: a folder per hierarchy (v1: one per controller; v2: one)."""
+
+    dirs: dict[str, Path] = field(default_factory=dict)  # controller -> its folder
+
+    def procs_files(self) -> list[str]:
+        return [str(d / "cgroup.procs") for d in dict.fromkeys(self.dirs.values())]
+
+
+def _count(path: Path, key: str) -> int:
+    try:
+        for line in path.read_text().splitlines():
+            k, _, v = line.partition(" ")
+            if k == key:
+                return int(v)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+class Limits:
+    """The run's cgroups: a folder under this process's own cgroup per controller
+    (w3async-<run>), a start's cgroup inside it."""
+
+    def __init__(self, run: str, oom_score_adj: int):
+        self.oom_score_adj = oom_score_adj
+        self.bases: dict[str, Path] = {}  # controller -> the run's folder
+        self.v2: set[str] = set()  # controllers of the v2 tree
+        self.why_off = ""
+        own = _own_paths()
+        for c in CONTROLLERS:
+            try:
+                base = self._base(c, own, run)
+            except OSError as e:
+                base, self.why_off = None, f"cannot make a cgroup for {c}: {e}"
+            if base is not None:
+                self.bases[c] = base
+            elif not self.why_off:
+                self.why_off = f"no {c} cgroup controller this process can use"
+
+    def _base(self, c: str, own: dict[str, str], run: str) -> Path | None:
+        for mount, fstype, opts in _mounts():
+            if fstype == "cgroup" and c in opts and c in own:
+                base = Path(mount + own[c]) / f"w3async-{run}"
+                base.mkdir(exist_ok=True)
+                return base
+        for mount, fstype, _ in _mounts():
+            if fstype != "cgroup2" or "" not in own:
+                continue
+            here = Path(mount + own[""])
+            if c not in (here / "cgroup.controllers").read_text().split():
+                continue
+            # v2 lets a cgroup hand a controller to its children only where it holds no
+            # process itself (but the root): the run's folder is the one that delegates.
+            (here / "cgroup.subtree_control").write_text(f"+{c}")
+            base = here / f"w3async-{run}"
+            base.mkdir(exist_ok=True)
+            (base / "cgroup.subtree_control").write_text(f"+{c}")
+            self.v2.add(c)
+            return base
+        return None
+
+    def start(self, name: str, max_procs: int, max_mem_mb: float) -> tuple[list[str], StartCgroup]:
+        """A start's cgroup with its caps (max_mem_mb 0: none), and the command prefix that
+        puts the start in it. OSError where the cgroup cannot be made."""
+        cg = StartCgroup()
+        for c, base in self.bases.items():
+            d = cg.dirs[c] = base / name
+            d.mkdir(exist_ok=True)
+            if c == "pids":
+                (d / "pids.max").write_text(str(max_procs))
+            elif c == "memory" and max_mem_mb:
+                cap = str(int(max_mem_mb * 2**20))
+                (d / ("memory.max" if c in self.v2 else "memory.limit_in_bytes")).write_text(cap)
+        return ["sh", "-c", _JOIN, "w3async-limits", str(self.oom_score_adj), *cg.procs_files(), "--"], cg
+
+    def hit(self, cg: StartCgroup | None) -> str | None:
+        """Which cap the start hit: "memory" (the kernel ended a process of it), "processes"
+        (a fork was refused), None."""
+        if cg is None:
+            return None
+        mem = cg.dirs.get("memory")
+        if mem is not None and _count(mem / ("memory.events" if "memory" in self.v2 else "memory.oom_control"),
+                                      "oom_kill"):
+            return "memory"
+        pids = cg.dirs.get("pids")
+        if pids is not None and _count(pids / "pids.events", "max"):
+            return "processes"
+        return None
+
+    def remove(self, cg: StartCgroup | None) -> None:
+        """Remove a start's cgroup once its processes are gone (a busy one stays for close)."""
+        for d in (cg.dirs.values() if cg else []):
+            try:
+                d.rmdir()
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        """Remove the run's cgroups (every start's first)."""
+        for base in self.bases.values():
+            for d in (base.iterdir() if base.is_dir() else []):
+                if d.is_dir():
+                    self.remove(StartCgroup({"": d}))
+            try:
+                base.rmdir()
+            except OSError:
+                pass
+
+
+def oom_prefix(adj: int) -> list[str]:
+    """The command prefix that only raises the start's OOM score (no cgroup here)."""
+    return ["sh", "-c", _JOIN, "w3async-limits", str(adj), "--"]
