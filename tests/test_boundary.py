@@ -24,6 +24,7 @@ from w3async.runtime.gamestart import GameStart, game_environ
 from w3async.runtime.sandbox import Sandbox, unavailable
 
 from .conftest import REPO
+from .test_hostile_games import rogue  # noqa: F401 (the fixture)
 from .test_supervisor import assert_nothing_left, null_recipe, run_recipe
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=f"no sandbox here: {unavailable()}")
@@ -152,3 +153,61 @@ def test_the_steps_work_without_a_sandbox(tmp_path, breakout, monkeypatch):
     if os.geteuid() == 0:
         assert got["caps"] == "ok", out.stdout
     assert stat.S_ISREG(os.stat(breakout).st_mode)
+
+
+def _limits_here(run: Path) -> None:
+    """Skip where the machine gives no cgroup (never under CI=true: there it fails)."""
+    from .test_supervisor import events
+    off = [e for e in events(run) if e["event"] == "limits_off"]
+    if off and os.environ.get("CI") == "true":
+        pytest.fail(f"no cgroup for the games' limits under CI: {off[0]['reason']}")
+    if off:
+        pytest.skip(f"no cgroup for the games' limits here: {off[0]['reason']}")
+
+
+def _rogue_line(run: Path, slot: int, what: str) -> list[str]:
+    return re.findall(rf"rogue: {what} ([^\n]*)", (run / "games" / f"slot-{slot}.log").read_text(errors="replace"))
+
+
+async def test_a_game_cannot_take_the_memory_of_all(tmp_path, rogue, null_native):  # noqa: F811
+    """Memory that no RSS shows: one rogue writes 256 MiB to its private /dev/shm (sized
+    to 96 MiB: it stops at 96 with ENOSPC), another 256 MiB to its private /tmp, in a
+    group capped at max_rss_mb = 48: the kernel ends it inside its own cgroup, and it is
+    recycled with cause `memory` (before: 1,536 MiB written, no cap fired). Both run with
+    an OOM score of 1000, above the supervisor's. The honest game beside them is never
+    restarted."""
+    run = tmp_path / "run"
+    fill = {"W3R_MODE": "fill", "W3R_FILL_MB": "256"}
+    data = null_recipe([{"binary": str(rogue), "count": 1, "lanes": 1, "env": fill},
+                        {"binary": str(rogue), "count": 1, "lanes": 1, "max_rss_mb": 48,
+                         "env": {**fill, "W3R_FILL_PATH": "/tmp/fill"}},
+                        {"binary": str(null_native), "count": 1, "lanes": 1}],
+                       supervisor={"sandbox": "required", "game_tmpfs_mb": 96, "max_start_failures": 100},
+                       stop={"seconds": 4})
+    sup, stats = await run_recipe(data, run)
+    small = _rogue_line(run, 0, "filled")
+    assert small and all(int(x.split()[0]) <= 96 and "No space left" in x for x in small), small
+    assert _rogue_line(run, 0, "oom_score_adj") and set(_rogue_line(run, 0, "oom_score_adj")) == {"1000"}
+    _limits_here(run)
+    assert stats["games"][1]["causes"].get("memory", 0) >= 1, stats["games"][1]
+    assert not [x for x in _rogue_line(run, 1, "filled") if int(x.split()[0]) > 48], _rogue_line(run, 1, "filled")
+    assert stats["games"][2]["causes"] == {}, stats["games"][2]
+    assert_nothing_left(sup, run)
+
+
+async def test_a_fork_bomb_is_refused_and_blamed(tmp_path, rogue, null_native):  # noqa: F811
+    """A game forks until a fork fails, in a run whose games may have 32 tasks each: it
+    stops under 32 and is recycled with cause `processes` (before: no cap, 1,500
+    children); the honest game beside it is never restarted."""
+    run = tmp_path / "run"
+    data = null_recipe([{"binary": str(rogue), "count": 1, "lanes": 1, "env": {"W3R_MODE": "forks"}},
+                        {"binary": str(null_native), "count": 1, "lanes": 1}],
+                       supervisor={"sandbox": "required", "game_max_procs": 32, "max_start_failures": 100},
+                       stop={"seconds": 3})
+    sup, stats = await run_recipe(data, run)
+    _limits_here(run)
+    forked = _rogue_line(run, 0, "forked")
+    assert forked and all(int(x.split(":")[0]) < 32 for x in forked), forked
+    assert stats["games"][0]["causes"].get("processes", 0) >= 1, stats["games"][0]
+    assert stats["games"][1]["causes"] == {}, stats["games"][1]
+    assert_nothing_left(sup, run)

@@ -32,6 +32,12 @@
  *              sleeps for good (its pid printed: "rogue: escaped pid N"); the game steps on
  *   connect    at step W3R_STEP, connects to 127.0.0.1:W3R_PORT and prints
  *              "rogue: connect ok" or "rogue: connect failed: <why>"; steps on
+ *   fill       at step W3R_STEP, prints its OOM score adjustment ("rogue: oom_score_adj N"),
+ *              writes W3R_FILL_MB MiB (default 256) to W3R_FILL_PATH (default
+ *              /dev/shm/rogue-fill: memory, not its RSS), prints "rogue: filled N MiB: <why
+ *              it stopped>", and steps on
+ *   forks      at step W3R_STEP, forks children that sleep until a fork fails, prints
+ *              "rogue: forked N: <why>", and steps on
  *   unlink     unlinks its own segment's name and points its obs doorbell at
  *              /dev/null, steps on (woken by the other games' rings), and crashes at
  *              step W3R_STEP + 50
@@ -202,6 +208,50 @@ static void rogue_connect(void)
         close(fd);
 }
 
+static void rogue_fill_file(void)
+{
+    char err[64], line[64] = "";
+    long mb = 256;
+    const char *path = getenv("W3R_FILL_PATH");
+    FILE *f = fopen("/proc/self/oom_score_adj", "r");
+    if (f && fgets(line, sizeof line, f))
+        fprintf(stderr, "rogue: oom_score_adj %s", line);
+    if (f)
+        fclose(f);
+    w3s_env_int("W3R_FILL_MB", 256, &mb, err, sizeof(err));
+    static char chunk[1 << 20];
+    memset(chunk, 0x5a, sizeof chunk);
+    int fd = open(path ? path : "/dev/shm/rogue-fill", O_CREAT | O_WRONLY | O_TRUNC, 0600);
+    long done = 0;
+    const char *why = fd < 0 ? strerror(errno) : "all written";
+    while (fd >= 0 && done < mb) {
+        if (write(fd, chunk, sizeof chunk) != (ssize_t)sizeof chunk) {
+            why = strerror(errno);
+            break;
+        }
+        done++;
+    }
+    fprintf(stderr, "rogue: filled %ld MiB: %s\n", done, why);
+    fflush(stderr);
+}
+
+static void rogue_forks(void)
+{
+    long n = 0;
+    for (;;) {
+        pid_t p = fork();
+        if (p == 0) {
+            for (;;)
+                pause();
+        }
+        if (p < 0)
+            break;
+        n++;
+    }
+    fprintf(stderr, "rogue: forked %ld: %s\n", n, strerror(errno));
+    fflush(stderr);
+}
+
 int main(void)
 {
     char err[512];
@@ -280,6 +330,10 @@ int main(void)
             fprintf(stderr, "rogue: opened %d neighbour segments\n", rogue_neighbours());
             fflush(stderr);
         }
+        if ((long)step == from && !strcmp(mode, "fill"))
+            rogue_fill_file();
+        if ((long)step == from && !strcmp(mode, "forks"))
+            rogue_forks();
         if ((long)step == from && !strcmp(mode, "escape"))
             rogue_escape();
         if ((long)step == from && !strcmp(mode, "connect"))
