@@ -92,6 +92,7 @@ def test_a_full_disk_during_a_run_keeps_the_rounds_and_the_restarts(tmp_path, nu
     p = _cli(["null", "--runs-dir", str(tmp_path), "--run", "full", "--set", "stop.seconds=10",
               "--set", "games.count=2", "--set", "games.lanes=1", "--set", "games.env.W3N_ROGUE=crash",
               "--set", "games.env.W3N_ROGUE_STEP=500", "--set", "supervisor.restart_budget=10000",
+              "--set", "supervisor.max_start_failures=100000",
               "--set", "supervisor.backoff_s=0.02", "--set", "supervisor.backoff_max_s=0.05",
               "--set", "supervisor.progress_s=0"], limit_fsize=32 * 1024)
     out, err = p.communicate(timeout=120)

@@ -108,7 +108,7 @@ def third_recipe(binary: Path, types: int, seconds: float) -> dict:
             "games": [{"binary": str(binary), "count": 2, "lanes": 2,
                        "env": {"W3N_TYPES": str(types), "W3N_CHECK": "1", "THIRD_OPPONENT": "bot"}}],
             "supervisor": {"policy": "check", "progress_s": 0, "backoff_s": 0.05, "backoff_max_s": 0.2,
-                           "restart_budget": 1000},
+                           "restart_budget": 1000, "max_start_failures": 1000},  # (8 types: a bad row every start)
             "stop": {"seconds": seconds}}
 
 

@@ -170,7 +170,8 @@ def test_strings_names_seeds_and_device_syntax():
                    "inference.device=cuda:x"])
     assert sorted(p) == sorted([
         "games[0].binary = 'a\\x00b': contains a NUL character",
-        "name = '../up': must be a plain name (it starts the run folder's name): not empty, no '/'",
+        "name = '../up': must be a plain name (it starts the run folder's name): not empty, no '/', "
+        "no newline or other control character",
         "inference.seed = -1: must be >= 0",
         "inference.device = 'cuda:x': must be 'cpu', 'cuda' or 'cuda:N'"])
     # the last --set wins: one device problem
@@ -188,6 +189,44 @@ def test_recipe_files_that_cannot_be_read(tmp_path):
     junk.write_text("this is [not toml\n")
     (p,) = _problems([], str(junk))
     assert p.startswith("not valid TOML: ")
+
+
+@pytest.mark.parametrize("value,why", [
+    ('"/"', "the file system's root or a system folder"),
+    ('"/usr/"', "the file system's root or a system folder"),
+    ('"{run_dir}/.."', "'..' leaves the run folder"),
+    ('"{run_dir}"', "must name a folder inside the run folder"),
+    ('"rel/replays"', "must be an absolute path or start with {run_dir}/"),
+    ('"/srv/a/../b"', "must not contain '..'"),
+])
+def test_a_writable_folder_that_would_open_the_sandbox_is_refused(value, why):
+    """A game may write only folders of its own: never /, a system folder, the run folder
+    (its checkpoints) or a path that leaves it; a relative folder, which the sandbox cannot
+    bind, is refused at load instead of failing the slot inside bwrap."""
+    (p,) = _problems([f"games.writable=[{value}]"])
+    assert p.startswith("games[0].writable[0] = ") and why in p, p
+
+
+def test_an_env_value_that_leaves_the_run_folder_is_refused():
+    (p,) = _problems(['games.env.W3D_RECORD_DIR="{run_dir}/../../.."'])
+    assert p.startswith("games[0].env.W3D_RECORD_DIR = ") and "'..' leaves the run folder" in p, p
+    assert load_recipe(NULL, ['games.env.W3D_RECORD_DIR="{run_dir}/replays"']).games[0].env
+
+
+def test_deeply_nested_toml_is_a_problem_not_a_traceback(tmp_path):
+    deep = tmp_path / "deep.toml"
+    deep.write_text('name = "x"\nv = ' + "[" * 3000 + "]" * 3000 + "\n")
+    assert _problems([], str(deep)) == ["nests arrays or tables too deeply to be a recipe (hundreds of levels)"]
+    (p,) = _problems(["stop.seconds=" + "[" * 3000 + "]" * 3000])
+    assert "nests arrays or tables too deeply" in p, p
+
+
+@pytest.mark.parametrize("name", ["", "a\nb", "tab\there", "."])
+def test_a_run_name_that_is_no_plain_name_is_refused_before_anything_is_made(tmp_path, name):
+    r = subprocess.run([sys.executable, "-m", "w3async", "run", NULL, "--run", name, "--runs-dir", str(tmp_path / "runs")],
+                       capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert r.returncode == 2 and "the run folder needs a name" in r.stderr, r.stderr
+    assert not (tmp_path / "runs").exists()
 
 
 # ---- against the machine (preflight.py) --------------------------------------------------

@@ -456,13 +456,14 @@ async def test_a_teardown_step_off_the_loop_runs_when_the_executors_are_stopped(
 def test_a_game_that_fails_the_same_way_every_start_fails_its_slot_and_the_run(tmp_path):
     """The null game checks its answers, so under the random policy it exits 67 at its
     first one, every start. Its slot fails after max_start_failures starts that ended that
-    way (before: 64 restarts in 45 s, the backoff keeping them under the budget, and the
-    run ended with exit 0), every slot failing ends the run with the cause, exit 1."""
+    way before a second post (before: 64 restarts in 45 s, the backoff keeping them under
+    the budget, and the run ended with exit 0); every slot failing ends the run with the
+    cause, exit 1."""
     runs = tmp_path / "runs"
     r = _cli(["run", "recipes/null.toml", "--runs-dir", str(runs), "--run", "loop", "--set", "supervisor.policy=random",
               "--set", "stop.seconds=60"])
     assert r.returncode == 1, (r.returncode, r.stderr[-2000:])
-    assert "every game slot failed" in r.stderr and "ended the same way 3 starts in a row" in r.stderr, r.stderr
+    assert "every game slot failed" in r.stderr and "ended the same way at its first answer 3 starts" in r.stderr, r.stderr
     ev = events(runs / "loop")
     failed = [e for e in ev if e["event"] == "slot_failed"]
     assert len(failed) == 8 and all("cause exit, code 67" in e["reason"] for e in failed), failed
@@ -478,7 +479,7 @@ def test_an_env_whose_games_fail_every_start_raises_the_cause():
     env = we.make("env-null", sets=["games.count=1", "games.env.W3N_CHECK=1"])
     try:
         env.reset(seed=1)
-        with pytest.raises(we.EnvClosed, match="ended the same way"):
+        with pytest.raises(we.EnvClosed, match="ended the same way at its first answer"):
             for _ in range(10_000):
                 env.step(np.full((env.num_envs, layout.N_HEADS), 3, np.int64))
     finally:

@@ -56,7 +56,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a recipe")
     run.add_argument("recipe", help="a recipe name (recipes/NAME.toml) or a path")
-    run.add_argument("--run", default="", help="run folder name under --runs-dir (default: RECIPE-DATE-TIME)")
+    run.add_argument("--run", default=None, help="run folder name under --runs-dir (default: RECIPE-DATE-TIME)")
     run.add_argument("--runs-dir", default=str(REPO_ROOT / "runs"), help="where run folders live")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override a recipe value, e.g. --set stop.seconds=30 (repeatable)")
@@ -128,14 +128,14 @@ def _run(args) -> int:
     except RecipeError as e:
         console(f"w3async: error: {e}")
         return 2
-    name = args.run or f"{recipe.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    name = f"{recipe.name}-{time.strftime('%Y%m%d-%H%M%S')}" if args.run is None else args.run
     name = name.rstrip("/") or name  # "r1/" (a shell's completion) is r1; "/" stays, and is refused
     # The run folder is one name under --runs-dir: `--run ../x` or `--run /abs` would make or
     # resume a folder elsewhere (an existing one, e.g. ../recipes, gets the run's files).
-    if "\0" in name or "\0" in args.runs_dir or "/" in name or name in ("", ".", ".."):
+    if "\0" in args.runs_dir or "/" in name or name in ("", ".", "..") or not name.isprintable():
         return _error(path, [f"--run {name!r}, --runs-dir {args.runs_dir!r}: the run folder needs a name "
                              f"(not '', '.' or '..'), no '/' (it is made in --runs-dir: set that for "
-                             f"another place) and no NUL"])
+                             f"another place), no newline or other control character, and no NUL"])
     runs_dir = Path(args.runs_dir)
     run_dir = runs_dir / name
     # Everything against the machine before anything is created: the run folder is made

@@ -70,9 +70,49 @@ def _no_nul(value: str) -> str:
 
 
 def _plain_name(value: str) -> str:
-    if not value or value in (".", "..") or "/" in value:
-        raise _problem("must be a plain name (it starts the run folder's name): not empty, no '/'")
+    if not value or value in (".", "..") or "/" in value or not value.isprintable():
+        raise _problem("must be a plain name (it starts the run folder's name): not empty, no '/', "
+                       "no newline or other control character")
     return value
+
+
+RUN_DIR_KEYS = ("{run_dir}", "{run_dir_windows}")
+# Folders a game may never be given to write: the system's and the whole file system.
+_SYSTEM = ("/", "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/root", "/run",
+           "/sbin", "/sys", "/usr", "/var")
+
+
+def _inside_run_dir(value: str) -> str:
+    """A value under "{run_dir}" must name a folder inside the run folder: a subfolder, no
+    '..' (the run folder itself holds the checkpoints and the recipe)."""
+    key = next(k for k in RUN_DIR_KEYS if value.startswith(k))
+    rest = [p for p in re.split(r"[\\/]", value[len(key):]) if p]
+    if not rest or value[len(key)] not in "/\\":
+        raise _problem(f"must name a folder inside the run folder, as {key}/<folder> (the run folder itself "
+                       f"holds its checkpoints: a game may not write it)")
+    if ".." in rest:
+        raise _problem(f"'..' leaves the run folder: name a folder inside it, as {key}/<folder>")
+    return value
+
+
+def writable_folder(value: str) -> str:
+    """A folder a game may write (games.writable): "{run_dir}/<folder>", or an absolute
+    path with no '..' that is not the file system's root or a system folder."""
+    if value.startswith(RUN_DIR_KEYS):
+        return _inside_run_dir(value)
+    if not value.startswith("/"):
+        raise _problem("must be an absolute path or start with {run_dir}/ (a relative folder would be "
+                       "relative to the game's folder in its sandbox, which cannot bind it)")
+    if ".." in value.split("/"):
+        raise _problem("must not contain '..': name the folder itself")
+    if system_folder(value):
+        raise _problem("is the file system's root or a system folder: name a folder of the game's own")
+    return value
+
+
+def system_folder(path: str) -> bool:
+    """The file system's root or a system folder (/usr, /etc, ...): never a game's to write."""
+    return (path.rstrip("/") or "/") in _SYSTEM
 
 
 def _device(value: str) -> str:
@@ -112,6 +152,11 @@ def _env(value: dict) -> dict[str, str]:
             out.append(f".{k} = {v!r}: must be a finite number (or a string)")
         elif isinstance(v, str) and "\0" in v:
             out.append(f".{k} = {v!r}: contains a NUL character")
+        elif isinstance(v, str) and v.startswith(RUN_DIR_KEYS):
+            try:
+                _inside_run_dir(v)
+            except PydanticCustomError as e:
+                out.append(f".{k} = {v!r}: {e.context['why']}")
     if out:
         raise PydanticCustomError("recipe_env", "{problems}", {"problems": out})
     return {k: (str(int(v)) if isinstance(v, bool) else str(v)) for k, v in value.items()}
@@ -124,6 +169,7 @@ Str = Annotated[str, Strict(), AfterValidator(_no_nul)]
 Name = Annotated[str, Strict(), AfterValidator(_no_nul), AfterValidator(_plain_name)]
 Device = Annotated[str, Strict(), AfterValidator(_no_nul), AfterValidator(_device)]
 Env = Annotated[dict, Strict(), AfterValidator(_env)]
+Writable = Annotated[str, Strict(), AfterValidator(_no_nul), AfterValidator(writable_folder)]
 """The annotations of the sections' fields (typing.get_type_hints still reads int, float, ...)."""
 
 

@@ -22,6 +22,7 @@ from w3async.recipe_checks import (
     Bool,
     Device,
     Env,
+    Writable,
     Float,
     Int,
     Name,
@@ -147,7 +148,7 @@ class GameGroup:
     network: Bool = False
     """The games may use the network (in a sandbox: a network namespace of their own
     otherwise, with no interface but loopback: docs/security.md)."""
-    writable: list[Str] = Field(default_factory=list)
+    writable: list[Writable] = Field(default_factory=list)
     """Folders the games may write in their sandbox besides their own doorbells ("{run_dir}"
     becomes the run folder). A folder named by an env value that starts with "{run_dir}"
     or "{run_dir_windows}" (W3D_RECORD_DIR = "{run_dir}/replays"), or that is the
@@ -206,7 +207,9 @@ class SupervisorSection:
     stop_timeout_s: Float = Field(3.0, gt=0, le=YEAR_S)
     """On shutdown, how long games get to exit by themselves before SIGTERM, then SIGKILL."""
     max_start_failures: Int = Field(3, ge=1)
-    """A slot whose game fails this many starts in a row is marked failed."""
+    """A slot whose game fails this many starts in a row is marked failed: starts that
+    end before their first post, or that end the same way (cause and exit code or
+    signal) each within min_uptime_s of their start."""
     backoff_s: Float = Field(0.5, gt=0, le=YEAR_S)
     """First restart delay of a slot; doubles per failure in a row, capped below."""
     backoff_max_s: Float = Field(10.0, gt=0, le=YEAR_S)

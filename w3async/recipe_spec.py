@@ -115,6 +115,8 @@ def inline(data: dict, recipe_path: str) -> str | None:
         return f"spec = {name!r}: no such file {str(path)!r} (a path relative to the recipe's folder)"
     except (OSError, ValueError) as e:  # a folder, unreadable, not UTF-8, not TOML, a NUL in the name
         return f"spec = {name!r}: {path} cannot be read as TOML: {getattr(e, 'strerror', None) or e}"
+    except RecursionError:
+        return f"spec = {name!r}: {path} nests arrays or tables too deeply"
     data["spec"] = SpecTable(table)
     data["spec"].source = str(path)
     return None

@@ -27,10 +27,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from w3async import recipe_spec
-from w3async.recipe_checks import (  # noqa: F401 (MAX_ROWS, YEAR_S, _base_type: the module's API)
+from w3async.recipe_checks import (  # noqa: F401 (MAX_ROWS, YEAR_S, _base_type, system_folder: the module's API)
     MAX_ROWS,
     YEAR_S,
     _base_type,
+    system_folder,
     check_ranges,
     drop,
     problems_of,
@@ -130,6 +131,8 @@ def parse_override(text: str) -> tuple[list[str], Any]:
         value = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
         value = raw
+    except RecursionError:
+        raise ValueError(f"--set {key.strip()}=...: its value nests arrays or tables too deeply") from None
     return parts, value
 
 
@@ -283,6 +286,8 @@ def _read_toml(path: str) -> tuple[dict | None, str | None]:
         return tomllib.loads(text), None
     except tomllib.TOMLDecodeError as e:
         return None, f"not valid TOML: {e}"
+    except RecursionError:
+        return None, "nests arrays or tables too deeply to be a recipe (hundreds of levels)"
 
 
 def load_recipe(path: str | os.PathLike, overrides: list[str] | None = None) -> Recipe:

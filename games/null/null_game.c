@@ -27,6 +27,10 @@
  *                        terminated N other games", and steps on; named: makes a named
  *                        mutex, event and pipe and says which another game already had
  *                        ("null: named mutex shared|own event ... pipe ..."), and steps on;
+ *                        winsock: connects to 127.0.0.1:W3N_PORT through Winsock ("null:
+ *                        winsock connect ok|failed N"), and steps on; rawkill: a raw
+ *                        Linux kill(W3N_KILL_PID, 0) ("null: rawkill ok|failed ERRNO"), and
+ *                        steps on;
  *                        burn (Linux): forks a helper that spins on the CPU for good, and
  *                        steps on; hog: takes W3N_HOG_MB (default 64) MiB, writes every
  *                        page, and steps on (accounting tests)
@@ -40,9 +44,48 @@
 #include "w3s.h"
 
 #ifdef _WIN32
+#include <winsock2.h>
 #include <windows.h>
 #include <tlhelp32.h>
 static void null_sleep_forever(void) { for (;;) Sleep(1000); }
+
+/* Connects to 127.0.0.1:W3N_PORT through Winsock (whose sockets Wine's wineserver
+ * makes): "null: winsock connect ok" or "null: winsock connect failed <WSA error>". */
+static void null_winsock(void)
+{
+    WSADATA wsa;
+    const char *port = getenv("W3N_PORT");
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_port = htons((u_short)atoi(port ? port : "0"));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int ok = WSAStartup(MAKEWORD(2, 2), &wsa) == 0;
+    SOCKET s = ok ? socket(AF_INET, SOCK_STREAM, IPPROTO_TCP) : INVALID_SOCKET;
+    ok = s != INVALID_SOCKET && connect(s, (struct sockaddr *)&a, sizeof a) == 0;
+    if (ok)
+        fprintf(stderr, "null: winsock connect ok\n");
+    else
+        fprintf(stderr, "null: winsock connect failed %d\n", WSAGetLastError());
+    if (s != INVALID_SOCKET)
+        closesocket(s);
+}
+
+/* A raw Linux kill(W3N_KILL_PID, 0) system call, which Wine does not see: "null: rawkill
+ * ok" when the process exists and may be signalled from here, else "null: rawkill
+ * failed <errno>". Signal 0 only asks; nothing is sent. */
+static void null_rawkill(void)
+{
+    const char *pid = getenv("W3N_KILL_PID");
+    long rc = -1;
+#if defined(__x86_64__)
+    __asm__ volatile("syscall" : "=a"(rc) : "a"(62L), "D"((long)atol(pid ? pid : "0")), "S"(0L) : "rcx", "r11",
+                     "memory");
+#endif
+    if (rc == 0)
+        fprintf(stderr, "null: rawkill ok\n");
+    else
+        fprintf(stderr, "null: rawkill failed %ld\n", -rc);
+}
 
 static void null_terminate_others(void)
 {
@@ -261,6 +304,10 @@ static void null_rogue(w3s_conn *c, const char *mode)
         null_terminate_others();
     else if (!strcmp(mode, "named"))
         null_named();
+    else if (!strcmp(mode, "winsock"))
+        null_winsock();
+    else if (!strcmp(mode, "rawkill"))
+        null_rawkill();
 #endif
     else
         fprintf(stderr, "null: unknown rogue mode %s, ignored\n", mode);

@@ -92,7 +92,7 @@ class GameKeeper:
         s.state = STARTING
         s.started_at = s.progress_at = time.monotonic()
         s.seq_sum = 0
-        s.posted = False
+        s.posted = s.stepped = False
         s.segment = segment.name
         s.marker = start.marker
         s.sandboxed = wrap is not None
@@ -143,10 +143,13 @@ class GameKeeper:
             self.control.rows_reset(s.rows)  # a round in flight for them is stale
 
     def _note_posted(self, s: Slot) -> None:
-        """Did this start post any row? Read before its rows are reset: a game that
-        crashes between two watch ticks still counts as one that ran."""
-        if not s.posted and int(self.table.column("obs_seq")[s.rows].sum()) > 0:
+        """Did this start post any row, and step past its first answer (a second post)?
+        Read before its rows are reset: a game that crashes between two watch ticks
+        still counts as one that ran."""
+        seqs = self.table.column("obs_seq")[s.rows]
+        if not s.posted and int(seqs.sum()) > 0:
             s.posted, s.fail_streak = True, 0
+        s.stepped = int(seqs.max(initial=0)) > 1
 
     def cap_logs(self) -> None:
         """Cut every game's log that passed the recipe's game_log_mb (the watch, twice a

@@ -28,6 +28,7 @@ import stat
 import subprocess
 from pathlib import Path
 
+from w3async.recipes import system_folder
 from w3async.runtime.gamestart import GameStart
 from w3async.runtime.runfolder import RunError
 
@@ -107,8 +108,8 @@ def writable(group, run_dir: Path) -> list[str]:
             v = run + v[len("{run_dir_windows}"):].replace("\\", "/")
         elif v.startswith("{run_dir}"):
             v = run + v[len("{run_dir}"):]
-        elif not listed and not (v.startswith("/") and Path(v).is_dir()):
-            continue
+        elif not listed and not (v.startswith("/") and Path(v).is_dir()) or system_folder(v):
+            continue  # (an env value HOME = "/" makes nothing writable)
         p = Path(v)
         p.mkdir(parents=True, exist_ok=True)
         out.append(str(p))

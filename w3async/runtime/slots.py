@@ -49,8 +49,9 @@ class Slot:
     recycles: int = 0  # healthy recycles: exit 0 (host->finish(), an episode quota) after a post
     causes: collections.Counter = field(default_factory=collections.Counter)
     fail_streak: int = 0  # starts in a row that exited before their first post
-    same_streak: int = 0  # short-lived starts in a row that ended the same way (same_failure)
-    same_failure: tuple = ()  # (cause, how) of the last short-lived start's end
+    stepped: bool = False  # this start posted again after an answer (it took a step)
+    same_streak: int = 0  # starts in a row that ended the same way at their first answer (same_failure)
+    same_failure: tuple = ()  # (cause, how) of the last such start's end
     started_at: float = 0.0
     progress_at: float = 0.0  # when its rows' sequence numbers last moved
     seq_sum: int = 0
@@ -106,10 +107,11 @@ def decide_restart(s: Slot, cause: str, now: float, sv, how: str = "") -> Restar
     counted in s.restarts and the budget (restart_budget in restart_window_s) and backs
     off, doubling per start in a row that did not post and live min_uptime_s.
 
-    A slot whose starts end the same way (cause and `how`: its exit code or signal)
-    max_start_failures times in a row, none of them healthy, fails with that cause at
-    once: a game that exits at its first answer, or writes the same bad row, every start,
-    would otherwise restart for ever, the backoff keeping it under the budget."""
+    A slot whose starts post and then end the same way (cause and `how`: its exit code
+    or signal) before a second post, max_start_failures times in a row, fails with that
+    cause: a game that exits at its first answer every start would otherwise restart for
+    ever, the backoff keeping it under the budget. (Starts that end before their first
+    post have their own count, the keeper's fail_streak.)"""
     s.causes[cause] += 1
     if cause == "recycle" and s.posted:
         s.recycles += 1
@@ -121,13 +123,13 @@ def decide_restart(s: Slot, cause: str, now: float, sv, how: str = "") -> Restar
     s.restarts += 1
     healthy = s.posted and now - s.started_at >= sv.min_uptime_s
     s.short_streak = 0 if healthy else s.short_streak + 1
-    same = () if healthy else (cause, how)
-    s.same_streak = 0 if healthy else (s.same_streak + 1 if same == s.same_failure else 1)
+    outset = s.posted and not s.stepped  # it never stepped past its first answer
+    same = (cause, how) if outset else ()
+    s.same_streak = (s.same_streak + 1 if same == s.same_failure else 1) if outset else 0
     s.same_failure = same
     if s.same_streak >= sv.max_start_failures:
-        return RestartDecision(fail=f"{s.binary} ended the same way {s.same_streak} starts in a row, each within "
-                                    f"min_uptime_s ({sv.min_uptime_s:g} s) of its start: cause {cause}"
-                                    + (f", {how}" if how else ""))
+        return RestartDecision(fail=f"{s.binary} ended the same way at its first answer {s.same_streak} starts in a "
+                                    f"row: cause {cause}" + (f", {how}" if how else ""))
     s.restart_times.append(now)
     while now - s.restart_times[0] > sv.restart_window_s:
         s.restart_times.popleft()
