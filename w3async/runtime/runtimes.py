@@ -17,13 +17,17 @@ def slot_runtimes(r: Recipe, groups: list, run_dir: Path, runtimes: dict) -> lis
     """The runtime of each slot (groups: one per slot); `runtimes` gets the shared ones by
     key (the supervisor closes them)."""
     bits = program_bits(r.binary_path(x) for x in groups if x.runtime == "wine")
+    keys = [f"wine-{i}" if g.runtime == "wine" and r.runtime.prefix == "per-game" else g.runtime
+            for i, g in enumerate(groups)]
     out = []
-    for i, g in enumerate(groups):
-        key = f"wine-{i}" if g.runtime == "wine" and r.runtime.prefix == "per-game" else g.runtime
+    for g, key in zip(groups, keys):
         if key not in runtimes:
+            # Winsock's sockets are the wineserver's: it gets the network only where a
+            # group of its prefix may have it, or where nothing is sandboxed.
+            network = r.supervisor.sandbox == "off" or any(x.network for x, k in zip(groups, keys) if k == key)
             runtimes[key] = NativeRuntime() if g.runtime == "native" else WineRuntime(
                 WineConfig(wine=r.runtime.wine, cache_dir=r.runtime.cache_dir or None, fsync=r.runtime.fsync,
-                           esync=r.runtime.esync, display=r.runtime.display, bits=bits), key)
+                           esync=r.runtime.esync, display=r.runtime.display, bits=bits, network=network), key)
         rt = runtimes[key]
         out.append(InjectedRuntime(rt, g.inject, run_dir) if g.inject else rt)
     return out

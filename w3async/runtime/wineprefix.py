@@ -80,6 +80,12 @@ class WineConfig:
     """WINEESYNC=1: eventfd-based sync, also Proton/staging only; nothing on stock Wine."""
     display: str = "null"
     """"null": Wine's null graphics driver; "xvfb": an X server for the run (display.py)."""
+    network: bool = True
+    """The prefix's games may use the network. Every socket a Windows game opens through
+    Winsock is made by the prefix's wineserver, not by the game: with False (no group of
+    the prefix allows the network, and the run is sandboxed), the wineserver starts in a
+    network namespace of its own with loopback only (bwrap --unshare-net), so the game's
+    sandbox holds for Winsock too."""
     bits: tuple[int, ...] = (64,)
     """The bitnesses of the programs the prefix will run (32, 64): before the games, the
     launcher of each (build/win32, build/win64) is started in --check mode, and a prefix
@@ -280,7 +286,7 @@ def start_services(prefix: WinePrefix) -> None:
         except DisplayError as e:
             raise WineError(str(e))
     try:
-        subprocess.run([prefix.build.server, "-p"], env=prefix.env(), timeout=BOOT_TIMEOUT_S, **quiet)
+        subprocess.run(server_command(prefix), env=prefix.env(), timeout=BOOT_TIMEOUT_S, **quiet)
         driver = GRAPHICS[prefix.cfg.display]
         if graphics_driver(prefix) != driver:  # per run: the desktops read it when they start
             subprocess.run(prefix.command("reg", ["add", r"HKCU\Software\Wine\Drivers", "/v", "Graphics", "/d",
@@ -290,6 +296,19 @@ def start_services(prefix: WinePrefix) -> None:
                            **quiet)
     except (OSError, subprocess.TimeoutExpired) as e:
         raise WineError(f"Wine prefix {prefix.path}: starting its services failed: {e}")
+
+
+def server_command(prefix: WinePrefix) -> list[str]:
+    """How the prefix's persistent wineserver starts: in a network namespace of its own
+    (loopback only) unless its games may use the network. It forks itself into the
+    background, which keeps the namespace alive after bwrap's own process ends."""
+    cmd = [prefix.build.server, "-p"]
+    if prefix.cfg.network:
+        return cmd
+    from w3async.runtime.sandbox import unavailable  # noqa: PLC0415 (sandbox.py imports the recipes)
+    if unavailable():  # no sandbox here ("preferred"): the games are not held to it either
+        return cmd
+    return [shutil.which("bwrap"), "--dev-bind", "/", "/", "--unshare-net", "--", *cmd]
 
 
 GRAPHICS = {"null": "null", "xvfb": "x11"}  # [runtime] display -> Wine's graphics driver
