@@ -104,18 +104,19 @@ async def test_a_game_cannot_leave_its_sandbox(tmp_path, breakout, null_native, 
     assert_nothing_left(sup, run)
 
 
-def _bare(breakout: Path, user: list[str], socks: list[str], port: int) -> str:
+def _bare(breakout: Path, user: list[str], socks: list[str], port: int, pid_namespace: bool = True) -> str:
     """breakout alone in the sandbox a run would give it, started by `user` (a command
-    prefix: [] for this process's user, setpriv for another)."""
+    prefix: [] for this process's user, setpriv for another); pid_namespace False: as a
+    Windows game's (the host's pids)."""
     run = Path(tempfile.mkdtemp(prefix="w3-boundary-run-"))
     try:
         run.chmod(0o755)
         (run / "recipe.json").write_text("{}")
         env = game_environ({"W3R_SUP_PID": str(os.getpid()), "W3R_RUN_DIR": str(run), "W3R_PORT": str(port),
                             "W3R_SECRET": SECRET, "W3R_SOCKS": ":".join(socks)})
-        start = GameStart([str(breakout)], env, str(breakout.parent), b"")
+        start = GameStart([str(breakout)], env, str(breakout.parent), b"", pid_namespace=pid_namespace)
         group = SimpleNamespace(network=False, env={}, writable=[])
-        argv = Sandbox(run, shutil.which("bwrap")).wrap(start, group)
+        argv = Sandbox.for_run("required", run).wrap(start, group)
         out = subprocess.run(user + argv, env=env, capture_output=True, text=True, timeout=60)
         assert not (run / "planted").exists()
         return out.stdout + out.stderr
@@ -123,10 +124,16 @@ def _bare(breakout: Path, user: list[str], socks: list[str], port: int) -> str:
         shutil.rmtree(run, ignore_errors=True)
 
 
+@pytest.mark.parametrize("pid_namespace", [True, False], ids=["native", "as-wine"])
 @pytest.mark.parametrize("user", ["this", "nobody"])
-def test_a_bare_sandbox_holds_for_root_and_for_an_unprivileged_user(tmp_path, breakout, monkeypatch, user):
+def test_a_bare_sandbox_holds_for_root_and_for_an_unprivileged_user(tmp_path, breakout, monkeypatch, user,
+                                                                     pid_namespace):
     """The same sandbox started by this process's user (root in CI) and by uid 65534
-    (setpriv, where this process may switch): every step denied for both."""
+    (setpriv, where this process may switch): every step denied for both. As a Windows
+    game's sandbox (no pid namespace of its own: the supervisor's /proc is in view), the
+    supervisor's memory is still out of reach (the game's user namespace: the kernel
+    wants CAP_SYS_PTRACE over the supervisor's namespace); only a signal to it is not
+    denied (docs/security.md)."""
     if user == "nobody" and os.geteuid() != 0:
         pytest.skip("only root can start a sandbox as another user; this process is unprivileged already")
     monkeypatch.setenv(SECRET, "the operator's token")
@@ -135,10 +142,15 @@ def test_a_bare_sandbox_holds_for_root_and_for_an_unprivileged_user(tmp_path, br
     try:
         with listeners(folder) as (socks, port):
             prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if user == "nobody" else []
-            log = _bare(breakout, prefix, socks, port)
+            log = _bare(breakout, prefix, socks, port, pid_namespace)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    assert_all_denied(steps(log), BARE, log)
+    got = steps(log)
+    if not pid_namespace and user == "this":
+        # Not closed for Windows games: the same uid and the host's pids (the strict xfail below).
+        assert got.pop("signal") == "ok", log
+        got["signal"] = "denied"
+    assert_all_denied(got, BARE, log)
 
 
 def test_the_steps_work_without_a_sandbox(tmp_path, breakout, monkeypatch):

@@ -7,7 +7,8 @@
  *   umount     unmount the tmpfs that hides the run folder (W3R_RUN_DIR), then read
  *              W3R_RUN_DIR/recipe.json
  *   remount    remount / read-write, then create W3R_RUN_DIR/planted
- *   procmem    unmount its /proc, then open the supervisor's (W3R_SUP_PID) memory for writing
+ *   procmem    unmount its /proc, then open the supervisor's (W3R_SUP_PID) memory for
+ *              writing, or else for reading
  *   signal     signal 0 to the supervisor (it may signal it)
  *   setns      enter the supervisor's network namespace, then connect to 127.0.0.1:W3R_PORT
  *   hostshm    unmount its private /dev/shm, then open the host's segments of its run's
@@ -128,6 +129,8 @@ static void procmem(const char *sup)
     umount2("/proc", MNT_DETACH); /* where it may: the host's /proc was under it */
     snprintf(p, sizeof p, "/proc/%s/mem", sup);
     int fd = open(p, O_RDWR);
+    if (fd < 0)
+        fd = open(p, O_RDONLY); /* reading it is enough: the run's secrets, its weights */
     result("procmem", fd < 0 ? -1 : 0);
     if (fd >= 0)
         close(fd);
