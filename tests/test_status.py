@@ -752,11 +752,22 @@ async def test_an_absolute_form_target_must_name_this_server(tmp_path):
         await server.stop()
 
 
+async def test_a_run_bound_beyond_loopback_records_status_exposed(tmp_path, null_native):
+    """A real run (its SupervisorSource, not a fake with `.events`) bound to 0.0.0.0 writes
+    the `status_exposed` warning docs/status.md promises (before: only the console line)."""
+    from .test_supervisor import events, null_recipe, run_recipe
+    data = null_recipe([{"binary": str(null_native), "count": 1, "lanes": 1}],
+                       status={"enabled": True, "host": "0.0.0.0", "port": 0}, stop={"seconds": 1})
+    await run_recipe(data, tmp_path / "run")
+    ev = [e for e in events(tmp_path / "run") if e["event"] == "status_exposed"]
+    assert len(ev) == 1 and ev[0]["level"] == "warning" and ev[0]["address"] == "0.0.0.0", ev
+
+
 async def test_binding_beyond_loopback_warns(tmp_path, capsys):
     write_logs(tmp_path / "run")
     src = FakeSource(tmp_path / "run")
-    src.events = JsonLog(tmp_path / "run" / "events.jsonl")
-    server = StatusServer(src, host="0.0.0.0")
+    events = JsonLog(tmp_path / "run" / "events.jsonl")
+    server = StatusServer(src, host="0.0.0.0", events=events)
     port = await server.start()
     try:
         assert "beyond this machine" in capsys.readouterr().err
@@ -767,7 +778,7 @@ async def test_binding_beyond_loopback_warns(tmp_path, capsys):
         assert (await raw_status(port, b"evil.example")).startswith(b"HTTP/1.1 421")
     finally:
         await server.stop()
-        src.events.close()
+        events.close()
     server = StatusServer(FakeSource(tmp_path / "run"))  # loopback: no warning
     await server.start()
     await server.stop()

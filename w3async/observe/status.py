@@ -66,7 +66,7 @@ class StatusServer:
 
     def __init__(self, source: StatusSource | None = None, run_dir: Path | None = None, host: str = "127.0.0.1",
                  port: int = 0, sample_s: float = 1.0, limits: Limits | None = None,
-                 allowed_hosts: tuple[str, ...] = ()):
+                 allowed_hosts: tuple[str, ...] = (), events=None):
         if source is None and run_dir is None:
             raise ValueError("StatusServer needs a source or a run_dir")
         self.source = source
@@ -78,6 +78,7 @@ class StatusServer:
         self.sample_s = sample_s
         self.limits = limits or Limits()
         self.extra_hosts = tuple(allowed_hosts)
+        self.events = events  # the run's JsonLog: a bind beyond loopback is recorded there (None: not)
         self.max_connections: int | None = None
         self.warning: str | None = None
         self._http: HttpThread | None = None  # while serving
@@ -126,9 +127,8 @@ class StatusServer:
         self.warning = (f"status server: listening on {addr}, beyond this machine: anyone who can reach port "
                         f"{self.port} sees the run (bind 127.0.0.1 to keep it local)")
         console(f"w3async: warning: {self.warning}")
-        events = getattr(self.source, "events", None) or getattr(getattr(self.source, "sup", None), "events", None)
-        if events is not None:
-            events.warning("status_exposed", host=self.host, address=addr, port=self.port)
+        if self.events is not None:
+            self.events.warning("status_exposed", host=self.host, address=addr, port=self.port)
 
     async def refresh_now(self, now: float | None = None) -> None:
         """On the source's loop: a snapshot now (its time `now`), built and serving when

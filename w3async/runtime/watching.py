@@ -109,7 +109,7 @@ class RunWatch:
 
         c = self.ctx
         st = c.recipe.status
-        self.status_server = StatusServer(self.status_source(), host=st.host, port=st.port)
+        self.status_server = StatusServer(self.status_source(), host=st.host, port=st.port, events=c.events)
         try:
             port = await self.status_server.start()
         except StatusError as e:
