@@ -609,3 +609,36 @@ def test_an_injected_windows_game_behind_the_env(wine):
     finally:
         env.close()
     assert not list_segments(SHM_PREFIX)
+
+
+_KILLED_ENV = """
+import sys, w3async.env as we
+env = we.make("env-null", sets=["games.count=1"])
+env.reset(seed=1)
+print(env.run.run_dir.parent, env.run.thread.sup.table.name, flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_an_env_killed_by_a_signal_is_cleaned_by_the_next_env(sig):
+    """An env's process dies by SIGKILL or SIGTERM (Python's default: no atexit): its
+    segments and its folder in /tmp stay (before: for good); the next env made on the
+    machine ends what is left of that run and removes both."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    p = subprocess.Popen([sys.executable, "-c", _KILLED_ENV], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         text=True)
+    folder, table = p.stdout.readline().split()
+    p.send_signal(sig)
+    p.wait(30)
+    assert Path(folder).exists() and list_segments(table), "nothing was left to clean (the test proves nothing)"
+    env = we.make("env-null", sets=["games.count=1"])
+    try:
+        assert not Path(folder).exists(), folder
+        assert not list_segments(table), list_segments(table)
+        assert env.run.run_dir.parent.exists()  # a live env's own folder is not swept
+    finally:
+        env.close()

@@ -4,6 +4,7 @@ run folder, the supervisor on its thread, and the step of a set of rows."""
 from __future__ import annotations
 
 import atexit
+import os
 import shutil
 import tempfile
 import threading
@@ -13,6 +14,7 @@ import numpy as np
 
 from w3async import games
 from w3async.env.bridge import Bridge, EnvClosed, SupervisorThread
+from w3async.runtime import procs
 from w3async.runtime.slots import ASKED
 
 
@@ -88,7 +90,11 @@ class EnvRun:
             opp = (played, load_opponent(opponent, recipe), opponent_greedy)
         # Made after what may refuse the env: a refused make() left an empty folder in /tmp
         self._own_dir = run_dir is None
-        base = Path(tempfile.mkdtemp(prefix="w3async-env-")) if run_dir is None else None
+        if run_dir is None:
+            sweep_dead_envs()  # what an env killed by a signal left: its segments, its folder
+        base = Path(tempfile.mkdtemp(prefix=ENV_PREFIX)) if run_dir is None else None
+        if base is not None:
+            (base / OWNER).write_text(f"{os.getpid()} {procs.started(os.getpid())}\n")
         self.run_dir = base / "run" if base is not None else Path(run_dir)
         self.keep_run = keep_run
         _track(self)
@@ -161,11 +167,55 @@ class EnvRun:
         self.thread.stop()
         if self._own_dir and not self.keep_run:
             shutil.rmtree(self.run_dir.parent, ignore_errors=True)
+        elif self._own_dir:
+            (self.run_dir.parent / OWNER).unlink(missing_ok=True)  # kept: never swept
         return self.thread.stats
 
     @property
     def error(self) -> str | None:
         return self.thread.error
+
+
+ENV_PREFIX = "w3async-env-"
+OWNER = "owner"  # in an env's own folder while its process may use it: "PID STARTTIME"
+
+
+def _owner_alive(folder: Path) -> bool | None:
+    """Whether the process that made an env's folder lives (None: no owner recorded, a
+    folder being made or kept)."""
+    try:
+        pid, born = map(int, (folder / OWNER).read_text().split())
+    except (OSError, ValueError):
+        return None
+    return procs.alive(pid) and procs.started(pid) == born
+
+
+def sweep_dead_envs(tmp: str | None = None) -> list[str]:
+    """Clean what envs whose process died without close() left (SIGKILL, or a SIGTERM
+    that Python's default handler turns into an exit without atexit): every process of
+    their runs, their segments in /dev/shm, their folders. Each is found by its folder's
+    owner file; a live owner's, a kept run's (no owner file) and one being made are left
+    alone. Returns the folders removed."""
+    from w3async.runtime.runfolder import RunError, RunLock, cleanup_previous_run  # noqa: PLC0415
+
+    removed = []
+    for folder in sorted(Path(tmp or tempfile.gettempdir()).glob(ENV_PREFIX + "*")):
+        if _owner_alive(folder) is not False:
+            continue
+        run = folder / "run"
+        if (run / "run.lock").exists():
+            try:
+                lock = RunLock(run)  # held: its supervisor is gone
+            except (RunError, OSError):
+                continue
+            try:
+                if lock.previous.get("pid"):
+                    cleanup_previous_run(lock.previous)
+            finally:
+                lock.release()
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(str(folder))
+    return removed
 
 
 # A caller that exits without close() (an exception, sys.exit, an env dropped unclosed)
