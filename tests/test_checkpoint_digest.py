@@ -98,17 +98,52 @@ def test_weights_that_are_not_finite_are_refused_at_load(tmp_path, value):
         read_file(snap)
 
 
-def test_a_file_without_a_digest_loads_with_a_warning(tmp_path, capsys):
-    """A checkpoint written before digests (torch.save alone): loaded, one warning line on
-    stderr naming it; its weights still checked."""
+def test_a_file_without_a_digest_is_refused_unless_trusted(tmp_path, capsys, monkeypatch):
+    """A checkpoint written before digests (torch.save alone): refused, naming the flag
+    that loads it (before: loaded with a console warning only, then saved again under a
+    valid digest); trusted (--trust-undigested), loaded with one warning line on stderr
+    naming it, marked `digested: False`; its weights still checked."""
     learner, league = trained(tmp_path, updates=1)
     p = save(tmp_path, learner, league, steps=3)
     buf = io.BytesIO()
     torch.save(torch.load(io.BytesIO(p.read_bytes()[checkpoint.HEADER_LEN:]), weights_only=True), buf)
     p.write_bytes(buf.getvalue())
-    assert load_latest(tmp_path)["counters"]["agent_steps"] == 3
+    with pytest.raises(CheckpointLoadError, match=r"has no digest .* refused; pass --trust-undigested"):
+        load_latest(tmp_path)
+    monkeypatch.setitem(checkpoint._trust, "undigested", True)
+    ckpt = load_latest(tmp_path)
+    assert ckpt["counters"]["agent_steps"] == 3 and ckpt["digested"] is False
     err = capsys.readouterr().err
     assert f"{p} has no digest" in err and err.count("\n") == 1, err
+
+
+def test_a_checkpoint_of_another_run_is_refused_at_resume_and_named_by_eval(tmp_path):
+    """Run B's checkpoint copied into run A's folder (as latest, and as best.pt): a resume
+    of A refuses it naming both run ids (before: resumed as A's); `eval A` names it
+    (before: it evaluated B's policy as A's). A's own checkpoint passes both."""
+    import shutil
+
+    from w3async.learn.eval_policy import EvalError, load_policy
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    learner, league = trained(a, updates=1)
+    own = save(a, learner, league, steps=3)
+    other = save(b, *trained(b, updates=1), steps=5)
+    assert checkpoint.run_id(a) and checkpoint.run_id(a) != checkpoint.run_id(b)
+    restore(a, *_fresh(a))  # its own: loads
+    swapped = own.parent / "ckpt-99999999.pt"
+    shutil.copy(other, swapped)
+    (own.parent / checkpoint.POINTER).write_text(swapped.name + "\n")
+    with pytest.raises(CheckpointLoadError, match=rf"{swapped.name}: a checkpoint of another run \(run id "
+                                                  rf"{checkpoint.run_id(b)}.*run id {checkpoint.run_id(a)}"):
+        restore(a, *_fresh(a))
+    best = own.parent / checkpoint.BEST_PT
+    shutil.copy(other, best)
+    with pytest.raises(EvalError, match="a checkpoint of another run"):
+        load_policy(best)
+    ckpt = checkpoint.load_checkpoint(own)
+    assert checkpoint.foreign(ckpt, a) is None and "of the game 'duel'" in checkpoint.foreign(
+        {**ckpt, "recipe": {"game": "duel"}}, a, game="null")
 
 
 def _fresh(tmp_path):
@@ -181,3 +216,31 @@ async def test_a_run_resumes_from_an_older_checkpoint_only_when_asked(tmp_path, 
     for p in sorted((run_dir / "checkpoints").glob("ckpt-*.pt")):
         checkpoint.load_checkpoint(p)  # every file the resumed run left passes its checks
     json.dumps(resumes[-1])
+
+
+async def test_a_run_resumes_from_an_undigested_checkpoint_only_when_trusted(tmp_path, null_native, monkeypatch):
+    """A real run's latest checkpoint stripped of its digest: the resume stops before it
+    writes anything, naming --trust-undigested; trusted, it resumes, records a
+    `checkpoint_undigested` event (before: a console line only), and what it writes
+    after carries a digest of its own."""
+    from w3async import compose
+    from w3async.recipes import recipe_from_dict
+    from w3async.runtime.supervisor import RunError
+
+    from .test_supervisor import events
+    from .test_training import learn_recipe
+
+    run_dir = tmp_path / "run"
+    data = learn_recipe(count=2, stop={"updates": 2, "seconds": 120}, status={"enabled": False})
+    await compose.supervisor(recipe_from_dict(data), run_dir).run()
+    latest = Path(load_latest(run_dir)["path"])
+    latest.write_bytes(latest.read_bytes()[checkpoint.HEADER_LEN:])  # torch.save's zip alone
+    data["stop"] = {"updates": 4, "seconds": 120}
+    with pytest.raises(RunError, match=rf"{latest.name}: has no digest .*--trust-undigested"):
+        await compose.supervisor(recipe_from_dict(data), run_dir).run()
+    monkeypatch.setitem(checkpoint._trust, "undigested", True)
+    await compose.supervisor(recipe_from_dict(data), run_dir).run()
+    marks = [e for e in events(run_dir) if e["event"] == "checkpoint_undigested"]
+    assert len(marks) == 1 and marks[0]["path"] == str(latest), marks
+    after = Path(load_latest(run_dir)["path"])
+    assert after != latest and after.read_bytes()[: len(checkpoint.MAGIC)] == checkpoint.MAGIC

@@ -60,6 +60,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--runs-dir", default=str(REPO_ROOT / "runs"), help="where run folders live")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override a recipe value, e.g. --set stop.seconds=30 (repeatable)")
+    run.add_argument("--trust-undigested", action="store_true",
+                     help="resume from a checkpoint without a digest (written before checkpoints carried one)")
     st = sub.add_parser("status", help="summarise a live or finished run from its folder")
     st.add_argument("run_dir", help="the run folder, runs/<run>")
     from w3async.learn.evaluate import add_arguments  # noqa: PLC0415 (no torch until it runs)
@@ -123,6 +125,9 @@ def _run(args) -> int:
     from w3async.runtime.supervisor import RunError  # noqa: PLC0415
 
     path = resolve_recipe_path(args.recipe)
+    if args.trust_undigested:
+        from w3async.learn.checkpoint import trust_undigested  # noqa: PLC0415 (torch: only when asked)
+        trust_undigested()
     try:
         recipe = load_recipe(path, args.set)
     except RecipeError as e:

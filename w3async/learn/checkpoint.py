@@ -26,8 +26,14 @@ corrupt weights back as a sound file). The digest covers every byte after the he
 and a flip in the header breaks the magic or the digest, so any change to the file is
 refused at load (issue 25). torch.load of the whole file fails (no zip at its start): an
 old reader refuses a new file, it cannot misread it. A file without the header (written
-before digests) is loaded with a warning line on stderr; it is checked like every file
-for weights that are not finite. Weights with NaN or infinity are refused at load.
+before digests, or by another tool) is refused unless the user trusts such files
+(`--trust-undigested`: then loaded with a warning line on stderr, and a resumed run
+records a `checkpoint_undigested` event); it is checked like every file for weights that
+are not finite. Weights with NaN or infinity are refused at load.
+
+Every checkpoint carries its run's identity (`run_id`, a file of the run folder made
+with its first checkpoint): a resume refuses a checkpoint of another run or another
+game copied into the folder, and `eval` of a run folder names it (`foreign`).
 
 Errors are typed, with the file and the cause (issue 9, items 7 and 9):
 - CheckpointWriteError: a write that failed (disk full ENOSPC, EFBIG, read-only EROFS,
@@ -48,6 +54,7 @@ from __future__ import annotations
 import hashlib
 import io
 import re
+import secrets
 import time
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -126,7 +133,7 @@ def save_checkpoint(
         raise CheckpointWriteError(ckdir, describe(e), e.errno) from e
     name = f"ckpt-{int(learner['version']):08d}.pt"
     payload = {"format": FORMAT, "learner": learner, "counters": dict(counters), "league": league,
-               "recipe": recipe, "saved_at": time.time()}
+               "recipe": recipe, "saved_at": time.time(), "run_id": run_id(run_dir, make=True)}
     atomic_save(payload, ckdir / name)
     atomic_write(ckdir / POINTER, lambda f: f.write(name.encode() + b"\n"))
     for old in sorted(ckdir.glob("ckpt-*.pt"))[:-keep]:
@@ -147,17 +154,64 @@ def save_best(run_dir: Path, *, learner: dict, counters: dict, league: dict, rec
     except OSError as e:
         raise CheckpointWriteError(ckdir, describe(e), e.errno) from e
     payload = {"format": FORMAT, "learner": learner, "counters": dict(counters), "league": league,
-               "recipe": recipe, "saved_at": time.time(), "best": best}
+               "recipe": recipe, "saved_at": time.time(), "best": best, "run_id": run_id(run_dir, make=True)}
     atomic_save(payload, ckdir / BEST_PT)
     return ckdir / BEST_PT
 
 
 def load_checkpoint(path: Path | str) -> dict:
-    """One checkpoint file (a ckpt-*.pt or best.pt), its `path` key added; CheckpointLoadError
-    (the file and why) when it is missing, unreadable or not a checkpoint."""
+    """One checkpoint file (a ckpt-*.pt or best.pt), its `path` key added, and `digested`
+    (False: a file without a digest, loaded because the user trusts such files);
+    CheckpointLoadError (the file and why) when it is missing, unreadable or not a
+    checkpoint."""
     ckpt = _load(Path(path))
     ckpt["path"] = str(path)
+    ckpt["digested"] = Path(path).open("rb").read(len(MAGIC)) == MAGIC
     return ckpt
+
+
+RUN_ID = "run_id"  # a run folder's identity, made with its first checkpoint: every checkpoint carries it
+
+
+def run_id(run_dir: Path | str, make: bool = False) -> str | None:
+    """The run folder's identity (its run_id file), made now with `make` where it has none
+    (a run's first checkpoint); None for a folder without one (a run of before identities)."""
+    path = Path(run_dir) / RUN_ID
+    try:
+        return path.read_text().strip() or None
+    except FileNotFoundError:
+        if not make:
+            return None
+    except OSError as e:
+        raise CheckpointWriteError(path, describe(e), e.errno) from e
+    made = secrets.token_hex(8)
+    atomic_write(path, lambda f: f.write(made.encode() + b"\n"))
+    return made
+
+
+def foreign(ckpt: dict, run_dir: Path | str, game: str | None = None) -> str | None:
+    """Why a checkpoint is not its run folder's (another run's file copied in: its run id,
+    or a checkpoint of another game), else None. A checkpoint or a folder from before
+    identities passes."""
+    mine, theirs = run_id(run_dir), ckpt.get("run_id")
+    recipe = ckpt.get("recipe") if isinstance(ckpt.get("recipe"), dict) else {}
+    if mine and theirs and mine != theirs:
+        return (f"a checkpoint of another run (run id {theirs}, recipe {recipe.get('name')!r}), not of "
+                f"{run_dir} (run id {mine}): it was copied in from elsewhere")
+    if game and recipe.get("game") and recipe.get("game") != game:
+        return f"a checkpoint of the game {recipe.get('game')!r}, not of this recipe's {game!r}"
+    return None
+
+
+# Files without a digest are refused unless the user trusts them (`--trust-undigested` of
+# `w3async run` and `eval`): nothing vouches for their bytes, and a run that loaded one
+# would write its weights back under a valid digest.
+_trust = {"undigested": False}
+
+
+def trust_undigested(on: bool = True) -> None:
+    """Load files without a digest (with a warning) instead of refusing them."""
+    _trust["undigested"] = on
 
 
 def read_file(path: Path | str) -> Any:
@@ -190,8 +244,12 @@ def read_file(path: Path | str) -> Any:
         first = " ".join(re.sub(r"\x1b\[[0-9;]*m", "", str(e)).split("\n")[0].split())[:160]  # torch's: paragraphs, colours
         raise CheckpointLoadError(path, f"not a readable checkpoint, truncated or corrupt ({type(e).__name__}: "
                                         f"{first})") from e
-    if payload.nbytes == len(data):
-        _warn_undigested(str(path))  # after the load: a file that is no checkpoint at all gets its error alone
+    if payload.nbytes == len(data):  # after the load: a file that is no checkpoint at all gets its error alone
+        if not _trust["undigested"]:
+            raise CheckpointLoadError(path, "has no digest (written before checkpoints carried one, or by another "
+                                            "tool): nothing vouches for its bytes, refused; pass --trust-undigested "
+                                            "(w3async run, w3async eval) to load it anyway")
+        _warn_undigested(str(path))
     bad = first_non_finite(obj)
     if bad is not None:
         raise CheckpointLoadError(path, f"a weight is not finite ({bad}): refused, a run would fail on it later")
@@ -206,7 +264,7 @@ def _warn_undigested(path: str) -> None:
     if path not in _warned:
         _warned.add(path)
         console(f"w3async: warning: {path} has no digest (written before checkpoints carried one): loaded "
-                f"unchecked; the next checkpoint written has one")
+                f"unchecked, as --trust-undigested asks; the next checkpoint written has one")
 
 
 def first_non_finite(obj: Any, where: str = "") -> str | None:
@@ -276,6 +334,4 @@ def load_latest(run_dir: Path) -> dict | None:
     paths = checkpoint_paths(run_dir)
     if not paths:
         return None
-    ckpt = _load(paths[0])
-    ckpt["path"] = str(paths[0])
-    return ckpt
+    return load_checkpoint(paths[0])

@@ -60,7 +60,7 @@ def load_policy(path: Path, recipe_path: str | None = None):
     """(the recipe, the network with the checkpoint's weights, its policy version)."""
     import torch  # noqa: PLC0415
 
-    from w3async.learn.checkpoint import CheckpointLoadError, load_checkpoint  # noqa: PLC0415
+    from w3async.learn.checkpoint import CheckpointLoadError, foreign, load_checkpoint  # noqa: PLC0415
     from w3async.learn.network import Network  # noqa: PLC0415
     from w3async.recipes import RecipeError, load_recipe, recipe_from_dict, resolve_recipe_path  # noqa: PLC0415
 
@@ -68,6 +68,10 @@ def load_policy(path: Path, recipe_path: str | None = None):
         ckpt = load_checkpoint(path)
     except CheckpointLoadError as e:
         raise EvalError(path, _short(e.cause)) from e
+    folder = Path(path).resolve().parent.parent  # a run folder's checkpoints/<file>
+    why = foreign(ckpt, folder) if Path(path).resolve().parent.name == "checkpoints" else None
+    if why:
+        raise EvalError(path, f"{why}; copy it out of the folder to evaluate it as a file of its own")
     try:
         if recipe_path:
             recipe = load_recipe(resolve_recipe_path(recipe_path))

@@ -243,6 +243,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--greedy", action="store_true", help="each head's most likely action, no sampling")
     p.add_argument("--against", default="", metavar="CHECKPOINT",
                    help="play against this checkpoint (file or run folder) instead of the levels")
+    p.add_argument("--trust-undigested", action="store_true",
+                   help="load a checkpoint without a digest (written before checkpoints carried one)")
 
 
 def _check_json(out: Path) -> None:
@@ -271,6 +273,9 @@ def run_eval(args, console) -> int:
             env[k] = v
         if args.json:
             _check_json(Path(args.json))
+        if args.trust_undigested:
+            from w3async.learn.checkpoint import trust_undigested  # noqa: PLC0415
+            trust_undigested()
         path = resolve(args.checkpoint)
         recipe, net, version = load_policy(path, args.recipe or None)
         game = games.get(recipe.game)

@@ -10,25 +10,28 @@ import json
 import os
 from pathlib import Path
 
-from w3async.learn.checkpoint import CheckpointLoadError, checkpoint_paths, describe, load_checkpoint
+from w3async.learn.checkpoint import CheckpointLoadError, checkpoint_paths, describe, foreign, load_checkpoint
 from w3async.observe.logs import console
 from w3async.observe.logs import JsonLog
 
 LOGS = ("learner.jsonl", "episodes.jsonl", "inference.jsonl")  # the logs a checkpoint's counters cover
 
 
-def restore(run_dir: Path, learner, league, counters, tally, fallback: bool = False) -> dict | None:
+def restore(run_dir: Path, learner, league, counters, tally, fallback: bool = False,
+            game: str | None = None) -> dict | None:
     """Load the latest checkpoint (None when there is none) into the learner, the league,
     the run's counters (runtime.answerer.Counters) and the episode tally, or raise
     CheckpointLoadError naming the file and the cause. With `fallback` (the recipe's
     checkpoint.fallback), a checkpoint that does not load is passed over for the next
     older one that does; the result's `refused` lists each passed over (path, cause), and
     the error, when none loads, names them all. A file that failed is never loaded in
-    part: the next candidate's load replaces everything the failed one set."""
+    part: the next candidate's load replaces everything the failed one set. A checkpoint
+    of another run or of another game than `game` (checkpoint.foreign) is refused like a
+    corrupt one."""
     refused: list[dict] = []
     for path in checkpoint_paths(run_dir):
         try:
-            ckpt = _restore_one(path, learner, league, counters, tally)
+            ckpt = _restore_one(path, learner, league, counters, tally, run_dir, game)
         except CheckpointLoadError as e:
             if not fallback:
                 raise
@@ -45,9 +48,12 @@ def restore(run_dir: Path, learner, league, counters, tally, fallback: bool = Fa
     return None
 
 
-def _restore_one(path: Path, learner, league, counters, tally) -> dict:
+def _restore_one(path: Path, learner, league, counters, tally, run_dir: Path, game: str | None) -> dict:
     """One checkpoint file into the learner, league, counters and tally (restore)."""
     ckpt = load_checkpoint(path)
+    why = foreign(ckpt, run_dir, game)
+    if why:
+        raise CheckpointLoadError(path, f"{why}; refused")
     try:
         learner.load_state_dict(ckpt["learner"])
     except Exception as e:  # noqa: BLE001 (shapes of another network, a truncated state)

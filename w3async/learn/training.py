@@ -162,7 +162,7 @@ class Training:
         """The latest checkpoint into the learner, league and counters (resume.restore), or
         CheckpointLoadError (nothing is written before or by this)."""
         ckpt = restore(self.run_dir, self.learner, self.league, self.counts, self.tally,
-                       fallback=self.recipe.checkpoint.fallback)
+                       fallback=self.recipe.checkpoint.fallback, game=self.recipe.game)
         self.best.load()  # best.pt's score: a resumed run replaces it only with a better one
         if ckpt is not None:
             self.learning.updates_done = self.learner.version
@@ -173,6 +173,8 @@ class Training:
         return ckpt
 
     def _log_resume(self, ckpt: dict | None, cut: dict[str, int]) -> None:
+        if ckpt is not None and not ckpt.get("digested", True):  # loaded only as --trust-undigested asked
+            self.control.events.warning("checkpoint_undigested", path=ckpt["path"], trusted_by="--trust-undigested")
         rec = dict(checkpoint=ckpt["path"] if ckpt else None, updates=self.learner.version,
                    agent_steps=self.counts.agent_steps, episodes=self.episodes,
                    refused=ckpt["refused"] if ckpt else [])
