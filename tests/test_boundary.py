@@ -262,3 +262,57 @@ async def test_a_windows_game_cannot_signal_the_supervisor_by_a_raw_system_call(
     log = (run / "games" / "slot-0.log").read_text(errors="replace")
     assert "null: rawkill" in log, log
     assert "null: rawkill ok" not in log, log
+
+
+@pytest.mark.wine
+async def test_a_windows_game_cannot_poison_its_prefix_for_the_next_run(tmp_path, null_exe):
+    """A Windows game plants a DLL in system32 and a DllOverrides value in its prefix.
+    The file fails: C:\\windows is read-only in its sandbox and to its confined
+    wineserver, which opens files for it (before: the DLL stayed in the cached prefix for
+    the next run). The value is set in the run's registry, which the confined server
+    never saves: no prefix holds it after the run."""
+    from w3async.runtime.wineprefix import WineConfig, cache_root, resolve_build
+
+    run = tmp_path / "run"
+    env = {"W3N_ROGUE": "plant", "W3N_ROGUE_STEP": "5"}
+    data = null_recipe([{"binary": str(null_exe), "runtime": "wine", "count": 1, "env": env}],
+                       supervisor={"sandbox": "required", "start_timeout_s": 120}, stop={"seconds": 4})
+    await run_recipe(data, run)
+    log = (run / "games" / "slot-0.log").read_text(errors="replace")
+    assert "null: plant file failed" in log and "registry ok" in log, log
+    cfg = WineConfig()
+    root = cache_root(cfg) / resolve_build(cfg).build_id
+    prefixes = [p for p in sorted(root.glob("prefix-*")) if p.is_dir()]
+    assert prefixes and not [p for p in prefixes if "w3planted" in (p / "user.reg").read_text()]
+    assert not [p for p in prefixes if list(p.glob("drive_c/windows/system32/w3-planted.dll"))]
+
+
+@pytest.mark.wine
+def test_a_changed_prefix_is_made_again_before_a_game_gets_it(wine):
+    """Where a change reaches a cached prefix anyway (an unprivileged run, whose wineserver
+    is not confined; a hand edit), its fingerprint no longer matches: the next run that
+    takes it makes it again, saying so, and the change is gone (a DllOverrides value and
+    a file in system32, as a game would plant them)."""
+    from w3async.runtime.wineprefix import WineConfig, acquire_prefix, changed_since_boot
+
+    cfg = WineConfig()
+    first = acquire_prefix(cfg)
+    path = first.path
+    first.kill()
+    first.release()
+    reg = path / "user.reg"
+    text = reg.read_text()
+    at = text.index("[Software\\\\Wine\\\\DllOverrides]")
+    end = text.index("\n", text.index("\n", at) + 1) + 1  # after its header and its #time line
+    reg.write_text(text[:end] + '"w3planted"="native"\n' + text[end:])
+    (path / "drive_c" / "windows" / "system32" / "w3-planted.dll").write_bytes(b"MZ")
+    assert "registry" in changed_since_boot(path) and "windows" in changed_since_boot(path)
+    again = acquire_prefix(cfg)  # the first free prefix: the same one
+    try:
+        assert again.path == path and again.remade and "registry" in again.remade
+        assert "w3planted" not in reg.read_text()
+        assert not (path / "drive_c" / "windows" / "system32" / "w3-planted.dll").exists()
+        assert changed_since_boot(path) is None
+    finally:
+        again.kill()
+        again.release()

@@ -30,7 +30,9 @@
  *                        winsock: connects to 127.0.0.1:W3N_PORT through Winsock ("null:
  *                        winsock connect ok|failed N"), and steps on; rawkill: a raw
  *                        Linux kill(W3N_KILL_PID, 0) ("null: rawkill ok|failed ERRNO"), and
- *                        steps on;
+ *                        steps on; plant: writes system32\w3-planted.dll and a
+ *                        DllOverrides value "w3planted" in its prefix ("null: plant file
+ *                        ok|failed N registry ok|failed N"), and steps on;
  *                        burn (Linux): forks a helper that spins on the CPU for good, and
  *                        steps on; hog: takes W3N_HOG_MB (default 64) MiB, writes every
  *                        page, and steps on (accounting tests)
@@ -68,6 +70,31 @@ static void null_winsock(void)
         fprintf(stderr, "null: winsock connect failed %d\n", WSAGetLastError());
     if (s != INVALID_SOCKET)
         closesocket(s);
+}
+
+/* Tries to change its prefix for the next run's games: a file in system32 and a
+ * DllOverrides value: "null: plant file ok|failed N registry ok|failed N". */
+static void null_plant(void)
+{
+    char sys[MAX_PATH], path[MAX_PATH + 32];
+    GetSystemDirectoryA(sys, sizeof sys);
+    snprintf(path, sizeof path, "%s\\w3-planted.dll", sys);
+    HANDLE f = CreateFileA(path, GENERIC_WRITE, 0, NULL, CREATE_ALWAYS, 0, NULL);
+    DWORD file_err = f == INVALID_HANDLE_VALUE ? GetLastError() : 0;
+    if (f != INVALID_HANDLE_VALUE) {
+        DWORD n;
+        WriteFile(f, "MZ", 2, &n, NULL);
+        CloseHandle(f);
+    }
+    HKEY k;
+    LONG reg = RegCreateKeyExA(HKEY_CURRENT_USER, "Software\\Wine\\DllOverrides", 0, NULL, 0, KEY_SET_VALUE, NULL, &k,
+                               NULL);
+    if (reg == ERROR_SUCCESS) {
+        reg = RegSetValueExA(k, "w3planted", 0, REG_SZ, (const BYTE *)"native", 7);
+        RegCloseKey(k);
+    }
+    fprintf(stderr, "null: plant file %s %lu registry %s %ld\n", file_err ? "failed" : "ok", (unsigned long)file_err,
+            reg == ERROR_SUCCESS ? "ok" : "failed", (long)reg);
 }
 
 /* A raw Linux kill(W3N_KILL_PID, 0) system call, which Wine does not see: "null: rawkill
@@ -308,6 +335,8 @@ static void null_rogue(w3s_conn *c, const char *mode)
         null_winsock();
     else if (!strcmp(mode, "rawkill"))
         null_rawkill();
+    else if (!strcmp(mode, "plant"))
+        null_plant();
 #endif
     else
         fprintf(stderr, "null: unknown rogue mode %s, ignored\n", mode);

@@ -28,7 +28,8 @@ class GameStart:
     marker: bytes  # what every process of this start carries in its environment block
     pass_fds: tuple[int, ...] = ()
     see: list[str] = field(default_factory=list)  # files it must reach in a sandbox: its segment, its doorbells
-    write: list[str] = field(default_factory=list)  # folders it must write in a sandbox (a Wine prefix)
+    write: list[str] = field(default_factory=list)  # folders it must write in a sandbox (a Wine prefix's users)
+    read: list[str] = field(default_factory=list)  # folders it must read in a sandbox, never write (a Wine prefix)
     pid_namespace: bool = True  # False for Wine: wineserver signals client threads by their host tid
 
 

@@ -10,6 +10,7 @@ from w3async.recipes import Recipe
 from w3async.runtime.gamestart import Runtime
 from w3async.runtime.inject import InjectedRuntime
 from w3async.runtime.native import NativeRuntime
+from w3async.runtime.sandbox import writable
 from w3async.runtime.wine import WineConfig, WineRuntime, program_bits
 
 
@@ -22,12 +23,15 @@ def slot_runtimes(r: Recipe, groups: list, run_dir: Path, runtimes: dict) -> lis
     out = []
     for g, key in zip(groups, keys):
         if key not in runtimes:
-            # Winsock's sockets are the wineserver's: it gets the network only where a
-            # group of its prefix may have it, or where nothing is sandboxed.
-            network = r.supervisor.sandbox == "off" or any(x.network for x, k in zip(groups, keys) if k == key)
+            # The wineserver makes its games' sockets and opens their files: in a
+            # sandboxed run it gets only what its games may have (wineprefix.server_command).
+            mine = [x for x, k in zip(groups, keys) if k == key]
+            confine = r.supervisor.sandbox != "off"
+            write = tuple(dict.fromkeys(p for x in mine for p in writable(x, run_dir))) if confine else ()
             runtimes[key] = NativeRuntime() if g.runtime == "native" else WineRuntime(
                 WineConfig(wine=r.runtime.wine, cache_dir=r.runtime.cache_dir or None, fsync=r.runtime.fsync,
-                           esync=r.runtime.esync, display=r.runtime.display, bits=bits, network=network), key)
+                           esync=r.runtime.esync, display=r.runtime.display, bits=bits, confine=confine,
+                           network=any(x.network for x in mine), writable=write), key)
         rt = runtimes[key]
         out.append(InjectedRuntime(rt, g.inject, run_dir) if g.inject else rt)
     return out

@@ -156,14 +156,17 @@ class Sandbox:
                 args += ["--ro-bind", "/dev/null", sock]
         write = start.write + writable(group, Path(self.run_dir))
         inside = [p for p in write + [start.cwd] if _under(p, [self.run_dir])]
-        # Folders outside the run folder first: one above it (/tmp) must not bring it back.
-        for p in write:
-            args += ["--bind", p, p] if p not in inside else []
-        # What a private folder hid that the start runs: its folder, its files on the command line.
-        shown = [p for p in [start.cwd] + [a for a in start.argv if a.startswith("/") and os.path.exists(a)]
+        # What a private folder hid that the start runs or reads: its folder, its files on
+        # the command line, its runtime's (a Wine prefix); before the writable folders,
+        # which may lie inside them.
+        argv_files = [a for a in start.argv if a.startswith("/") and os.path.exists(a)]
+        shown = [p for p in [start.cwd] + argv_files + start.read
                  if _under(p, self.hidden) and not _under(p, write + inside)]
         for p in dict.fromkeys(shown):
             args += ["--ro-bind", p, p]
+        # Folders outside the run folder first: one above it (/tmp) must not bring it back.
+        for p in write:
+            args += ["--bind", p, p] if p not in inside else []
         args += self._tmpfs(self.run_dir)  # the neighbours' segments and doorbells hidden
         for p in start.see + inside:
             args += ["--bind", p, p]

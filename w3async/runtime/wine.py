@@ -13,6 +13,7 @@ from pathlib import Path
 from w3async.runtime.gamestart import GameStart
 from w3async.runtime.wineprefix import (  # noqa: F401 (the names callers import from here)
     BOOT_TIMEOUT_S, CHECK_TIMEOUT_S, DLL_OVERRIDES, GRAPHICS, LAUNCHER, LAUNCHERS, READY_MARK, WineBuild,
+    prefix_writable, server_dirs,
     WineConfig, WineError, WinePrefix, acquire_prefix, acquire_running_prefix, cache_root, check_prefix,
     exe_bits, graphics_driver, processes_with_env, program_bits, resolve_build, start_services)
 from w3async.run_folder import RunFolder
@@ -20,14 +21,8 @@ from w3async.sync.doorbells import Doorbells, fifo_pair, shared_obs_fifo
 from w3async.sync.table import GameSegment
 
 def wine_server_dir(prefix: Path) -> list[str]:
-    """Where the prefix's wineserver keeps its socket (its clients connect to it there):
-    Debian's Wine names a folder of $TMPDIR in the prefix's `wineserver` file; upstream
-    Wine uses /tmp/.wine-<uid>. [] when neither exists yet."""
-    try:
-        where = os.path.join(os.environ.get("TMPDIR") or "/tmp", (prefix / "wineserver").read_text().strip())
-    except OSError:
-        where = f"/tmp/.wine-{os.getuid()}"
-    return [where] if os.path.isdir(where) else []
+    """Where the prefix's wineserver keeps its socket (its clients connect to it there)."""
+    return server_dirs(prefix, os.environ.get("TMPDIR") or "/tmp")
 
 
 def x_socket(prefix: WinePrefix) -> list[str]:
@@ -100,7 +95,8 @@ class WineRuntime:
             extra.update(hook_env)
         return GameStart(prefix.command(exe, args), prefix.env(extra), cwd, f"W3S_SHM_PATH={shm_path}\0".encode(),
                          see=[segment.path, self.obs.path, *slot.bells.paths, *x_socket(prefix)],
-                         write=[str(prefix.path), *wine_server_dir(prefix.path)], pid_namespace=False)
+                         write=[*prefix_writable(prefix.path), *wine_server_dir(prefix.path)],
+                         read=[str(prefix.path)], pid_namespace=False)
 
     def game_lost(self, slot) -> bool:
         return False

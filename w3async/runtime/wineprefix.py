@@ -17,13 +17,17 @@ What a prefix gets once (traps found on the way):
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import json
 import os
+import re
 import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from w3async.observe.logs import console
 from w3async.runtime import procs
 from w3async.runtime.gamestart import inherited
 from w3async.runtime.wineinstall import exe_bits, program_bits, wine_install  # noqa: F401 (program_bits: the supervisor's)
@@ -80,12 +84,19 @@ class WineConfig:
     """WINEESYNC=1: eventfd-based sync, also Proton/staging only; nothing on stock Wine."""
     display: str = "null"
     """"null": Wine's null graphics driver; "xvfb": an X server for the run (display.py)."""
+    confine: bool = False
+    """The run is sandboxed: the prefix's wineserver is confined too (server_command).
+    Wine's server does work for its games that a sandbox around a game alone cannot hold:
+    it makes every Winsock socket, and it opens the files a game creates or writes
+    (measured: a sandboxed game whose C:\\windows was read-only wrote a DLL into
+    system32 through it)."""
     network: bool = True
-    """The prefix's games may use the network. Every socket a Windows game opens through
-    Winsock is made by the prefix's wineserver, not by the game: with False (no group of
-    the prefix allows the network, and the run is sandboxed), the wineserver starts in a
-    network namespace of its own with loopback only (bwrap --unshare-net), so the game's
-    sandbox holds for Winsock too."""
+    """The prefix's games may use the network. With False and `confine`, the wineserver
+    starts in a network namespace of its own with loopback only."""
+    writable: tuple[str, ...] = ()
+    """With `confine`, the folders the prefix's games may write (their groups' `writable`
+    and run-folder env values): the wineserver writes them for the games; the rest of the
+    file system, the prefix's C:\\windows and registry files included, is read-only to it."""
     bits: tuple[int, ...] = (64,)
     """The bitnesses of the programs the prefix will run (32, 64): before the games, the
     launcher of each (build/win32, build/win64) is started in --check mode, and a prefix
@@ -153,6 +164,7 @@ class WinePrefix:
         self.path = path
         self._lock_fd = lock_fd
         self.xserver = None  # display.Xvfb with display = "xvfb", started by start_services
+        self.remade: str | None = None  # what an earlier run's game had changed, when it was made again
 
     def env(self, extra: dict | None = None) -> dict:
         """The environment for a process of this prefix (gamestart.inherited() + Wine's +
@@ -234,7 +246,12 @@ def acquire_prefix(cfg: WineConfig, max_prefixes: int = 16) -> WinePrefix:
             continue
         prefix = WinePrefix(build, cfg, path, fd)
         try:
-            if not (path / READY_MARK).exists():
+            changed = changed_since_boot(path) if (path / READY_MARK).exists() else None
+            if changed:  # a game of an earlier run changed it: never handed on as it is
+                prefix.remade = changed
+                console(f"w3async: warning: Wine prefix {path} was changed since it was made ({changed}): "
+                        f"made again")
+            if changed or not (path / READY_MARK).exists():
                 _boot(prefix)
             return prefix
         except BaseException:
@@ -269,7 +286,77 @@ def _boot(prefix: WinePrefix) -> None:
                 raise WineError(f"Wine prefix {prefix.path}: {' '.join(cmd)} exited {rc} (log: {log}):\n{tail}")
     if not (prefix.path / "system.reg").exists():
         raise WineError(f"Wine prefix {prefix.path}: wineboot left no system.reg (log: {log})")
+    (prefix.path / GUARD).write_text(json.dumps(fingerprint(prefix.path)))
     (prefix.path / READY_MARK).write_text(f"{prefix.build.loader}\n")
+
+
+# A prefix is the next run's too: what a game could change in it to reach the games after
+# it is fingerprinted when the prefix is made, and a prefix whose fingerprint changed is
+# made again before any game is given it. Its Windows folder (a DLL planted in system32)
+# is out of a sandboxed game's reach already (wine.py, prefix_writable); the registry is
+# not (the prefix's wineserver writes it for the game), so the keys a program uses to make
+# another load its code are fingerprinted.
+GUARD = ".w3async-guard"
+GUARDED_KEYS = re.compile(
+    r"^(software\\\\wine\\\\dlloverrides|software\\\\wine\\\\appdefaults\\\\[^\\]+\\\\dlloverrides"
+    r"|software\\\\microsoft\\\\windows nt\\\\currentversion\\\\(windows|image file execution options|winlogon)"
+    r"|software\\\\microsoft\\\\windows\\\\currentversion\\\\run|software\\\\classes\\\\clsid"
+    r"|system\\\\currentcontrolset\\\\control\\\\session manager|system\\\\currentcontrolset\\\\services"
+    r"|environment$)")
+
+
+def _registry_keys(path: Path) -> list[str]:
+    """The guarded keys of one registry file with their values, in order, without Wine's
+    timestamps (which change at every save)."""
+    out, keep = [], False
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return []
+    for line in text.splitlines():
+        if line.startswith("["):
+            key = line[1:].rsplit("]", 1)[0]
+            keep = bool(GUARDED_KEYS.match(key.lower()))
+            if keep:
+                out.append(f"[{key}]")
+        elif keep and line and not line.startswith("#time="):
+            out.append(line)
+    return out
+
+
+def fingerprint(prefix: Path) -> dict:
+    """What the next run's games would inherit from a prefix: the guarded registry keys and
+    every file of C:\\windows (its path, size and modification time)."""
+    reg = hashlib.sha256()
+    for name in ("system.reg", "user.reg", "userdef.reg"):
+        reg.update("\n".join([name, *_registry_keys(prefix / name)]).encode())
+    files = hashlib.sha256()
+    root = prefix / "drive_c" / "windows"
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for f in sorted(filenames):
+            try:
+                st = os.lstat(os.path.join(dirpath, f))
+            except OSError:
+                continue
+            files.update(f"{os.path.relpath(os.path.join(dirpath, f), root)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return {"registry": reg.hexdigest(), "windows": files.hexdigest()}
+
+
+def changed_since_boot(prefix: Path) -> str | None:
+    """What of the prefix changed since it was made ("its registry's guarded keys", "its
+    C:\\windows files", both), or None. A prefix made before fingerprints gets one now."""
+    try:
+        made = json.loads((prefix / GUARD).read_text())
+    except FileNotFoundError:
+        (prefix / GUARD).write_text(json.dumps(fingerprint(prefix)))
+        return None
+    except (OSError, ValueError):
+        return "its fingerprint file is unreadable"
+    now = fingerprint(prefix)
+    what = [w for k, w in (("registry", "its registry's guarded keys"), ("windows", "its C:\\windows files"))
+            if made.get(k) != now[k]]
+    return " and ".join(what) or None
 
 
 def start_services(prefix: WinePrefix) -> None:
@@ -299,16 +386,45 @@ def start_services(prefix: WinePrefix) -> None:
 
 
 def server_command(prefix: WinePrefix) -> list[str]:
-    """How the prefix's persistent wineserver starts: in a network namespace of its own
-    (loopback only) unless its games may use the network. It forks itself into the
-    background, which keeps the namespace alive after bwrap's own process ends."""
+    """How the prefix's persistent wineserver starts. Confined (cfg.confine, as root): in
+    a mount namespace where the file system is read-only but for what its games may write
+    (the prefix's user profiles, the groups' writable folders, /dev with the games'
+    segments, its own socket folder), and without the network unless a game may have it.
+    Its registry then stays as the prefix was made (its saves fail: a game's DllOverrides
+    value dies with the run). It keeps the host's pids and its capabilities, which it
+    needs to reach its games' processes. Unprivileged, a user namespace would cost it
+    those: it runs as it is (docs/security.md, "Not closed"). It forks itself into the
+    background, which keeps the namespaces alive after bwrap's own process ends."""
     cmd = [prefix.build.server, "-p"]
-    if prefix.cfg.network:
-        return cmd
     from w3async.runtime.sandbox import unavailable  # noqa: PLC0415 (sandbox.py imports the recipes)
-    if unavailable():  # no sandbox here ("preferred"): the games are not held to it either
+    if not prefix.cfg.confine or os.geteuid() != 0 or unavailable():
         return cmd
-    return [shutil.which("bwrap"), "--dev-bind", "/", "/", "--unshare-net", "--", *cmd]
+    args = [shutil.which("bwrap"), "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--bind", "/proc", "/proc"]
+    args += [] if prefix.cfg.network else ["--unshare-net"]
+    tmp = os.environ.get("TMPDIR") or "/tmp"
+    for p in [*prefix_writable(prefix.path), *prefix.cfg.writable, *server_dirs(prefix.path, tmp)]:
+        args += ["--bind", p, p]
+    return [*args, "--", *cmd]
+
+
+def prefix_writable(prefix: Path) -> list[str]:
+    """What a sandboxed Windows game may write of its prefix: the user profiles
+    (C:\\users: its temporary files, AppData) and nothing else. The rest (C:\\windows,
+    system32, the registry files) stays as it was for the next run's games."""
+    users = prefix / "drive_c" / "users"
+    return [str(users)] if users.is_dir() else []
+
+
+def server_dirs(prefix: Path, tmp: str) -> list[str]:
+    """Where the prefix's wineserver keeps its socket and mappings: Debian's Wine names a
+    folder of $TMPDIR in the prefix's `wineserver` file, upstream Wine /tmp/.wine-<uid>
+    (made here, so that a confined server can bind it before it exists)."""
+    try:
+        where = os.path.join(tmp, (prefix / "wineserver").read_text().strip())
+    except OSError:
+        where = os.path.join(tmp, f".wine-{os.getuid()}")
+    os.makedirs(where, mode=0o700, exist_ok=True)
+    return [where]
 
 
 GRAPHICS = {"null": "null", "xvfb": "x11"}  # [runtime] display -> Wine's graphics driver
