@@ -10,7 +10,7 @@ from w3async.recipes import Recipe
 from w3async.runtime.gamestart import Runtime
 from w3async.runtime.inject import InjectedRuntime
 from w3async.runtime.native import NativeRuntime
-from w3async.runtime.sandbox import writable
+from w3async.runtime.sandbox import unavailable, writable
 from w3async.runtime.wine import WineConfig, WineRuntime, program_bits
 
 
@@ -26,7 +26,7 @@ def slot_runtimes(r: Recipe, groups: list, run_dir: Path, runtimes: dict) -> lis
             # The wineserver makes its games' sockets and opens their files: in a
             # sandboxed run it gets only what its games may have (wineprefix.server_command).
             mine = [x for x, k in zip(groups, keys) if k == key]
-            confine = r.supervisor.sandbox != "off"
+            confine = r.supervisor.sandbox != "off" and unavailable() is None
             write = tuple(dict.fromkeys(p for x in mine for p in writable(x, run_dir))) if confine else ()
             runtimes[key] = NativeRuntime() if g.runtime == "native" else WineRuntime(
                 WineConfig(wine=r.runtime.wine, cache_dir=r.runtime.cache_dir or None, fsync=r.runtime.fsync,

@@ -85,7 +85,8 @@ class WineConfig:
     display: str = "null"
     """"null": Wine's null graphics driver; "xvfb": an X server for the run (display.py)."""
     confine: bool = False
-    """The run is sandboxed: the prefix's wineserver is confined too (server_command).
+    """The run's games are sandboxed (bwrap works here): the prefix's wineserver is
+    confined too (server_command).
     Wine's server does work for its games that a sandbox around a game alone cannot hold:
     it makes every Winsock socket, and it opens the files a game creates or writes
     (measured: a sandboxed game whose C:\\windows was read-only wrote a DLL into
@@ -396,8 +397,7 @@ def server_command(prefix: WinePrefix) -> list[str]:
     those: it runs as it is (docs/security.md, "Not closed"). It forks itself into the
     background, which keeps the namespaces alive after bwrap's own process ends."""
     cmd = [prefix.build.server, "-p"]
-    from w3async.runtime.sandbox import unavailable  # noqa: PLC0415 (sandbox.py imports the recipes)
-    if not prefix.cfg.confine or os.geteuid() != 0 or unavailable():
+    if not prefix.cfg.confine or os.geteuid() != 0:
         return cmd
     args = [shutil.which("bwrap"), "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--bind", "/proc", "/proc"]
     args += [] if prefix.cfg.network else ["--unshare-net"]
