@@ -25,7 +25,7 @@ from w3async.runtime.sandbox import Sandbox, unavailable
 
 from .conftest import REPO
 from .test_hostile_games import rogue  # noqa: F401 (the fixture)
-from .test_supervisor import assert_nothing_left, null_recipe, run_recipe
+from .test_supervisor import assert_nothing_left, events, null_recipe, run_recipe
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=f"no sandbox here: {unavailable()}")
 
@@ -316,3 +316,32 @@ def test_a_changed_prefix_is_made_again_before_a_game_gets_it(wine):
     finally:
         again.kill()
         again.release()
+
+
+@pytest.mark.parametrize("limit", ["max_disk_mb", "disk_reserve_mb"])
+async def test_a_game_that_fills_its_writable_folder_is_failed_and_the_run_goes_on(tmp_path, rogue, null_native,
+                                                                                   limit):
+    """A game writes 256 MiB into its replays folder ({run_dir}/replays): over its group's
+    max_disk_mb (16), or on a file system with less free than disk_reserve_mb (set above
+    this disk's size), its slot is failed with cause `disk`, naming the folder, and the
+    run goes on with the honest game beside it (before: a filled disk stopped the run at
+    its next checkpoint)."""
+    run = tmp_path / "run"
+    env = {"W3R_MODE": "fill", "W3R_FILL_MB": "256", "W3R_FILL_PATH": str(run.resolve() / "replays" / "fill"),
+           "W3D_RECORD_DIR": "{run_dir}/replays"}
+    group = {"binary": str(rogue), "count": 1, "lanes": 1, "env": env}
+    supervisor = {"game_tmpfs_mb": 16}
+    if limit == "max_disk_mb":
+        group["max_disk_mb"] = 16
+    else:
+        supervisor["disk_reserve_mb"] = 2**30
+    data = null_recipe([group, {"binary": str(null_native), "count": 1, "lanes": 1}], supervisor=supervisor,
+                       stop={"seconds": 4})
+    sup, stats = await run_recipe(data, run)
+    failed = [e for e in events(run) if e["event"] == "slot_failed"]
+    assert len(failed) == 1 and failed[0]["slot"] == 0, failed
+    assert str(run.resolve() / "replays") in failed[0]["reason"] and limit in failed[0]["reason"], failed
+    assert stats["games"][0]["causes"] == {"disk": 1}, stats["games"][0]
+    assert stats["games"][1]["causes"] == {} and stats["agent_steps"] > 0, stats["games"][1]
+    assert sup.life.error is None  # the run went on to its stop condition
+    assert_nothing_left(sup, run)

@@ -159,6 +159,12 @@ class GameGroup:
     budget like a crash. Where a cgroup can be made (docs/security.md, "Limits") the
     kernel holds the cap too, at once, counting what the game writes to its tmpfs. 0: no
     cap."""
+    max_disk_mb: Float = Field(0.0, ge=0, le=2**30)
+    """What the group's writable folders (its `writable` list and the run-folder folders
+    its env values name, e.g. replays) may hold together, in MiB, checked every 2 s: over
+    it, the group's games are ended and their slots failed, cause `disk`, and the run
+    goes on without them (docs/security.md, "Limits"). 0: no cap of its own (the
+    supervisor's disk_reserve_mb still holds)."""
     host: Str = ""
     """Where the group's games run: "" on this machine; a name: on a game host of the
     [cluster], on the Ray node that offers the resource of that name (docs/cluster.md)."""
@@ -239,6 +245,12 @@ class SupervisorSection:
     """Tasks (processes and threads) a game start may have at once, its helpers
     included, in a cgroup of its own where the machine allows one (docs/security.md,
     "Limits"): a fork bomb is refused, and the game recycled, cause `processes`."""
+    disk_reserve_mb: Float = Field(128.0, ge=0, le=2**30)
+    """Free space kept for the run's checkpoints and logs on the file system of any
+    folder a game group may write: below it (checked every 2 s), the games of the groups
+    writing there are ended and their slots failed, cause `disk`, and the run goes on, its
+    checkpoints saved (before: an evaluation game that filled the disk with replays
+    stopped the run at its next checkpoint). 0: none."""
     game_oom_score_adj: Int = Field(1000, ge=0, le=1000)
     """Added to every game process's OOM score: when memory runs out, the kernel ends a
     game (recycled, cause `crash`) before the supervisor and its learner."""

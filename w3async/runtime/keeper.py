@@ -25,7 +25,7 @@ from w3async.runtime.answerer import RunControl
 from w3async.runtime.life import RunContext
 from w3async.runtime.limits import Limits, oom_prefix
 from w3async.runtime.runfolder import RunLock
-from w3async.runtime.sandbox import Sandbox
+from w3async.runtime.sandbox import Sandbox, disk_problem, writable
 from w3async.runtime.gamestart import launch
 from w3async.runtime.slots import Slot, SlotState, decide_restart
 from w3async.runtime.wine import WineError, windows_path, wine_own
@@ -54,6 +54,7 @@ class GameKeeper:
         self.ctx, self.table, self.gatherer, self.slots, self.runtimes = ctx, table, gatherer, slots, runtimes
         self.control, self.sandbox, self.lock, self.born = control, sandbox, lock, born
         self.limits = limits  # the games' cgroups and OOM score (runtime/limits.py)
+        self._writable: dict[int, list[str]] = {}  # id(group) -> its writable folders (check_disk)
         self._schedule_round = schedule_round
         self.groups: set[int] = set()  # every game's process group this run started
 
@@ -295,6 +296,7 @@ class GameKeeper:
         cap, and run a round."""
         sv = self.ctx.recipe.supervisor
         obs, act = self.table.column("obs_seq"), self.gatherer.acked  # our act_seq, not the game's
+        ticks = 0
         while not self.ctx.life.stopping:
             await asyncio.sleep(0.5)
             self.cap_logs()
@@ -302,6 +304,9 @@ class GameKeeper:
             # can open the shared obs FIFO and read it). A round now bounds such a loss to
             # half a second instead of leaving the rows waiting for good.
             self._schedule_round()
+            ticks += 1
+            if ticks % 4 == 0:  # every 2 s: a walk of the writable folders is not free
+                self.check_disk()
             now = time.monotonic()
             for s in self.slots:
                 if s.state not in (STARTING, RUNNING) or s.proc is None:
@@ -326,6 +331,39 @@ class GameKeeper:
                     # Wine's launcher may miss its game's death (a SIGKILL): end the start now
                     self.kill(s, "crash", {"phase": "step", "idle_s": round(idle, 1),
                                            "reason": "the injected game ended and its launcher did not see it"})
+
+    def check_disk(self) -> None:
+        """Fail the slots of a group whose writable folders hold more than its max_disk_mb,
+        or whose file system has less free than supervisor.disk_reserve_mb: a game must
+        not fill the disk the run's checkpoints are written to."""
+        reserve = self.ctx.recipe.supervisor.disk_reserve_mb * 2**20
+        for slots in self._groups().values():
+            group = slots[0].group
+            folders = self._writable.setdefault(id(group), writable(group, self.ctx.run_dir))
+            why = disk_problem(folders, group.max_disk_mb * 2**20, reserve)
+            if why:
+                for s in slots:
+                    self.fail_for(s, "disk", f"{s.binary}: {why}")
+
+    def _groups(self) -> dict[int, list[Slot]]:
+        """The slots still in the run of each group that may write folders, by id(group)."""
+        out: dict[int, list[Slot]] = {}
+        for s in self.slots:
+            if s.state not in (FAILED, STOPPED) and (s.group.writable or s.group.env):
+                out.setdefault(id(s.group), []).append(s)
+        return out
+
+    def fail_for(self, s: Slot, cause: str, why: str) -> None:
+        """End slot s's game at once and fail the slot with cause (not restarted)."""
+        if s.proc is not None and s.proc.returncode is None:
+            self.ctx.events.warning("game_kill", slot=s.index, pid=s.proc.pid, cause=cause, reason=why)
+            procs.killpg(s.proc.pid, signal.SIGKILL)
+            s.proc.wait()
+        if s.pidfd >= 0 or s.bells is not None:
+            self._note_posted(s)
+            self.unwire(s)
+        s.causes[cause] += 1
+        self.fail_slot(s, why)
 
     def summary(self) -> str:
         states = collections.Counter(s.state for s in self.slots)

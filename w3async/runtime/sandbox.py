@@ -116,6 +116,38 @@ def writable(group, run_dir: Path) -> list[str]:
     return out
 
 
+def folder_bytes(folder: str) -> int:
+    """The bytes of every file under folder (links not followed)."""
+    total = 0
+    for dirpath, _, names in os.walk(folder):
+        for n in names:
+            try:
+                total += os.lstat(os.path.join(dirpath, n)).st_blocks * 512
+            except OSError:
+                pass
+    return total
+
+
+def disk_problem(folders: list[str], cap: float, reserve: float) -> str | None:
+    """Why the folders a group writes are over what it may take: together over `cap`
+    bytes (0: none), or their file system under `reserve` bytes free; else None."""
+    if cap:
+        used = sum(folder_bytes(f) for f in folders)
+        if used > cap:
+            return (f"its writable folders ({', '.join(folders)}) hold {used / 2**20:.0f} MiB, over its group's "
+                    f"max_disk_mb ({cap / 2**20:.0f})")
+    for f in folders:
+        try:
+            st = os.statvfs(f)
+        except OSError:
+            continue
+        free = st.f_bavail * st.f_frsize
+        if reserve and free < reserve:
+            return (f"the file system of {f}, which it writes, has {free / 2**20:.0f} MiB free, under "
+                    f"supervisor.disk_reserve_mb ({reserve / 2**20:.0f}): kept for the run's checkpoints")
+    return None
+
+
 class Sandbox:
     """The run's sandbox: wrap() a start's argv in bwrap."""
 
