@@ -68,7 +68,7 @@ def host_sockets() -> list[str]:
     and that still exist as sockets."""
     try:
         with open("/proc/net/unix") as f:
-            paths = {line.split()[7] for line in f.read().splitlines()[1:] if len(line.split()) > 7}
+            paths = {line.split(None, 7)[7] for line in f.read().splitlines()[1:] if len(line.split(None, 7)) > 7}
     except OSError:
         return []
     out = []
