@@ -128,10 +128,12 @@ async def test_a_game_over_its_rss_cap_is_recycled_with_cause_memory(tmp_path, n
     assert stats["games"][0]["restarts"] >= 2  # counted in the budget
     assert stats["games"][1]["causes"] == {}
     # Over the cap, the sampler kills it (game_kill with its RSS) or, where the game has a
-    # cgroup (runtime/limits.py), the kernel ends it first (game_exit, cause memory).
+    # cgroup (runtime/limits.py), the kernel ends it first (game_exit, cause memory; or
+    # game_kill naming the cgroup, when the watch reads the kernel's kill before the exit).
     ev = events(tmp_path / "run")
     kills = [e for e in ev if e["event"] == "game_kill"]
-    assert all(e["cause"] == "memory" and e["slot"] == 0 and e["rss_mb"] > 64 == e["max_rss_mb"] for e in kills)
+    assert all(e["cause"] == "memory" and e["slot"] == 0 for e in kills), kills
+    assert all(e["rss_mb"] > 64 == e["max_rss_mb"] for e in kills if "cgroup" not in e), kills
     ended = [e for e in ev if e["event"] == "game_exit" and e["cause"] == "memory"]
     assert len(kills) + len(ended) >= 2 and all(e["slot"] == 0 for e in ended), (kills, ended)
     assert_nothing_left(sup, tmp_path / "run")
