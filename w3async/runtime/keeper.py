@@ -116,7 +116,7 @@ class GameKeeper:
         sv = self.ctx.recipe.supervisor
         if not self.limits.bases:
             return oom_prefix(self.limits.oom_score_adj)
-        prefix, s.cgroup = self.limits.start(f"slot-{s.index}-{s.starts + 1}", sv.game_max_procs, s.group.max_rss_mb)
+        prefix, s.cgroup = self.limits.start(f"slot-{s.index}", sv.game_max_procs, s.group.max_rss_mb)
         return prefix
 
     def _record_pgids(self) -> None:
@@ -133,9 +133,7 @@ class GameKeeper:
             os.close(s.pidfd)
             s.pidfd = -1
         self._end_strays(s)
-        if self.limits is not None:
-            self.limits.remove(s.cgroup)
-            s.cgroup = None
+        s.cgroup = None  # (the slot's cgroup stays for its next start: limits.py)
         with self.control.lock:
             if s.bells:
                 s.bells.close()

@@ -64,9 +64,11 @@ def _own_paths() -> dict[str, str]:
 
 @dataclass
 class StartCgroup:
-    """One start's cgroup: a folder per hierarchy (v1: one per controller; v2: one)."""
+    """A slot's cgroup as one start of it found it: a folder per hierarchy (v1: one per
+    controller; v2: one), and its event counts when the start began."""
 
     dirs: dict[str, Path] = field(default_factory=dict)  # controller -> its folder
+    base: dict[str, int] = field(default_factory=dict)  # "memory", "processes" -> the count at the start
 
     def procs_files(self) -> list[str]:
         return [str(d / "cgroup.procs") for d in dict.fromkeys(self.dirs.values())]
@@ -85,7 +87,9 @@ def _count(path: Path, key: str) -> int:
 
 class Limits:
     """The run's cgroups: a folder under this process's own cgroup per controller
-    (w3async-<run>), a start's cgroup inside it."""
+    (w3async-<run>), a slot's inside it, joined by each of its starts. One cgroup a slot,
+    not a start: the first process to join a new cgroup cost 5-35 ms more than a join of
+    an existing one (measured here, cgroup v1), on every restart."""
 
     def __init__(self, run: str, oom_score_adj: int):
         self.oom_score_adj = oom_score_adj
@@ -126,8 +130,8 @@ class Limits:
         return None
 
     def start(self, name: str, max_procs: int, max_mem_mb: float) -> tuple[list[str], StartCgroup]:
-        """A start's cgroup with its caps (max_mem_mb 0: none), and the command prefix that
-        puts the start in it. OSError where the cgroup cannot be made."""
+        """The cgroup `name` (a slot's) with its caps (max_mem_mb 0: none) for a start, and
+        the command prefix that puts the start in it. OSError where it cannot be made."""
         cg = StartCgroup()
         for c, base in self.bases.items():
             d = cg.dirs[c] = base / name
@@ -137,24 +141,25 @@ class Limits:
             elif c == "memory" and max_mem_mb:
                 cap = str(int(max_mem_mb * 2**20))
                 (d / ("memory.max" if c in self.v2 else "memory.limit_in_bytes")).write_text(cap)
+        cg.base = self._counts(cg)  # what an earlier start of the slot hit is not this one's
         return ["sh", "-c", _JOIN, "w3async-limits", str(self.oom_score_adj), *cg.procs_files(), "--"], cg
+
+    def _counts(self, cg: StartCgroup) -> dict[str, int]:
+        mem, pids = cg.dirs.get("memory"), cg.dirs.get("pids")
+        return {"memory": _count(mem / ("memory.events" if "memory" in self.v2 else "memory.oom_control"), "oom_kill")
+                if mem is not None else 0,
+                "processes": _count(pids / "pids.events", "max") if pids is not None else 0}
 
     def hit(self, cg: StartCgroup | None) -> str | None:
         """Which cap the start hit: "memory" (the kernel ended a process of it), "processes"
         (a fork was refused), None."""
         if cg is None:
             return None
-        mem = cg.dirs.get("memory")
-        if mem is not None and _count(mem / ("memory.events" if "memory" in self.v2 else "memory.oom_control"),
-                                      "oom_kill"):
-            return "memory"
-        pids = cg.dirs.get("pids")
-        if pids is not None and _count(pids / "pids.events", "max"):
-            return "processes"
-        return None
+        now = self._counts(cg)
+        return next((k for k in ("memory", "processes") if now[k] > cg.base.get(k, 0)), None)
 
     def remove(self, cg: StartCgroup | None) -> None:
-        """Remove a start's cgroup once its processes are gone (a busy one stays for close)."""
+        """Remove a cgroup once its processes are gone (a busy one stays)."""
         for d in (cg.dirs.values() if cg else []):
             try:
                 d.rmdir()
