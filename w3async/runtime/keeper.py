@@ -23,7 +23,7 @@ from w3async.observe.logs import console
 from w3async.runtime import gamelog, procs
 from w3async.runtime.answerer import RunControl
 from w3async.runtime.life import RunContext
-from w3async.runtime.limits import Limits, oom_prefix
+from w3async.runtime.limits import Limits
 from w3async.runtime.runfolder import RunLock
 from w3async.runtime.sandbox import Sandbox, disk_problem, writable
 from w3async.runtime.gamestart import launch
@@ -114,8 +114,6 @@ class GameKeeper:
         if self.limits is None:
             return []
         sv = self.ctx.recipe.supervisor
-        if not self.limits.bases:
-            return oom_prefix(self.limits.oom_score_adj)
         prefix, s.cgroup = self.limits.start(f"slot-{s.index}", sv.game_max_procs, s.group.max_rss_mb)
         return prefix
 
@@ -181,7 +179,7 @@ class GameKeeper:
         if s.sandboxed and 128 < code < 128 + signal.NSIG:  # bwrap says a game's death by signal N as 128 + N
             code = 128 - code
         tail = gamelog.tail(s.log_path)
-        over = self.limits.hit(s.cgroup) if self.limits is not None else None  # before unwire removes it
+        over = self.limits.hit(s.cgroup) if self.limits is not None else None  # before unwire clears it
         self._note_posted(s)
         self.unwire(s)
         if self.ctx.life.stopping:
@@ -240,11 +238,7 @@ class GameKeeper:
         """End a misbehaving game at once (no grace) and restart it."""
         if s.proc is None or s.proc.returncode is not None or s.state in (FAILED, STOPPED):
             return
-        self.ctx.events.warning("game_kill", slot=s.index, pid=s.proc.pid, cause=cause, **detail)
-        procs.killpg(s.proc.pid, signal.SIGKILL)
-        s.proc.wait()
-        self._note_posted(s)
-        self.unwire(s)
+        self._end(s, cause, detail)
         if cause == "hang" and not s.posted:
             s.fail_streak += 1
             if s.fail_streak >= self.ctx.recipe.supervisor.max_start_failures:
@@ -354,14 +348,17 @@ class GameKeeper:
     def fail_for(self, s: Slot, cause: str, why: str) -> None:
         """End slot s's game at once and fail the slot with cause (not restarted)."""
         if s.proc is not None and s.proc.returncode is None:
-            self.ctx.events.warning("game_kill", slot=s.index, pid=s.proc.pid, cause=cause, reason=why)
-            procs.killpg(s.proc.pid, signal.SIGKILL)
-            s.proc.wait()
-        if s.pidfd >= 0 or s.bells is not None:
-            self._note_posted(s)
-            self.unwire(s)
+            self._end(s, cause, {"reason": why})
         s.causes[cause] += 1
         self.fail_slot(s, why)
+
+    def _end(self, s: Slot, cause: str, detail: dict) -> None:
+        """SIGKILL slot s's live game (said as game_kill) and unwire it."""
+        self.ctx.events.warning("game_kill", slot=s.index, pid=s.proc.pid, cause=cause, **detail)
+        procs.killpg(s.proc.pid, signal.SIGKILL)
+        s.proc.wait()
+        self._note_posted(s)
+        self.unwire(s)
 
     def summary(self) -> str:
         states = collections.Counter(s.state for s in self.slots)

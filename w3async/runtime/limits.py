@@ -131,7 +131,8 @@ class Limits:
 
     def start(self, name: str, max_procs: int, max_mem_mb: float) -> tuple[list[str], StartCgroup]:
         """The cgroup `name` (a slot's) with its caps (max_mem_mb 0: none) for a start, and
-        the command prefix that puts the start in it. OSError where it cannot be made."""
+        the command prefix that puts the start in it (with no controller here: that only
+        raises its OOM score). OSError where it cannot be made."""
         cg = StartCgroup()
         for c, base in self.bases.items():
             d = cg.dirs[c] = base / name
@@ -177,7 +178,3 @@ class Limits:
             except OSError:
                 pass
 
-
-def oom_prefix(adj: int) -> list[str]:
-    """The command prefix that only raises the start's OOM score (no cgroup here)."""
-    return ["sh", "-c", _JOIN, "w3async-limits", str(adj), "--"]
