@@ -87,9 +87,13 @@ async def test_a_game_cannot_leave_its_sandbox(tmp_path, breakout, null_native, 
     hostshm succeeded and 3 honest games were blamed for its garbage)."""
     monkeypatch.setenv(SECRET, "the operator's token")
     run = tmp_path / "run"
+    # The honest game beside the breakout, in its folder (the folder a sandbox shows it:
+    # a repository under /tmp, as a fresh clone may be, is private in the sandbox).
+    honest = breakout.parent / "null_game"
+    shutil.copy(null_native, honest)
     with listeners(tmp_path) as (socks, port):
         env = {"W3R_SUP_PID": str(os.getpid()), "W3R_RUN_DIR": str(run.resolve()), "W3R_PORT": str(port),
-               "W3R_SECRET": SECRET, "W3R_SOCKS": ":".join(socks), "W3R_THEN": str(null_native)}
+               "W3R_SECRET": SECRET, "W3R_SOCKS": ":".join(socks), "W3R_THEN": str(honest)}
         data = null_recipe([{"binary": str(breakout), "count": 1, "lanes": 1, "env": env},
                             {"binary": str(null_native), "count": 3, "lanes": 1}],
                            supervisor={"sandbox": "required"}, stop={"seconds": 4})
