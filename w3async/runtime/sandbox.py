@@ -81,6 +81,14 @@ def host_sockets() -> list[str]:
     return out
 
 
+def _linux_path(arg: str) -> str:
+    """An argument that names a file: an absolute path, or a Wine Z: path (an injected
+    game's launcher is given its hook, adapter, folder and game so); else ""."""
+    if arg[:3].upper() == "Z:\\":
+        return arg[2:].replace("\\", "/")
+    return arg if arg.startswith("/") else ""
+
+
 def _under(path: str, roots) -> bool:
     return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
@@ -191,7 +199,7 @@ class Sandbox:
         # What a private folder hid that the start runs or reads: its folder, its files on
         # the command line, its runtime's (a Wine prefix); before the writable folders,
         # which may lie inside them.
-        argv_files = [a for a in start.argv if a.startswith("/") and os.path.exists(a)]
+        argv_files = [p for p in map(_linux_path, start.argv) if p and os.path.exists(p)]
         shown = [p for p in [start.cwd] + argv_files + start.read
                  if _under(p, self.hidden) and not _under(p, write + inside)]
         for p in dict.fromkeys(shown):
