@@ -148,15 +148,17 @@ async def test_a_wine_prefixs_wineserver_and_sync(tmp_path, null_exe):
                        supervisor={"accounting_s": 0.5, "start_timeout_s": 120}, stop={"seconds": 6})
 
     def peek(sup):
-        return dict(sample=sup.watch.sample(), trees={s.index: _tree(s.proc.pid) for s in sup.slots},
+        sample = sup.watch.sample()
+        with open(f"/proc/{sample['prefixes'][0]['wineserver_pid']}/comm") as f:  # while it runs
+            comm = f.read()
+        return dict(sample=sample, trees={s.index: _tree(s.proc.pid) for s in sup.slots}, comm=comm,
                     prefixes=[p for rt in sup.runtimes.values() for p in rt.prefixes()])
 
     sup, stats, seen = await _run_with_peek(data, tmp_path / "run", 5.0, peek)
     sample = seen["sample"]
     [pf] = sample["prefixes"]
     assert pf["prefix"] == seen["prefixes"][0] and pf["sync"] == "server"
-    with open(f"/proc/{pf['wineserver_pid']}/comm") as f:
-        assert f.read().startswith("wineserver")
+    assert seen["comm"].startswith("wineserver")
     assert sample["kinds"]["wineserver"]["procs"] == 1 and sample["kinds"]["wineserver"]["rss_mb"] > 1
     games_pids = {p for t in seen["trees"].values() for p in t}
     assert pf["wineserver_pid"] not in games_pids

@@ -8,6 +8,8 @@ unix sockets) takes none of them, and the honest games beside it are never blame
 from __future__ import annotations
 
 import contextlib
+import errno
+import json
 import os
 import re
 import shutil
@@ -15,6 +17,7 @@ import socket
 import stat
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -22,8 +25,9 @@ import pytest
 
 from w3async.runtime.gamestart import GameStart, game_environ
 from w3async.runtime.sandbox import Sandbox, unavailable
+from w3async.runtime.wineprefix import SERVER_NAMESPACES, command_name, process_tree, namespaces
 
-from .conftest import REPO
+from .conftest import REPO, need
 from .test_hostile_games import rogue  # noqa: F401 (the fixture)
 from .test_supervisor import assert_nothing_left, events, null_recipe, run_recipe
 
@@ -33,6 +37,7 @@ pytestmark = pytest.mark.skipif(unavailable() is not None, reason=f"no sandbox h
 IN_A_RUN = {"caps", "userns", "umount", "remount", "procmem", "signal", "setns", "hostshm", "env", "unixsock"}
 BARE = IN_A_RUN - {"hostshm"}
 SECRET = "W3_BOUNDARY_SECRET"
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 
 
 @pytest.fixture(scope="session")
@@ -108,36 +113,59 @@ async def test_a_game_cannot_leave_its_sandbox(tmp_path, breakout, null_native, 
     assert_nothing_left(sup, run)
 
 
-def _bare(breakout: Path, user: list[str], socks: list[str], port: int, pid_namespace: bool = True) -> str:
+@contextlib.contextmanager
+def wineserver_namespaces(user: list[str]):
+    """The namespaces of a confined wineserver (wineprefix.ConfinedServer), made by `user`
+    around a stand-in server (sleep): what a Windows game's sandbox joins."""
+    server = subprocess.Popen(user + ["bwrap", *SERVER_NAMESPACES, "--ro-bind", "/", "/", "--dev", "/dev",
+                                      "--proc", "/proc", "--", "sleep", "120"], start_new_session=True)
+    try:
+        found = []
+        for _ in range(1000):
+            found = [p for p in process_tree(server.pid) if command_name(p) == "sleep"]
+            if found:
+                break
+            time.sleep(0.01)
+        fds = namespaces(found[0])
+        try:
+            yield fds
+        finally:
+            for fd in fds:
+                os.close(fd)
+    finally:
+        server.kill()
+        server.wait()
+
+
+def _bare(breakout: Path, user: list[str], socks: list[str], port: int, as_wine: bool = False) -> str:
     """breakout alone in the sandbox a run would give it, started by `user` (a command
-    prefix: [] for this process's user, setpriv for another); pid_namespace False: as a
-    Windows game's (the host's pids)."""
+    prefix: [] for this process's user, setpriv for another); as_wine: as a Windows
+    game's (in its prefix's confined wineserver's user and pid namespaces)."""
     run = Path(tempfile.mkdtemp(prefix="w3-boundary-run-"))
     try:
         run.chmod(0o755)
         (run / "recipe.json").write_text("{}")
         env = game_environ({"W3R_SUP_PID": str(os.getpid()), "W3R_RUN_DIR": str(run), "W3R_PORT": str(port),
                             "W3R_SECRET": SECRET, "W3R_SOCKS": ":".join(socks)})
-        start = GameStart([str(breakout)], env, str(breakout.parent), b"", pid_namespace=pid_namespace)
         group = SimpleNamespace(network=False, env={}, writable=[])
-        argv = Sandbox.for_run("required", run).wrap(start, group)
-        out = subprocess.run(user + argv, env=env, capture_output=True, text=True, timeout=60)
+        with wineserver_namespaces(user) if as_wine else contextlib.nullcontext(()) as join:
+            start = GameStart([str(breakout)], env, str(breakout.parent), b"", pid_namespace=not as_wine,
+                              join=join or None, pass_fds=join)
+            argv = Sandbox.for_run("required", run).wrap(start, group)
+            out = subprocess.run(user + argv, env=env, capture_output=True, text=True, timeout=60, pass_fds=join)
         assert not (run / "planted").exists()
         return out.stdout + out.stderr
     finally:
         shutil.rmtree(run, ignore_errors=True)
 
 
-@pytest.mark.parametrize("pid_namespace", [True, False], ids=["native", "as-wine"])
+@pytest.mark.parametrize("as_wine", [False, True], ids=["native", "as-wine"])
 @pytest.mark.parametrize("user", ["this", "nobody"])
-def test_a_bare_sandbox_holds_for_root_and_for_an_unprivileged_user(tmp_path, breakout, monkeypatch, user,
-                                                                     pid_namespace):
+def test_a_bare_sandbox_holds_for_root_and_for_an_unprivileged_user(tmp_path, breakout, monkeypatch, user, as_wine):
     """The same sandbox started by this process's user (root in CI) and by uid 65534
-    (setpriv, where this process may switch): every step denied for both. As a Windows
-    game's sandbox (no pid namespace of its own: the supervisor's /proc is in view), the
-    supervisor's memory is still out of reach (the game's user namespace: the kernel
-    wants CAP_SYS_PTRACE over the supervisor's namespace); only a signal to it is not
-    denied (docs/security.md)."""
+    (setpriv, where this process may switch): every step denied for both, as a native
+    game's sandbox and as a Windows game's (its prefix's server's namespaces, joined:
+    before, a Windows game kept the host's pids and could signal the supervisor)."""
     if user == "nobody" and os.geteuid() != 0:
         pytest.skip("only root can start a sandbox as another user; this process is unprivileged already")
     monkeypatch.setenv(SECRET, "the operator's token")
@@ -145,16 +173,10 @@ def test_a_bare_sandbox_holds_for_root_and_for_an_unprivileged_user(tmp_path, br
     folder.chmod(0o755)
     try:
         with listeners(folder) as (socks, port):
-            prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if user == "nobody" else []
-            log = _bare(breakout, prefix, socks, port, pid_namespace)
+            log = _bare(breakout, NOBODY if user == "nobody" else [], socks, port, as_wine)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    got = steps(log)
-    if not pid_namespace and user == "this":
-        # Not closed for Windows games: the same uid and the host's pids (the strict xfail below).
-        assert got.pop("signal") == "ok", log
-        got["signal"] = "denied"
-    assert_all_denied(got, BARE, log)
+    assert_all_denied(steps(log), BARE, log)
 
 
 def test_the_steps_work_without_a_sandbox(tmp_path, breakout, monkeypatch):
@@ -251,21 +273,22 @@ async def test_winsock_reaches_the_network_only_where_the_group_allows_it(tmp_pa
 
 
 @pytest.mark.wine
-@pytest.mark.xfail(strict=True, reason="not closed: a Windows game keeps the host's pid namespace (its prefix's "
-                                       "wineserver signals its threads by host tids), so a raw kill() reaches "
-                                       "every process of the supervisor's user (docs/security.md)")
 async def test_a_windows_game_cannot_signal_the_supervisor_by_a_raw_system_call(tmp_path, null_exe):
     """A Windows game makes the Linux kill(supervisor, 0) system call itself, which Wine
-    never sees: it should not be allowed to signal the supervisor. Strict xfail: this
-    fails the suite the day the boundary closes it, so the docs are updated with it."""
+    never sees. It runs in its prefix's confined wineserver's pid namespace, where the
+    supervisor has no pid: ESRCH (before: it could signal the supervisor, every game of
+    every prefix and their wineservers, having the host's pids and the same uid)."""
     run = tmp_path / "run"
     env = {"W3N_ROGUE": "rawkill", "W3N_ROGUE_STEP": "5", "W3N_KILL_PID": str(os.getpid())}
-    data = null_recipe([{"binary": str(null_exe), "runtime": "wine", "count": 1, "env": env}],
-                       supervisor={"sandbox": "required", "start_timeout_s": 120}, stop={"seconds": 4})
+    data = null_recipe([{"binary": str(null_exe), "runtime": "wine", "count": 1, "env": env},
+                        {"binary": str(null_exe), "runtime": "wine", "count": 1}],
+                       runtime={"prefix": "per-game"}, supervisor={"sandbox": "required", "start_timeout_s": 120},
+                       stop={"seconds": 4})
     sup, stats = await run_recipe(data, run)
     log = (run / "games" / "slot-0.log").read_text(errors="replace")
-    assert "null: rawkill" in log, log
-    assert "null: rawkill ok" not in log, log
+    assert f"null: rawkill failed {errno.ESRCH}" in log, log
+    assert stats["games"][1]["causes"] == {} and stats["games"][1]["restarts"] == 0, stats["games"][1]
+    assert_nothing_left(sup, run)
 
 
 @pytest.mark.wine
@@ -349,3 +372,75 @@ async def test_a_game_that_fills_its_writable_folder_is_failed_and_the_run_goes_
     assert stats["games"][1]["causes"] == {} and stats["agent_steps"] > 0, stats["games"][1]
     assert sup.life.error is None  # the run went on to its stop condition
     assert_nothing_left(sup, run)
+
+
+# The supervisor as uid 65534: a run of its own, in a Python that user may start.
+AS_NOBODY = """
+import asyncio, json, sys
+from pathlib import Path
+from w3async.recipes import recipe_from_dict
+from w3async.runtime.supervisor import Supervisor
+sup = Supervisor(recipe_from_dict(json.loads(sys.argv[1])), Path(sys.argv[2]))
+stats = asyncio.run(sup.run())
+print("RESULT " + json.dumps({"games": stats["games"], "leftovers": sup.leftovers}, default=str))
+"""
+
+
+def python_for_nobody() -> tuple[list[str], str]:
+    """A Python 3 of this one's version that uid 65534 may run (this one, or the
+    system's where this one lies in a folder only root may enter), with this project and
+    its packages on its path."""
+    import sys
+    import sysconfig
+    path = os.pathsep.join(dict.fromkeys([str(REPO), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]))
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    for exe in [sys.executable, f"/usr/bin/python{version}"]:
+        ok = subprocess.run([*NOBODY, exe, "-c", "import numpy"], env={"PYTHONPATH": path, "PATH": os.environ["PATH"]},
+                            capture_output=True).returncode == 0
+        if ok:
+            return [exe, "-c", AS_NOBODY], path
+    need("a Python that uid 65534 may run", False, f"apt-get install python{version} (python3)")
+
+
+@pytest.mark.wine
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can start a run as another user")
+def test_an_unprivileged_run_confines_its_wineserver_too(tmp_path, null_exe):
+    """The supervisor run by uid 65534, its Windows games with network = false: a raw
+    kill() of a process of that user fails (ESRCH: the prefix's pid namespace), Winsock
+    does not reach a port on the host's 127.0.0.1, and a DLL planted in system32 fails
+    and none is in the prefix after the run. Before, an unprivileged run's wineserver ran
+    as it was: it made the game's socket and wrote its file."""
+    cmd, pythonpath = python_for_nobody()
+    home = Path(tempfile.mkdtemp(prefix="w3-boundary-nobody-"))
+    victim = subprocess.Popen([*NOBODY, "sleep", "300"])
+    try:
+        for p in [home, *[home / d for d in ("cache", "home")]]:
+            p.mkdir(exist_ok=True)
+            p.chmod(0o755)
+            os.chown(p, 65534, 65534)
+        with socket.socket() as srv:
+            srv.bind(("127.0.0.1", 0))
+            srv.listen(8)
+            rogues = [{"W3N_ROGUE": "rawkill", "W3N_KILL_PID": str(victim.pid)},
+                      {"W3N_ROGUE": "winsock", "W3N_PORT": str(srv.getsockname()[1])}, {"W3N_ROGUE": "plant"}]
+            data = null_recipe([{"binary": str(null_exe), "runtime": "wine", "count": 1, "network": False,
+                                 "env": {**r, "W3N_ROGUE_STEP": "5"}} for r in rogues],
+                               supervisor={"sandbox": "required", "start_timeout_s": 120}, stop={"seconds": 4})
+            env = {"PATH": os.environ["PATH"], "HOME": str(home / "home"), "W3ASYNC_CACHE": str(home / "cache"),
+                   "PYTHONPATH": pythonpath, "W3ASYNC_SHM_PREFIX": os.environ["W3ASYNC_SHM_PREFIX"]}
+            out = subprocess.run([*NOBODY, *cmd, json.dumps(data), str(home / "run")], env=env, capture_output=True,
+                                 text=True, timeout=600)
+        said = out.stdout + out.stderr
+        assert out.returncode == 0 and "RESULT " in out.stdout, said
+        result = json.loads(out.stdout.split("RESULT ", 1)[1])
+        logs = [(home / "run" / "games" / f"slot-{i}.log").read_text(errors="replace") for i in range(3)]
+        assert f"null: rawkill failed {errno.ESRCH}" in logs[0], logs[0]
+        assert "null: winsock connect failed" in logs[1], logs[1]
+        assert "null: plant file failed" in logs[2], logs[2]
+        assert victim.poll() is None
+        assert not list((home / "cache").glob("wine/*/prefix-*/drive_c/windows/system32/w3-planted.dll"))
+        assert result["leftovers"]["processes"] == [] and result["leftovers"]["wine"] == [], result
+    finally:
+        victim.kill()
+        victim.wait()
+        shutil.rmtree(home, ignore_errors=True)

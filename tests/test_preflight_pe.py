@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -120,8 +121,6 @@ def test_an_adapter_importing_a_dll_that_is_not_found(tmp_path, built, mingw):
 
 
 def recipe_from_dict_file(path: Path):
-    import tomllib
-
     return recipe_from_dict(tomllib.loads(path.read_text()), str(path))
 
 
@@ -220,3 +219,37 @@ def test_a_prefix_that_fails_its_check_twice_is_refused_with_the_cause(tmp_path,
     assert winemod.processes_with_env("WINEPREFIX", str(root / "prefix-0")) == []
     with winemod.acquire_prefix(winemod.WineConfig(cache_dir=str(tmp_path / "cache"))) as p:  # unlocked again
         assert p.path == root / "prefix-0"
+
+
+@pytest.mark.parametrize("api", ["d3d9", "opengl32"])
+def test_a_game_that_draws_with_a_graphics_api_needs_a_display(tmp_path, built, mingw, api):
+    """A game whose .exe (Direct3D 9) or a DLL next to it (OpenGL) imports a graphics
+    API's DLL, with display = "null": refused before anything starts, naming the module,
+    the API and the fix (before: an OpenGL game crashed with exit 72 at its third start, a
+    Direct3D one sat in an invisible MessageBox, reported as a step point not reached).
+    With display = "xvfb" the same recipe passes this check."""
+    game = tmp_path / "game"
+    game.mkdir()
+    calls = {"d3d9": ("void *__stdcall Direct3DCreate9(unsigned);", "Direct3DCreate9(32)"),
+             "opengl32": ("void __stdcall glFlush(void);", "glFlush()")}[api]
+    src = tmp_path / "g.c"
+    src.write_text(f"{calls[0]}\n__declspec(dllexport) void draw(void) {{ {calls[1]}; }}\n"
+                   "int main(void) { return 0; }\n")
+    if api == "d3d9":
+        exe = game / "g.exe"
+        subprocess.run([mingw, "-o", str(exe), str(src), "-ld3d9"], check=True)
+    else:  # the import in a DLL beside a plain .exe
+        subprocess.run([mingw, "-shared", "-o", str(game / "render.dll"), str(src), "-lopengl32"], check=True)
+        (tmp_path / "m.c").write_text("int main(void) { return 0; }\n")
+        exe = game / "g.exe"
+        subprocess.run([mingw, "-o", str(exe), str(tmp_path / "m.c")], check=True)
+    recipe = tmp_path / "g.toml"
+    recipe.write_text(f'name = "g"\ngame = "null"\n[[games]]\nbinary = {_toml(str(exe))}\nruntime = "wine"\n'
+                      f'[runtime]\ncache_dir = {_toml(str(tmp_path / "cache"))}\n')
+    (line,) = refused(tmp_path, recipe)
+    dll, name = ("d3d9.dll (direct3d 9)", str(exe)) if api == "d3d9" else \
+        ("opengl32.dll (opengl)", f"{game / 'render.dll'} (next to it)")
+    assert f"games[0].binary = {str(exe)!r}: {name} imports" in line and dll in line.lower(), line
+    assert 'set [runtime] display = "xvfb"' in line, line
+    data = {**tomllib.loads(recipe.read_text()), "runtime": {"display": "xvfb", "cache_dir": str(tmp_path / "cache")}}
+    assert [p for p in inject_checks.check(recipe_from_dict(data, str(recipe))) if "display" in p] == []

@@ -30,7 +30,8 @@ class GameStart:
     see: list[str] = field(default_factory=list)  # files it must reach in a sandbox: its segment, its doorbells
     write: list[str] = field(default_factory=list)  # folders it must write in a sandbox (a Wine prefix's users)
     read: list[str] = field(default_factory=list)  # folders it must read in a sandbox, never write (a Wine prefix)
-    pid_namespace: bool = True  # False for Wine: wineserver signals client threads by their host tid
+    pid_namespace: bool = True  # False for Wine: wineserver signals client threads by the tids they report
+    join: tuple[int, int, int] | None = None  # namespaces to join (a confined wineserver's: wineprefix.namespaces)
 
 
 @runtime_checkable

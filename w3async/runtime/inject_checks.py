@@ -105,9 +105,35 @@ def check(recipe) -> list[str]:
             what = "loader" if exe.bits not in install.loaders else "Windows DLLs"
             problems.append(f"games[{i}].binary = {g.binary!r}: {path} is a {exe.bits}-bit game and this Wine "
                             f"({recipe.runtime.wine}) has no {exe.bits}-bit {what} ({WINE_FOR[exe.bits]})")
+        game = _Game(exe)
+        if recipe.runtime.display == "null":
+            problems += _check_display(f"games[{i}].binary = {g.binary!r}", game)
         if g.inject is not None:
-            problems += _check_inject(key, g.inject, _Game(exe), install)
+            problems += _check_inject(key, g.inject, game, install)
     return problems
+
+
+# The DLLs through which a game draws with a graphics API: Wine's null driver has no
+# display for them (an OpenGL game then crashes, a Direct3D one waits in an invisible
+# MessageBox after CreateDevice fails).
+GRAPHICS_DLLS = {"opengl32.dll": "OpenGL", "ddraw.dll": "DirectDraw", "d3d8.dll": "Direct3D 8",
+                 "d3d9.dll": "Direct3D 9", "d3d10.dll": "Direct3D 10", "d3d10_1.dll": "Direct3D 10.1",
+                 "d3d11.dll": "Direct3D 11", "d3d12.dll": "Direct3D 12", "dxgi.dll": "DXGI"}
+
+
+def _check_display(key: str, game: _Game) -> list[str]:
+    """A game whose .exe, or a DLL next to it, imports a graphics API's DLL needs a
+    display: [runtime] display = "null" is refused, naming the module and the API."""
+    modules = [game.exe] + [m for name in sorted(game.files) if name.endswith(".dll")
+                            for m in [game.module(name)] if m is not None]
+    for m in modules:
+        for dll in m.imports:
+            api = GRAPHICS_DLLS.get(dll.lower())
+            if api:
+                where = str(m.path) if m is game.exe else f"{m.path} (next to it)"
+                return [f"{key}: {where} imports {dll} ({api}), which draws through a display, and [runtime] "
+                        f"display = \"null\" has none: set [runtime] display = \"xvfb\""]
+    return []
 
 
 def _check_inject(key: str, inj, game: _Game, install) -> list[str]:

@@ -24,7 +24,7 @@ def slot_runtimes(r: Recipe, groups: list, run_dir: Path, runtimes: dict) -> lis
     for g, key in zip(groups, keys):
         if key not in runtimes:
             # The wineserver makes its games' sockets and opens their files: in a
-            # sandboxed run it gets only what its games may have (wineprefix.server_command).
+            # sandboxed run it gets only what its games may have (wineprefix.ConfinedServer).
             mine = [x for x, k in zip(groups, keys) if k == key]
             confine = r.supervisor.sandbox != "off" and unavailable() is None
             write = tuple(dict.fromkeys(p for x in mine for p in writable(x, run_dir))) if confine else ()

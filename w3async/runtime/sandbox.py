@@ -10,10 +10,11 @@ the start's own doorbells and the folders the recipe lets it write; /tmp, /run a
 reachable by path; private IPC and hostname; no network (a network namespace with
 loopback only) unless its group allows it; and, for native games, a pid namespace of
 its own: every descendant (setsid and double forks included) dies with the start, and
-with the supervisor, SIGKILLed or not (--die-with-parent). Wine games keep the host's
-pids: their prefix's wineserver, shared and outside, signals a client's threads by the
-tids the client reports, which a pid namespace would make wrong. Every tmpfs it makes
-is sized (supervisor.game_tmpfs_mb): what a game writes there is memory.
+with the supervisor, SIGKILLed or not (--die-with-parent). A Windows game instead
+joins the user and pid namespaces of its prefix's confined wineserver
+(wineprefix.ConfinedServer), which signals a client's threads by the tids the client
+reports: they must be the tids it sees. Every tmpfs it makes is sized
+(supervisor.game_tmpfs_mb): what a game writes there is memory.
 
 [supervisor] sandbox = "preferred" (default) uses it where bwrap works here, "required"
 refuses a machine without it (preflight), "off" starts games as they are.
@@ -31,6 +32,7 @@ from pathlib import Path
 from w3async.recipes import system_folder
 from w3async.runtime.gamestart import GameStart
 from w3async.runtime.runfolder import RunError
+from w3async.runtime.wineprefix import join_args
 
 FIX = ("install bubblewrap (apt-get install bubblewrap) and allow unprivileged user namespaces "
        "(sysctl kernel.unprivileged_userns_clone=1), or set supervisor.sandbox = \"preferred\" or \"off\"")
@@ -57,6 +59,14 @@ def _probe(bwrap: str | None) -> str | None:
 # ptrace and raw sockets are refused; unprivileged, bwrap drops them itself.
 _NAMESPACES = ["--unshare-user", "--disable-userns", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
                *(["--uid", "0", "--gid", "0", "--cap-drop", "ALL"] if os.geteuid() == 0 else [])]
+
+
+def _joined(join: tuple[int, int, int]) -> list[str]:
+    """A Windows game's namespaces: its prefix's confined wineserver's user and pid
+    namespaces (wineprefix.ConfinedServer; no further user namespace was allowed in them),
+    its own IPC, hostname and cgroup ones, no capability."""
+    return [*join_args(join), "--uid", str(os.getuid()), "--gid", str(os.getgid()), "--cap-drop", "ALL",
+            "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
 
 # Where a host keeps its services' unix sockets (and its scratch files): private and
 # empty in a sandbox. /var/run is a link to /run on current systems.
@@ -181,8 +191,11 @@ class Sandbox:
 
     def wrap(self, start: GameStart, group) -> list[str]:
         """bwrap's command line around start.argv (group: network, writable folders)."""
-        args = [self.bwrap, *_NAMESPACES, "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev"]
-        if start.pid_namespace:  # the game's parent is then the sandbox's pid 1 (the shim dies with it)
+        spaces = _joined(start.join) if start.join else _NAMESPACES
+        args = [self.bwrap, *spaces, "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev"]
+        if start.join:  # the server's pid namespace: its /proc
+            args += ["--proc", "/proc"]
+        elif start.pid_namespace:  # the game's parent is then the sandbox's pid 1 (the shim dies with it)
             args += ["--unshare-pid", "--proc", "/proc"]
             args += ["--setenv", "W3S_PARENT_PID", "1"] if "W3S_PARENT_PID" in start.env else []
         if not group.network:

@@ -71,6 +71,12 @@ class WineRuntime:
             self.prefix = acquire_running_prefix(self.cfg)
             if self.prefix.xserver is not None:  # for the record (events, tests): the run's X server
                 self.xserver_pid = self.prefix.xserver.proc.pid
+        elif self.prefix.server is not None and not self.prefix.server.alive():
+            # A game of the prefix ended its confined wineserver (its raw kill() reaches
+            # that far), and the prefix's processes went with the server's pid namespace:
+            # its services again (a second or two, on the loop: only after such a kill).
+            self.prefix.kill()
+            start_services(self.prefix)
         return self.prefix
 
     def prepare(self) -> None:
@@ -93,10 +99,12 @@ class WineRuntime:
         if launch:
             exe, args, hook_env, cwd = str(launch[0]), launch[1], launch[2], launch[3]
             extra.update(hook_env)
+        server = prefix.server
+        join = server.fds if server is not None else ()
         return GameStart(prefix.command(exe, args), prefix.env(extra), cwd, f"W3S_SHM_PATH={shm_path}\0".encode(),
                          see=[segment.path, self.obs.path, *slot.bells.paths, *x_socket(prefix)],
                          write=[*prefix_writable(prefix.path), *wine_server_dir(prefix.path)],
-                         read=[str(prefix.path)], pid_namespace=False)
+                         read=[str(prefix.path)], pid_namespace=False, join=join or None, pass_fds=join)
 
     def game_lost(self, slot) -> bool:
         return False

@@ -22,7 +22,9 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,7 +88,7 @@ class WineConfig:
     """"null": Wine's null graphics driver; "xvfb": an X server for the run (display.py)."""
     confine: bool = False
     """The run's games are sandboxed (bwrap works here): the prefix's wineserver is
-    confined too (server_command).
+    confined too (ConfinedServer).
     Wine's server does work for its games that a sandbox around a game alone cannot hold:
     it makes every Winsock socket, and it opens the files a game creates or writes
     (measured: a sandboxed game whose C:\\windows was read-only wrote a DLL into
@@ -166,6 +168,7 @@ class WinePrefix:
         self._lock_fd = lock_fd
         self.xserver = None  # display.Xvfb with display = "xvfb", started by start_services
         self.remade: str | None = None  # what an earlier run's game had changed, when it was made again
+        self.server: ConfinedServer | None = None  # cfg.confine: its wineserver's sandbox (start_services)
 
     def env(self, extra: dict | None = None) -> dict:
         """The environment for a process of this prefix (gamestart.inherited() + Wine's +
@@ -191,6 +194,13 @@ class WinePrefix:
         bitness where the build has it (WineBuild.loaders), else the configured one."""
         return [self.build.loaders.get(exe_bits(exe)) or self.build.loader, exe, *args]
 
+    def run(self, argv: list[str], **kw) -> subprocess.CompletedProcess:
+        """subprocess.run of one of the prefix's own programs (reg, the launcher's checks,
+        `wineserver -k`): beside a confined server, in its namespaces (ConfinedServer.join)."""
+        if self.server is not None and self.server.alive():
+            return subprocess.run(self.server.join(argv), env=self.env(), pass_fds=self.server.fds, **kw)
+        return subprocess.run(argv, env=self.env(), **kw)
+
     def processes(self) -> list[int]:
         """Live processes (not zombies) whose environment names this prefix: the
         wineserver, services.exe, winedevice.exe, explorer.exe, the games."""
@@ -199,10 +209,12 @@ class WinePrefix:
     def kill(self, timeout_s: float = 10.0) -> list[int]:
         """End every process of the prefix: `wineserver -k`, then SIGKILL whatever is
         left after timeout_s. Returns the pids that had to be SIGKILLed."""
-        env = self.env()
         try:
-            subprocess.run([self.build.server, "-k"], env=env, timeout=timeout_s,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            # (A confined server that ended took its pid namespace's processes with it; a
+            # `wineserver -k` outside would signal the pid its lock file names there.)
+            if self.server is None or self.server.alive():
+                self.run([self.build.server, "-k"], timeout=timeout_s, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
             pass
         deadline = time.monotonic() + timeout_s
@@ -211,6 +223,9 @@ class WinePrefix:
         left = self.processes()
         for pid in left:
             procs.kill(pid)
+        if self.server is not None:
+            self.server.close()
+            self.server = None
         if self.xserver is not None:  # after the games: none of them draws any more
             self.xserver.stop()
             self.xserver = None
@@ -365,7 +380,8 @@ def start_services(prefix: WinePrefix) -> None:
     with no game's environment: a persistent wineserver (services.exe and the rest follow
     it) and the desktop (explorer.exe). Started by the first game instead, they would
     carry its environment, and the desktop would sit in its process group: that game's
-    exit would end it."""
+    exit would end it. With cfg.confine the server is a ConfinedServer, and the rest
+    joins it (WinePrefix.run)."""
     quiet = dict(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     if prefix.cfg.display == "xvfb" and prefix.xserver is None:
         from w3async.runtime.display import DisplayError, Xvfb
@@ -374,37 +390,167 @@ def start_services(prefix: WinePrefix) -> None:
         except DisplayError as e:
             raise WineError(str(e))
     try:
-        subprocess.run(server_command(prefix), env=prefix.env(), timeout=BOOT_TIMEOUT_S, **quiet)
+        if prefix.cfg.confine:
+            prefix.server = ConfinedServer(prefix)
+        else:
+            subprocess.run([prefix.build.server, "-p"], env=prefix.env(), timeout=BOOT_TIMEOUT_S, **quiet)
         driver = GRAPHICS[prefix.cfg.display]
         if graphics_driver(prefix) != driver:  # per run: the desktops read it when they start
-            subprocess.run(prefix.command("reg", ["add", r"HKCU\Software\Wine\Drivers", "/v", "Graphics", "/d",
-                                                  driver, "/f"]), env=prefix.env(), timeout=BOOT_TIMEOUT_S, **quiet)
+            prefix.run(prefix.command("reg", ["add", r"HKCU\Software\Wine\Drivers", "/v", "Graphics", "/d", driver,
+                                              "/f"]), timeout=BOOT_TIMEOUT_S, **quiet)
         if LAUNCHER.exists():
-            subprocess.run(prefix.command(str(LAUNCHER), ["--desktop"]), env=prefix.env(), timeout=BOOT_TIMEOUT_S,
-                           **quiet)
+            prefix.run(prefix.command(str(LAUNCHER), ["--desktop"]), timeout=BOOT_TIMEOUT_S, **quiet)
     except (OSError, subprocess.TimeoutExpired) as e:
         raise WineError(f"Wine prefix {prefix.path}: starting its services failed: {e}")
 
 
-def server_command(prefix: WinePrefix) -> list[str]:
-    """How the prefix's persistent wineserver starts. Confined (cfg.confine, as root): in
-    a mount namespace where the file system is read-only but for what its games may write
-    (the prefix's user profiles, the groups' writable folders, /dev with the games'
-    segments, its own socket folder), and without the network unless a game may have it.
-    Its registry then stays as the prefix was made (its saves fail: a game's DllOverrides
-    value dies with the run). It keeps the host's pids and its capabilities, which it
-    needs to reach its games' processes. Unprivileged, a user namespace would cost it
-    those: it runs as it is (docs/security.md, "Not closed"). It forks itself into the
-    background, which keeps the namespaces alive after bwrap's own process ends."""
-    cmd = [prefix.build.server, "-p"]
-    if not prefix.cfg.confine or os.geteuid() != 0:
-        return cmd
-    args = [shutil.which("bwrap"), "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--bind", "/proc", "/proc"]
-    args += [] if prefix.cfg.network else ["--unshare-net"]
-    tmp = os.environ.get("TMPDIR") or "/tmp"
-    for p in [*prefix_writable(prefix.path), *prefix.cfg.writable, *server_dirs(prefix.path, tmp)]:
-        args += ["--bind", p, p]
-    return [*args, "--", *cmd]
+# The confined server's namespaces: its own user namespace (no further one in it) with
+# CAP_SYS_PTRACE only, its own pid namespace (its clients join both: namespaces()).
+SERVER_NAMESPACES = ("--unshare-user", "--disable-userns", "--unshare-pid", "--cap-drop", "ALL",
+                     "--cap-add", "CAP_SYS_PTRACE")
+
+
+def _ids() -> list[str]:
+    """The uid and gid inside a prefix's namespaces: this process's own (Wine refuses a
+    prefix or a server folder that is not its user's)."""
+    return ["--uid", str(os.getuid()), "--gid", str(os.getgid())]
+
+
+def process_tree(pid: int) -> list[int]:
+    """pid and its descendants (threads' children included), parents first."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop(0)
+        out.append(p)
+        try:
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+        except OSError:
+            pass
+    return out
+
+
+class ConfinedServer:
+    """A prefix's persistent wineserver in a sandbox of its own (WineConfig.confine), as
+    root and unprivileged alike. Wine's server does work for its games that a sandbox
+    around a game alone cannot hold: it makes every Winsock socket, opens the files a game
+    creates or writes, and signals a client's threads by the pids the client reports.
+    So it runs in a user namespace of its own (this process's uid; of the capabilities
+    only CAP_SYS_PTRACE, with which it writes an injected game's memory; no further user
+    namespace), a pid namespace of its own (it is pid 2 there), the file system read-only
+    but for what its games may write (the prefix's user profiles, the groups' writable
+    folders, /dev with the games' segments, its socket folder), and no network unless a
+    game may have it. Its registry stays as the prefix was made (saves fail: a game's
+    DllOverrides value dies with the run).
+
+    Every other process of the prefix joins its user and pid namespaces (join(); a game
+    through Sandbox.wrap, GameStart.join): the pids a client reports are then the ones
+    the server sees, and a game's raw kill() reaches its own prefix's processes and
+    nothing else: not the supervisor, not another prefix's games."""
+
+    def __init__(self, prefix: WinePrefix):
+        self.prefix = prefix
+        tmp = os.environ.get("TMPDIR") or "/tmp"
+        self.binds = [*prefix_writable(prefix.path), *prefix.cfg.writable, *server_dirs(prefix.path, tmp)]
+        st = os.stat(prefix.path)  # Wine's own name for the prefix's server folder
+        self.socket = os.path.join(server_dirs(prefix.path, tmp)[0], f"server-{st.st_dev:x}-{st.st_ino:x}", "socket")
+        self.net = [] if prefix.cfg.network else ["--unshare-net"]
+        args = [shutil.which("bwrap") or "bwrap", *SERVER_NAMESPACES, *_ids(), *self.net, *self._view(),
+                "--dev-bind", "/dev", "/dev", "--", prefix.build.server, "-f", "-p"]
+        self.log = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(args, env=prefix.env(), stdin=subprocess.DEVNULL, stdout=self.log,
+                                     stderr=self.log, start_new_session=True)
+        self.fds: tuple[int, ...] = ()
+        try:
+            self.pid = self._wait_for_server()
+            self.fds = namespaces(self.pid)
+        except BaseException:
+            self.close()
+            raise
+
+    def _view(self) -> list[str]:
+        args = ["--ro-bind", "/", "/", "--proc", "/proc"]
+        for p in self.binds:
+            args += ["--bind", p, p]
+        return args
+
+    def _wait_for_server(self) -> int:
+        """The wineserver's host pid once it takes connections (a client that came first
+        would start a server of its own)."""
+        deadline = time.monotonic() + BOOT_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                self.log.seek(0)
+                said = " ".join(self.log.read().decode(errors="replace").split())[-400:]
+                raise WineError(f"Wine prefix {self.prefix.path}: its confined wineserver exited "
+                                f"{self.proc.returncode} at its start: {said or 'no output'}")
+            server = [p for p in process_tree(self.proc.pid) if command_name(p).startswith("wineserver")]
+            if server and self._listening():
+                return server[0]
+            time.sleep(0.02)
+        raise WineError(f"Wine prefix {self.prefix.path}: its confined wineserver took no connection in "
+                        f"{BOOT_TIMEOUT_S:.0f} s")
+
+    def _listening(self) -> bool:
+        with socket.socket(socket.AF_UNIX) as s:
+            try:
+                s.connect(self.socket)
+                return True
+            except OSError:
+                return False
+
+    def alive(self) -> bool:
+        return bool(self.fds) and self.proc.poll() is None
+
+    def join(self, argv: list[str]) -> list[str]:
+        """argv in the server's user and pid namespaces, seeing what it sees (a process of
+        the prefix's own: a game joins in its sandbox instead, Sandbox.wrap)."""
+        return [shutil.which("bwrap") or "bwrap", *join_args(self.fds), *_ids(), "--cap-drop", "ALL", *self.net,
+                *self._view(), "--dev-bind", "/dev", "/dev", "--", *argv]
+
+    def close(self) -> None:
+        """After `wineserver -k`: the sandbox ends with its server (the pid namespace's
+        other processes with it)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = ()
+        self.log.close()
+
+
+NS_GET_PARENT = 0xB702  # ioctl on a namespace's fd: its parent's (linux/nsfs.h)
+
+
+def namespaces(pid: int) -> tuple[int, int, int]:
+    """fds of pid's user namespace's parent, pid's pid namespace and its user namespace:
+    what bwrap needs to put a process beside it (join_args). With --disable-userns, bwrap
+    leaves its sandbox in a user namespace nested in the one that owns the pid namespace:
+    a joiner sets up in the parent (the pid namespace is that one's) and ends in pid's."""
+    user = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        parent = fcntl.ioctl(user, NS_GET_PARENT)
+        return parent, os.open(f"/proc/{pid}/ns/pid", os.O_RDONLY | os.O_CLOEXEC), user
+    except BaseException:
+        os.close(user)
+        raise
+
+
+def join_args(fds: tuple[int, int, int]) -> list[str]:
+    """bwrap's options that put its command in the namespaces of namespaces()."""
+    parent, pid, user = fds
+    return ["--userns", str(parent), "--pidns", str(pid), "--userns2", str(user), "--assert-userns-disabled"]
+
+
+def command_name(pid: int) -> str:
+    """A process's command name (/proc/PID/comm: anyone may read it, in any namespace)."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
 
 
 def prefix_writable(prefix: Path) -> list[str]:
@@ -487,8 +633,8 @@ def check_prefix(prefix: WinePrefix, bits: tuple[int, ...]) -> str | None:
             continue
         cmd = prefix.command(str(exe), ["--check"])
         try:
-            out = subprocess.run(cmd, env=prefix.env(), capture_output=True, text=True, errors="replace",
-                                 timeout=CHECK_TIMEOUT_S, stdin=subprocess.DEVNULL)
+            out = prefix.run(cmd, capture_output=True, text=True, errors="replace", timeout=CHECK_TIMEOUT_S,
+                             stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
             return f"{b}-bit launcher: {exe} --check took over {CHECK_TIMEOUT_S:.0f} s"
         except OSError as e:
