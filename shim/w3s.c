@@ -131,14 +131,35 @@ const char *w3s_exception_name(unsigned long code)
     }
 }
 
-/* The last chance for an exception nobody handled: say it and exit W3S_EXIT_CRASH, so
- * that the supervisor reads a crash, not an exit with the code's low byte. */
-static LONG WINAPI w3s_on_crash(EXCEPTION_POINTERS *ep)
+void w3s_describe_exception(const EXCEPTION_RECORD *r, char *out, size_t n)
 {
-    DWORD code = ep->ExceptionRecord->ExceptionCode;
-    const char *what = w3s_exception_name(code);
-    fprintf(stderr, "w3s: the game crashed: %s (0x%08lx) at %p\n", what ? what : "unhandled exception",
-            (unsigned long)code, ep->ExceptionRecord->ExceptionAddress);
+    const char *what = w3s_exception_name(r->ExceptionCode);
+    char path[MAX_PATH] = "", loc[MAX_PATH + 32], detail[64] = "";
+    HMODULE m = NULL;
+    if (GetModuleHandleExA(GET_MODULE_HANDLE_EX_FLAG_FROM_ADDRESS | GET_MODULE_HANDLE_EX_FLAG_UNCHANGED_REFCOUNT,
+                           (LPCSTR)r->ExceptionAddress, &m) && m && GetModuleFileNameA(m, path, sizeof(path))) {
+        const char *base = strrchr(path, '\\');
+        snprintf(loc, sizeof(loc), "%s+0x%llx", base ? base + 1 : path,
+                 (unsigned long long)((const char *)r->ExceptionAddress - (const char *)m));
+    } else {
+        snprintf(loc, sizeof(loc), "%p (no module)", r->ExceptionAddress);
+    }
+    if (r->ExceptionCode == EXCEPTION_ACCESS_VIOLATION && r->NumberParameters >= 2)
+        snprintf(detail, sizeof(detail), " %s address 0x%llx",
+                 r->ExceptionInformation[0] == 1 ? "writing" : r->ExceptionInformation[0] == 8 ? "executing" : "reading",
+                 (unsigned long long)r->ExceptionInformation[1]);
+    snprintf(out, n, "%s (0x%08lx)%s at %s", what ? what : "unhandled exception", (unsigned long)r->ExceptionCode,
+             detail, loc);
+}
+
+/* The last chance for an exception nobody handled: say it and exit W3S_EXIT_CRASH, so
+ * that the supervisor reads a crash, not an exit with the code's low byte, and Wine
+ * never starts its debugger on the process. */
+LONG WINAPI w3s_on_crash(EXCEPTION_POINTERS *ep)
+{
+    char said[MAX_PATH + 160];
+    w3s_describe_exception(ep->ExceptionRecord, said, sizeof(said));
+    fprintf(stderr, "w3s: the game crashed: %s (thread %lu)\n", said, (unsigned long)GetCurrentThreadId());
     fflush(stderr);
     TerminateProcess(GetCurrentProcess(), W3S_EXIT_CRASH);
     return EXCEPTION_EXECUTE_HANDLER;

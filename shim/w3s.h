@@ -62,9 +62,14 @@ void w3s_detach(w3s_conn *c);
 int w3s_env_int(const char *name, long dflt, long *out, char *err, size_t errlen);
 
 #ifdef _WIN32
+#include <windows.h>
 /* "access violation", "stack overflow", ... for a Windows exception code, NULL for
  * one that is not a crash (shared with the injection hook). */
 const char *w3s_exception_name(unsigned long code);
+/* "access violation (0xc0000005) writing address 0x0 at game.exe+0x1234". */
+void w3s_describe_exception(const EXCEPTION_RECORD *r, char *out, size_t n);
+/* The last-chance filter w3s_attach sets (the hook sets it at its set-up, before). */
+LONG WINAPI w3s_on_crash(EXCEPTION_POINTERS *ep);
 #endif
 
 #endif

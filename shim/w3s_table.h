@@ -60,6 +60,8 @@
                                low byte of its code (0xC0000005 -> 5), so it is said on stderr */
 #define W3S_EXIT_NO_STEP 73 /* an injected game never reached its step point within step_deadline_s:
                                the same game and settings would not reach it on a restart either */
+#define W3S_EXIT_MSGBOX 74  /* an injected game showed a message box (modal: it would wait for a click);
+                               the hook said its caption and text */
 
 typedef struct w3s_header {
     uint64_t magic;

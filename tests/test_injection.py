@@ -282,6 +282,57 @@ async def test_a_crash_in_the_games_own_code_is_the_games_not_the_adapters(tmp_p
 
 
 
+@pytest.mark.parametrize("where", ["main", "thread"])
+async def test_a_message_box_ends_the_game_with_its_text_in_one_start(tmp_path, probe, where):
+    """A message box before the first step (a game whose device could not be made), on
+    the main thread or another: the hook ends the game at once, its caption and text on
+    one line as the cause, and the slot fails at its first start (before: the box waited,
+    invisible, until the step deadline said "step point not reached")."""
+    args = ["--msgbox-at", "0", *(["--msgbox-thread"] if where == "thread" else [])]
+    sup, run, err = await _failing_run(tmp_path, probe_group(probe, args=args, step_deadline_s=60))
+    exits = [e for e in events(run) if e["event"] == "game_exit"]
+    assert len(exits) == 1 and exits[0]["cause"] == "message_box" and exits[0]["returncode"] == 74, exits
+    said = "the game showed a message box, which would wait for a click nobody makes: \"Probe \u2013 error\": " \
+           "\"Direct3D: the device could not be created. Check your display settings.\""
+    assert said in exits[0]["stderr"] and said in err, (exits[0], err)
+    assert "step point" not in err
+    assert_nothing_left(sup, run)
+
+
+@pytest.mark.parametrize("bits", [64, 32])
+async def test_a_crash_before_the_first_step_is_said_at_once_with_its_module(tmp_path, probe, bits, request):
+    """The game's own access violation before its first step, 64- and 32-bit: the hook's
+    last-chance filter says it at once with its thread and module+offset, exit 72, and
+    Wine's debugger never starts (before: a 32-bit crash went to winedbg, was held ~10 s
+    and was reported as "step point not reached")."""
+    game = probe["game"]
+    if bits == 32:
+        cc = request.getfixturevalue("wine32") and request.getfixturevalue("mingw32")
+        game = probe["dir"] / "probe_game32.exe"
+        subprocess.run([cc, "-O2", "-Wall", "-o", str(game), str(REPO / "tests" / "inject" / "probe_game.c"), "-lgdi32"],
+                       check=True)
+    group = {**probe_group(probe, args=["--crash-at", "0"], step_deadline_s=60), "binary": str(game)}
+    group["inject"] = {**group["inject"], "adapter": str(_probe_adapter(probe, bits, request))}
+    sup, run, err = await _failing_run(tmp_path, group)
+    exits = [e for e in events(run) if e["event"] == "game_exit"]
+    assert exits and all(e["cause"] == "crash" and e["returncode"] == 72 for e in exits), exits
+    assert re.search(r"the game crashed: access violation \(0xc0000005\) writing address 0x0 at "
+                     rf"{game.name}\+0x[0-9a-f]+ \(thread \d+\)", exits[0]["stderr"]), exits[0]
+    assert "debugger" not in (run / "games" / "slot-0.log").read_text(errors="replace")
+    assert_nothing_left(sup, run)
+
+
+def _probe_adapter(probe: dict, bits: int, request) -> Path:
+    if bits == 64:
+        return probe["adapter"]
+    out = probe["dir"] / "probe_adapter32.dll"
+    if not out.exists():
+        subprocess.run([request.getfixturevalue("mingw32"), "-O2", "-Wall", "-shared", "-I", str(REPO / "shim"), "-I",
+                        str(REPO / "shim" / "inject"), "-o", str(out), str(REPO / "tests/inject/probe_adapter.c")],
+                       check=True)
+    return out
+
+
 async def test_an_address_from_the_recipe_reaches_the_adapter(tmp_path, probe):
     rva = _export_rva(probe["game"], "probe_state")
     data = null_recipe([probe_group(probe, addresses={"probe_state": f"exe+{hex(rva)}"})],

@@ -253,3 +253,26 @@ def test_a_game_that_draws_with_a_graphics_api_needs_a_display(tmp_path, built, 
     assert 'set [runtime] display = "xvfb"' in line, line
     data = {**tomllib.loads(recipe.read_text()), "runtime": {"display": "xvfb", "cache_dir": str(tmp_path / "cache")}}
     assert [p for p in inject_checks.check(recipe_from_dict(data, str(recipe))) if "display" in p] == []
+
+
+@pytest.mark.parametrize("bits", [64, 32])
+def test_a_crash_in_a_prefix_never_starts_wines_debugger(tmp_path, wine32, mingw, mingw32, bits):
+    """A Windows program whose exception nothing handles (no shim, no hook: a filter of
+    ours is not there) ends at once with Wine's one-line report, 64- and 32-bit: the
+    prefix's AeDebug names a debugger that does not exist, in both registry views (before:
+    Wine started winedbg, which printed a backtrace, and a 32-bit game's crash was held
+    long enough to be reported as "step point not reached")."""
+    from w3async.runtime.wineprefix import WineConfig, acquire_running_prefix, debugger_set
+
+    src = tmp_path / "crash.c"
+    src.write_text('#include <stdio.h>\nint main(void) { puts("about to crash"); fflush(stdout);\n'
+                   '  *(volatile int *)0 = 1; return 0; }\n')
+    exe = tmp_path / f"crash{bits}.exe"
+    subprocess.run([mingw if bits == 64 else mingw32, "-o", str(exe), str(src)], check=True)
+    with acquire_running_prefix(WineConfig(bits=(32, 64))) as prefix:
+        assert debugger_set(prefix.path)
+        out = prefix.run(prefix.command(str(exe)), capture_output=True, text=True, timeout=60)
+    said = out.stdout + out.stderr
+    assert "about to crash" in said and "Unhandled page fault on write access" in said, said
+    assert "System information" not in said and "Backtrace" not in said, said  # winedbg's report
+    assert out.returncode == 5, said  # 0xC0000005's low byte

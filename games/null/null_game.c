@@ -43,10 +43,12 @@
 #include <string.h>
 #include <time.h>
 
+#ifdef _WIN32
+#include <winsock2.h> /* before windows.h, which w3s.h includes */
+#endif
 #include "w3s.h"
 
 #ifdef _WIN32
-#include <winsock2.h>
 #include <windows.h>
 #include <tlhelp32.h>
 static void null_sleep_forever(void) { for (;;) Sleep(1000); }

@@ -93,40 +93,19 @@ static void host_fail(const char *fmt, ...)
     TerminateProcess(GetCurrentProcess(), W3S_EXIT_ADAPTER);
 }
 
-/* "module+offset" of an address, for a crash's message. */
-static void where(const void *addr, char *out, size_t n)
-{
-    HMODULE m = NULL;
-    char path[MAX_PATH] = "?";
-    if (GetModuleHandleExA(GET_MODULE_HANDLE_EX_FLAG_FROM_ADDRESS | GET_MODULE_HANDLE_EX_FLAG_UNCHANGED_REFCOUNT,
-                           (LPCSTR)addr, &m) && m) {
-        GetModuleFileNameA(m, path, sizeof(path));
-        const char *base = strrchr(path, '\\');
-        snprintf(out, n, "%s+0x%llx", base ? base + 1 : path, (unsigned long long)((const char *)addr - (const char *)m));
-    } else {
-        snprintf(out, n, "%p (no module)", addr);
-    }
-}
-
 /* A crash inside the adapter (or in code it called) ends the game with its cause; the
  * game's own exceptions go on to the game's handlers. */
 static LONG CALLBACK on_exception(EXCEPTION_POINTERS *ep)
 {
-    DWORD code = ep->ExceptionRecord->ExceptionCode;
-    const char *what = w3s_exception_name(code);
     void *at = ep->ExceptionRecord->ExceptionAddress;
     HMODULE m = NULL;
     GetModuleHandleExA(GET_MODULE_HANDLE_EX_FLAG_FROM_ADDRESS | GET_MODULE_HANDLE_EX_FLAG_UNCHANGED_REFCOUNT, (LPCSTR)at, &m);
-    if (!what || (!g_in_adapter && (!g_adapter || m != g_adapter)))
+    if (!w3s_exception_name(ep->ExceptionRecord->ExceptionCode) || (!g_in_adapter && (!g_adapter || m != g_adapter)))
         return EXCEPTION_CONTINUE_SEARCH;
-    char loc[MAX_PATH + 32], detail[64] = "";
-    where(at, loc, sizeof(loc));
-    if (code == EXCEPTION_ACCESS_VIOLATION && ep->ExceptionRecord->NumberParameters >= 2)
-        snprintf(detail, sizeof(detail), " %s address 0x%llx",
-                 ep->ExceptionRecord->ExceptionInformation[0] == 1 ? "writing" : ep->ExceptionRecord->ExceptionInformation[0] == 8 ? "executing" : "reading",
-                 (unsigned long long)ep->ExceptionRecord->ExceptionInformation[1]);
-    hk_fatal(W3S_EXIT_ADAPTER, "the adapter %s crashed in %s: %s (0x%08lx)%s at %s", g_adapter_path,
-             g_in_adapter ? g_in_adapter : "a thread of its own", what, (unsigned long)code, detail, loc);
+    char said[MAX_PATH + 160];
+    w3s_describe_exception(ep->ExceptionRecord, said, sizeof(said));
+    hk_fatal(W3S_EXIT_ADAPTER, "the adapter %s crashed in %s: %s", g_adapter_path,
+             g_in_adapter ? g_in_adapter : "a thread of its own", said);
     return EXCEPTION_CONTINUE_SEARCH;
 }
 
@@ -251,7 +230,7 @@ static void setup(void)
                      "thread to call the step point the step thread)");
         hk_set_step_thread(tid);
     }
-    hk_set_on(HK_LOADER | (c->clock ? HK_CLOCK | HK_WAIT | HK_TIMER : 0));
+    hk_set_on(HK_LOADER | HK_FAULT | (c->clock ? HK_CLOCK | HK_WAIT | HK_TIMER : 0));
     if (spf)
         hk_set_step_fn(spf);
     if (!c->draw) {
@@ -275,6 +254,10 @@ static void setup(void)
                  "once a frame (W3H_STEP_POINT; docs/hooking.md, \"Finding the step point\")", c->step_point,
                  mods && *mods ? " or the modules in W3H_MODULES" : "");
     AddVectoredExceptionHandler(1, on_exception);
+    /* Before the first step too (the shim sets it again at its attach): a crash of the
+     * game's own, said at once; Wine's debugger would hold it seconds, then "step point
+     * not reached". A filter the game sets later replaces it. */
+    SetUnhandledExceptionFilter(w3s_on_crash);
     HANDLE t = c->step_deadline_ms ? CreateThread(NULL, 0, deadline_watch, NULL, 0, NULL) : NULL;
     if (t)
         CloseHandle(t);

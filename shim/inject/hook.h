@@ -18,7 +18,7 @@ typedef struct hk_fn {
     int on;        /* patched in this run */
 } hk_fn;
 
-enum { HK_CLOCK = 1, HK_WAIT = 2, HK_STEP = 4, HK_DRAW = 8, HK_LOADER = 16, HK_TIMER = 32 };
+enum { HK_CLOCK = 1, HK_WAIT = 2, HK_STEP = 4, HK_DRAW = 8, HK_LOADER = 16, HK_TIMER = 32, HK_FAULT = 64 };
 
 /* The hook's functions: each part lists those it can put in an import table. */
 extern hk_fn hk_clock_fns[]; /* clock.c: the sleeps and timed waits */
@@ -33,6 +33,8 @@ extern hk_fn hk_read_fns[]; /* reads.c: the clock's reads, ntdll's sleeps and wa
 extern const int hk_n_read_fns;
 extern hk_fn hk_timer_fns[]; /* timers.c: multimedia, waitable and queue timers */
 extern const int hk_n_timer_fns;
+extern hk_fn hk_fault_fns[]; /* faults.c: what would wait for a click (message boxes) */
+extern const int hk_n_fault_fns;
 
 /* Settings (W3H_* environment, docs/hooking.md). */
 typedef struct hk_cfg {

@@ -13,6 +13,9 @@
  * --child     start a copy of itself (a helper process), which sleeps forever
  * --crash-at N  an access violation in the game's own code at pass N (0: before its
  *             first draw call, so before the hook's first step)
+ * --msgbox-at N  a message box at pass N (0: before the first step), as a game whose
+ *             device could not be made shows one, from the main thread, or with
+ *             --msgbox-thread from a thread of its own
  * It exports its state (probe_state) and an order function (probe_order), as a
  * game's modding interface would.
  */
@@ -60,10 +63,18 @@ static DWORD WINAPI waiter(void *arg)
     return 0;
 }
 
+static DWORD WINAPI show_box(void *arg)
+{
+    (void)arg;
+    MessageBoxW(NULL, L"Direct3D: the device could not be created.\nCheck your display settings.", L"Probe \u2013 error",
+                MB_OK | MB_ICONERROR);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    long long passes = -1, print = 0, threads = 0, waiters = 0, crash_at = -1;
-    int child = 0;
+    long long passes = -1, print = 0, threads = 0, waiters = 0, crash_at = -1, msgbox_at = -1;
+    int child = 0, msgbox_thread = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--passes") && i + 1 < argc)
             passes = atoll(argv[++i]);
@@ -75,6 +86,10 @@ int main(int argc, char **argv)
             waiters = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--crash-at") && i + 1 < argc)
             crash_at = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--msgbox-at") && i + 1 < argc)
+            msgbox_at = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--msgbox-thread"))
+            msgbox_thread = 1;
         else if (!strcmp(argv[i], "--child"))
             child = 1;
         else if (!strcmp(argv[i], "--sleeper")) {
@@ -114,6 +129,13 @@ int main(int argc, char **argv)
     for (;;) {
         if (probe_state.passes == crash_at)
             *(volatile int *)NULL = 1; /* the game's own bug, outside the adapter */
+        if (probe_state.passes == msgbox_at) {
+            HANDLE t = msgbox_thread ? CreateThread(NULL, 0, show_box, NULL, 0, NULL) : NULL;
+            if (t)
+                WaitForSingleObject(t, INFINITE);
+            else
+                show_box(NULL);
+        }
         QueryPerformanceCounter(&now);
         while (now.QuadPart - last.QuadPart >= frame_ticks) {
             probe_state.frames++;

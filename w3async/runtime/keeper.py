@@ -40,7 +40,7 @@ _TRANSIENT_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM, err
 # Exit codes with a cause of their own (an injected game's launcher, hook and adapter; a
 # Windows game's unhandled exception, which Wine would pass on as its code's low byte).
 _EXIT_CAUSES = {layout.EXIT_INJECT: "inject", layout.EXIT_ADAPTER: "adapter", layout.EXIT_KILLED: "crash",
-                layout.EXIT_CRASH: "crash", layout.EXIT_NO_STEP: "inject"}
+                layout.EXIT_CRASH: "crash", layout.EXIT_NO_STEP: "inject", layout.EXIT_MSGBOX: "message_box"}
 
 
 class GameKeeper:
@@ -199,9 +199,11 @@ class GameKeeper:
         how = f"signal {signal.Signals(-code).name}" if code < 0 else f"code {code}"
         self.ctx.events.warning("game_exit", slot=s.index, pid=s.proc.pid, returncode=code, cause=cause,
                                 posted=s.posted, stderr=tail)
-        if code in (layout.EXIT_LAYOUT, layout.EXIT_ATTACH) or (code == layout.EXIT_NO_STEP and not s.posted):
+        if code in (layout.EXIT_LAYOUT, layout.EXIT_ATTACH) or (code in (layout.EXIT_NO_STEP, layout.EXIT_MSGBOX)
+                                                                   and not s.posted):
             # Deterministic: a restart would fail the same way (a step point never reached:
-            # the slot fails step_deadline_s after its start, not after three starts).
+            # the slot fails step_deadline_s after its start, not after three starts; a
+            # message box before the first post: a game that cannot start, saying why).
             self.fail_slot(s, f"{s.binary} {layout.EXIT_NAMES[code]} (exit {code}): {tail}")
             return
         if not s.posted:  # exit 0 included: a game that ends before its first post is failing

@@ -39,6 +39,7 @@ EXIT_ADAPTER = 70
 EXIT_KILLED = 71
 EXIT_CRASH = 72
 EXIT_NO_STEP = 73
+EXIT_MSGBOX = 74
 EXIT_NAMES = {
     EXIT_ATTACH: "could not attach to the table or its doorbells",
     EXIT_LAYOUT: "attached with the wrong layout version",
@@ -49,6 +50,7 @@ EXIT_NAMES = {
     EXIT_KILLED: "was killed from outside (its launcher saw it end without exiting)",
     EXIT_CRASH: "crashed (a Windows exception nobody handled: its code is in the game's stderr)",
     EXIT_NO_STEP: "never reached its step point within step_deadline_s (the hook named it)",
+    EXIT_MSGBOX: "showed a message box, which would wait for a click (the hook said its text)",
 }
 
 HEADER_DTYPE = np.dtype(
