@@ -269,3 +269,32 @@ async def test_named_objects_are_shared_within_a_prefix_only(tmp_path, null_exe,
         assert seen == [("own", "own", "own")] * 2, seen
     assert all(g["causes"] == {} for g in stats["games"].values()), stats["games"]
     assert_nothing_left(sup, run)
+
+
+@pytest.mark.wine
+async def test_a_sandboxed_opengl_game_keeps_a_shader_cache_of_its_own(tmp_path, wine, mingw):
+    """A Windows program that draws with OpenGL (tests/inject/gl_draw.c) under display =
+    "xvfb", sandboxed: Mesa writes its shader cache into the slot's own folder of the
+    run (shader-cache/slot-0), where before it could not create ~/.cache (read-only in
+    the sandbox) and disabled the cache, so each start compiled every shader again.
+    gl_draw never posts: its start fails after it has drawn, and the run fails with it."""
+    import shutil
+
+    from .conftest import need
+    from w3async.runtime.runfolder import RunError
+
+    need("Xvfb", bool(shutil.which("Xvfb")), "apt-get install xvfb")
+    exe = tmp_path / "gl_draw.exe"
+    subprocess.run([mingw, "-O2", "-Wall", "-o", str(exe), str(REPO / "tests/inject/gl_draw.c"), "-lopengl32",
+                    "-lgdi32"], check=True)
+    data = null_recipe([{"binary": str(exe), "runtime": "wine", "count": 1}], runtime={"display": "xvfb"},
+                       supervisor={"sandbox": "required", "start_timeout_s": 60, "max_start_failures": 1},
+                       stop={"seconds": 60})
+    run = tmp_path / "run"
+    with pytest.raises(RunError):
+        await run_recipe(data, run)
+    log = (run / "games" / "slot-0.log").read_text(errors="replace")
+    assert "gl_draw: drawn" in log and "llvmpipe" in log, log
+    assert "shader_cache" not in log and "disabling" not in log, log  # Mesa's "Failed to create ... disabling"
+    cached = [p for p in (run / "shader-cache" / "slot-0").rglob("*") if p.is_file()]
+    assert cached and sum(p.stat().st_size for p in cached) > 0, cached

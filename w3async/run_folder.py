@@ -18,7 +18,7 @@ class RunFolder:
     FILES = ("run.lock", "events.jsonl", "recipe.json", "status.url", "inference.jsonl", "learner.jsonl",
              "episodes.jsonl", "threads.txt")
     """Every file a run writes in its top folder."""
-    FOLDERS = ("games", "bells", "checkpoints", "league", "replays", "tb", "videos")
+    FOLDERS = ("games", "bells", "checkpoints", "league", "replays", "tb", "videos", "shader-cache")
     """Every folder a run writes in it."""
 
     def __init__(self, path: str | Path):
@@ -65,6 +65,11 @@ class RunFolder:
 
     def game_log(self, slot: int) -> Path:
         return self.games / f"slot-{slot}.log"
+
+    @property
+    def shader_cache(self) -> Path:
+        """shader-cache/slot-N/: a Windows game's Mesa shader cache with a display (runtime/wine.py)."""
+        return self.path / "shader-cache"
 
     @property
     def bells(self) -> Path:

@@ -20,6 +20,9 @@ from w3async.run_folder import RunFolder
 from w3async.sync.doorbells import Doorbells, fifo_pair, shared_obs_fifo
 from w3async.sync.table import GameSegment
 
+SHADER_CACHE_MAX = "256M"  # a slot's shader cache at most (Mesa's MESA_SHADER_CACHE_MAX_SIZE)
+
+
 def wine_server_dir(prefix: Path) -> list[str]:
     """Where the prefix's wineserver keeps its socket (its clients connect to it there)."""
     return server_dirs(prefix, os.environ.get("TMPDIR") or "/tmp")
@@ -59,12 +62,26 @@ class WineRuntime:
         self.prefix: WinePrefix | None = None
         self.obs = None
         self.xserver_pid = 0
+        self.run_dir: Path | None = None  # (open_obs)
 
     def open_obs(self, run_dir: Path):
         """The obs FIFO all this runtime's games ring (made once)."""
         if self.obs is None:
             self.obs = shared_obs_fifo(RunFolder(run_dir).bells / self.tag)
+            self.run_dir = run_dir
         return self.obs
+
+    def shader_cache(self, slot) -> dict[str, str]:
+        """With a display, a shader cache of the slot's own in the run folder, which its
+        sandbox lets it write: Mesa's default (~/.cache) is read-only there, and Mesa then
+        disabled its cache, so every start compiled every shader again. One a slot, not
+        one a prefix: a game could plant compiled code (llvmpipe caches machine code) for
+        another to run."""
+        if self.prefix is None or self.prefix.xserver is None:
+            return {}
+        folder = RunFolder(self.run_dir.resolve()).shader_cache / f"slot-{slot.index}"
+        folder.mkdir(parents=True, exist_ok=True)
+        return {"MESA_SHADER_CACHE_DIR": str(folder), "MESA_SHADER_CACHE_MAX_SIZE": SHADER_CACHE_MAX}
 
     def ensure_prefix(self) -> WinePrefix:
         if self.prefix is None:
@@ -94,7 +111,8 @@ class WineRuntime:
         launcher, its arguments, the hook's settings, the folder), through the launcher."""
         prefix = self.ensure_prefix()
         shm_path = windows_path(segment.path)
-        extra = {**env, **slot.bells.child_env, "W3S_SHM_PATH": shm_path}
+        cache = self.shader_cache(slot)
+        extra = {**env, **slot.bells.child_env, "W3S_SHM_PATH": shm_path, **cache}
         exe, args, cwd = str(slot.binary), [], str(slot.binary.parent)
         if launch:
             exe, args, hook_env, cwd = str(launch[0]), launch[1], launch[2], launch[3]
@@ -103,7 +121,8 @@ class WineRuntime:
         join = server.fds if server is not None else ()
         return GameStart(prefix.command(exe, args), prefix.env(extra), cwd, f"W3S_SHM_PATH={shm_path}\0".encode(),
                          see=[segment.path, self.obs.path, *slot.bells.paths, *x_socket(prefix)],
-                         write=[*prefix_writable(prefix.path), *wine_server_dir(prefix.path)],
+                         write=[*prefix_writable(prefix.path), *wine_server_dir(prefix.path),
+                                *([cache["MESA_SHADER_CACHE_DIR"]] if cache else [])],
                          read=[str(prefix.path)], pid_namespace=False, join=join or None, pass_fds=join)
 
     def game_lost(self, slot) -> bool:
