@@ -82,7 +82,7 @@ def test_pe_mistakes_are_refused_one_line_each_before_anything_starts(tmp_path, 
         addresses={"far": "exe+0x7fffffff", "typo": "exe-0x10", "fine": "exe+0x1000", "system": "kernel32.dll+0x10"}))
     want = [
         "games[0].inject.step_point = 'PeekMessageA': PeekMessageA is not imported by duel_rt.exe",
-        "games[0].inject.draw_calls: 'Polygon' is not a draw call the hook knows (one of: SwapBuffers,",
+        "games[0].inject.draw_calls: 'Polygon' is not a draw call the hook knows (one of: ",
         "games[0].inject.addresses.far = 'exe+0x7fffffff': offset 0x7fffffff is past the end of duel_rt.exe's image",
         "games[0].inject.addresses.typo = 'exe-0x10': expected module+0xoffset",
         "games[0].inject.adapter = ", "w3hook.dll exports no w3a_attach, w3a_observe, w3a_act (w3h.h requires",
@@ -90,7 +90,8 @@ def test_pe_mistakes_are_refused_one_line_each_before_anything_starts(tmp_path, 
     for w in want:
         assert len([ln for ln in lines if w in ln]) == 1, (w, lines)
     assert len(lines) == 5, lines  # nothing about the address that is fine, nor kernel32's (Wine's, looked up at run time)
-    assert "fix or remove it" in next(ln for ln in lines if "Polygon" in ln)
+    polygon = next(ln for ln in lines if "Polygon" in ln)
+    assert "fix or remove it" in polygon and "SwapBuffers" in polygon and "IDirect3DDevice9::Present" in polygon
 
 
 def test_a_step_point_the_hook_cannot_make_or_the_game_does_not_export(tmp_path, built):
@@ -136,11 +137,14 @@ def test_a_code_address_must_be_in_an_executable_section(built):
 
 def test_the_hooks_names_are_its_c_tables(tmp_path):
     """hooknames.py reads the hk_fn tables; the draw calls it finds are the ones draw.c's
-    W3H_DRAW_CALLS parser knows, and the step points those patch.c accepts."""
+    W3H_DRAW_CALLS parser knows (its own and com.c's COM methods), and the step points
+    those patch.c accepts."""
     names = hook_names()
-    draw_c = (SHIM_INJECT / "draw.c").read_text()
+    draw_c, com_c = (SHIM_INJECT / "draw.c").read_text(), (SHIM_INJECT / "com.c").read_text()
     listed = re.search(r"DRAW_NAMES\[D_N\]\s*=\s*\{([^}]*)\}", draw_c).group(1)
-    assert sorted(names.draw_calls) == sorted(re.findall(r'"(\w+)"', listed))
+    methods = re.search(r"NAMES\[C_N\]\s*=\s*\{([^}]*)\}", com_c).group(1)
+    assert sorted(names.draw_calls) == sorted(re.findall(r'"(\w+)"', listed) + re.findall(r'"(\w+::\w+)"', methods))
+    assert {"IDirect3DDevice9::Present", "IDirect3DDevice9Ex::PresentEx"} <= set(names.step_points)
     assert {"Sleep", "SleepEx", "PeekMessageA", "BitBlt", "SwapBuffers"} <= set(names.step_points)
     assert not {"GetTickCount", "QueryPerformanceCounter", "GetProcAddress", "FillRect"} & set(names.step_points)
     assert "export:" in names.forms

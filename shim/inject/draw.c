@@ -163,7 +163,8 @@ void hk_draw_off(const char *list)
         while (k < D_N && strcmp(DRAW_NAMES[k], tok))
             k++;
         if (k == D_N) {
-            extra_off(tok);
+            if (!hk_com_off(tok)) /* a COM method by name (com.c), else Name@ARGBYTES */
+                extra_off(tok);
             continue;
         }
         g_draw_off[k] = 1;

@@ -237,7 +237,7 @@ static void setup(void)
         const char *calls = getenv("W3H_DRAW_CALLS");
         hk_draw_off(calls && *calls ? calls : "BitBlt,StretchBlt,StretchDIBits,SetDIBitsToDevice,SwapBuffers,wglSwapBuffers");
     }
-    int step_found = 0;
+    int step_found = spf && (spf->kind & HK_METHOD); /* reached through its creator's object (com.c) */
     if (trap) {
         hk_trap_install(c->step_point);
         step_found = 1;
@@ -348,6 +348,7 @@ static void attach(void)
         .mouse = hk_mouse,
         .patch_import = hk_patch_import,
         .check_address = hk_check_address,
+        .patch_method = hk_patch_method,
     };
     err[0] = 0;
     g_in_adapter = "w3a_attach";

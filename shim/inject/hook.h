@@ -18,7 +18,10 @@ typedef struct hk_fn {
     int on;        /* patched in this run */
 } hk_fn;
 
-enum { HK_CLOCK = 1, HK_WAIT = 2, HK_STEP = 4, HK_DRAW = 8, HK_LOADER = 16, HK_TIMER = 32, HK_FAULT = 64 };
+/* HK_METHOD: a COM method by name ("IDirect3DDevice9::Present"), reached through its
+ * object's method table (com.c), in no import table. */
+enum { HK_CLOCK = 1, HK_WAIT = 2, HK_STEP = 4, HK_DRAW = 8, HK_LOADER = 16, HK_TIMER = 32, HK_FAULT = 64,
+       HK_METHOD = 128 };
 
 /* The hook's functions: each part lists those it can put in an import table. */
 extern hk_fn hk_clock_fns[]; /* clock.c: the sleeps and timed waits */
@@ -35,6 +38,8 @@ extern hk_fn hk_timer_fns[]; /* timers.c: multimedia, waitable and queue timers 
 extern const int hk_n_timer_fns;
 extern hk_fn hk_fault_fns[]; /* faults.c: what would wait for a click (message boxes) */
 extern const int hk_n_fault_fns;
+extern hk_fn hk_com_fns[]; /* com.c: Direct3D's creators and its devices' methods by name */
+extern const int hk_n_com_fns;
 
 /* Settings (W3H_* environment, docs/hooking.md). */
 typedef struct hk_cfg {
@@ -137,6 +142,13 @@ int hk_each_import(HMODULE m, hk_import_visit visit, void *ctx);
 /* Writes value into an import table entry (made writable for the write). 0, or the
  * Windows error of VirtualProtect. */
 DWORD hk_set_slot(ULONG_PTR *slot, ULONG_PTR value);
+
+/* com.c */
+/* Points method index of object's method table at fn; the method it pointed at before,
+ * or NULL (no object, already fn, or the table cannot be written). host->patch_method. */
+void *hk_patch_method(void *object, uint32_t index, void *fn);
+/* Drawing off for a COM method named in W3H_DRAW_CALLS: 1 when name is one (draw.c). */
+int hk_com_off(const char *name);
 /* After host->patch_import wrote slot: keeps the scans from taking its module for a new
  * image (and patching the adapter's function away). */
 void hk_patch_noted(ULONG_PTR *slot);

@@ -37,9 +37,9 @@
 
 #include "w3s_table.h"
 
-/* 2: the fields after finish (step; windows, input, imports, addresses). An adapter
- * checks host->abi >= the ABI whose fields it uses. */
-#define W3H_ABI 2u
+/* 2: the fields after finish (step; windows, input, imports, addresses); 3: patch_method.
+ * An adapter checks host->abi >= the ABI whose fields it uses. */
+#define W3H_ABI 3u
 
 #ifdef _WIN32
 #define W3A_EXPORT __declspec(dllexport)
@@ -121,6 +121,18 @@ typedef struct w3h_host {
      * written, with write 1) without a fault, else 0 (VirtualQuery; never touches the
      * memory). For an address from find_address before reading the game's state. */
     int (*check_address)(const void *addr, size_t len, int write);
+
+    /* ---- ABI 3 ---- */
+
+    /* Points method index of a COM object's method table at fn and returns the method it
+     * pointed at before (call it for the real work); NULL when object is NULL, the method
+     * is fn already, or the table cannot be written. The table is the object's class's:
+     * every object of that class (every device a game makes) then calls fn. index is the
+     * method's place in the interface's declaration, counting QueryInterface, AddRef and
+     * Release as 0, 1 and 2 (from the SDK's C interface: offsetof(IFooVtbl, Method) /
+     * sizeof(void *)). The Direct3D 9 methods the recipe can name (draw_calls,
+     * step_point: docs/hooking.md) are patched so by the hook itself. */
+    void *(*patch_method)(void *object, uint32_t index, void *fn);
 } w3h_host;
 
 /* host->mouse's buttons. */

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SHIM_INJECT = Path(__file__).resolve().parents[2] / "shim" / "inject"
-_ENTRY = re.compile(r'(?:\bFN\(\s*(\w+)\s*,\s*([A-Z_| ]+?)\s*\)|\{\s*"(\w+)"\s*,[^{}]*?,\s*([A-Z_| ]+?)\s*,\s*0\s*\})')
+_ENTRY = re.compile(r'(?:\bFN\(\s*(\w+)\s*,\s*([A-Z_| ]+?)\s*\)|\{\s*"(\w+(?:::\w+)?)"\s*,[^{}]*?,\s*([A-Z_| ]+?)\s*,\s*0\s*\})')
 _ONE_ARG_DEFINE = re.compile(r"^\s*\w+\s*\)\s*\{[^{}]*,\s*([A-Z_| ]+?)\s*,\s*0\s*\}")
 _ONE_ARG_USE = re.compile(r"\bFN\(\s*(\w+)\s*\)")
 STEP_KINDS = {"HK_STEP", "HK_WAIT"}

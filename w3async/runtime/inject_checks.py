@@ -210,7 +210,7 @@ def _check_step_point(key: str, inj, game: _Game, names, addresses: dict[str, st
         if why:
             return [f"{what}: {why}: name a call the game makes once a frame (docs/hooking.md, "
                     f"\"Finding the step point\")"]
-    if sp == "adapter":
+    if sp == "adapter" or "::" in sp:  # a COM method: reached through its creator, imported or looked up
         return []
     if sp.startswith("export:"):
         name = sp[len("export:"):]

@@ -1,0 +1,146 @@
+/* d3d9_game.c: a Direct3D 9 game that knows nothing of w3async, for the injection tests
+ * (tests/test_inject_d3d9.py): a window, a device (HAL, software vertex processing), and
+ * a frame loop paced at 60 simulation ticks a second by timeGetTime and Sleep(1) under
+ * timeBeginPeriod(1), which clears, draws two triangles with DrawPrimitiveUP between
+ * BeginScene and EndScene, and presents. The simulation (its hash) depends only on its
+ * ticks and on the orders the adapter gives (probe_order), never on what was drawn.
+ *
+ *   d3d9_game.exe [--ticks N] [--readback]
+ *
+ * --ticks N    exit 0 after N simulation ticks, printing "d3d9: ticks N hash H"
+ * --readback   after the first frame's Clear, read its pixel back: "d3d9: pixel 0xAARRGGBB"
+ *              (the clear colour 0xff336699 when Clear drew)
+ * A device that cannot be made is said in a message box, as games do.
+ * It exports probe_state and probe_order, the probe adapter's (tests/inject/probe_adapter.c).
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <windows.h>
+#include <d3d9.h>
+#include <mmsystem.h>
+
+typedef struct probe_state_t {
+    volatile long long passes, frames, orders, last_order, background;
+} probe_state_t;
+
+__declspec(dllexport) probe_state_t probe_state;
+
+__declspec(dllexport) void probe_order(long long v)
+{
+    probe_state.orders++;
+    probe_state.last_order = v;
+}
+
+typedef struct vertex {
+    float x, y, z, rhw;
+    DWORD color;
+} vertex;
+
+static uint64_t g_hash = 1469598103934665603ull; /* FNV-1a over the simulation */
+
+static void tick(void)
+{
+    uint64_t v = (uint64_t)probe_state.last_order * 31u + (uint64_t)probe_state.frames;
+    for (int i = 0; i < 8; i++) {
+        g_hash ^= (v >> (8 * i)) & 0xff;
+        g_hash *= 1099511628211ull;
+    }
+    probe_state.frames++;
+}
+
+static LRESULT CALLBACK wndproc(HWND w, UINT m, WPARAM wp, LPARAM lp)
+{
+    return DefWindowProcA(w, m, wp, lp);
+}
+
+int main(int argc, char **argv)
+{
+    long long ticks = -1;
+    int readback = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--ticks") && i + 1 < argc)
+            ticks = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--readback"))
+            readback = 1;
+    }
+    WNDCLASSA wc = {0};
+    wc.lpfnWndProc = wndproc;
+    wc.hInstance = GetModuleHandleA(NULL);
+    wc.lpszClassName = "d3d9_game";
+    RegisterClassA(&wc);
+    HWND win = CreateWindowA("d3d9_game", "d3d9_game", WS_OVERLAPPEDWINDOW, 0, 0, 320, 240, NULL, NULL, wc.hInstance,
+                             NULL);
+    ShowWindow(win, SW_SHOW);
+    IDirect3D9 *d3d = Direct3DCreate9(D3D_SDK_VERSION);
+    D3DPRESENT_PARAMETERS pp = {0};
+    pp.Windowed = TRUE;
+    pp.SwapEffect = D3DSWAPEFFECT_DISCARD;
+    pp.BackBufferFormat = D3DFMT_X8R8G8B8;
+    pp.BackBufferWidth = 320;
+    pp.BackBufferHeight = 240;
+    pp.hDeviceWindow = win;
+    pp.PresentationInterval = D3DPRESENT_INTERVAL_IMMEDIATE;
+    pp.Flags = readback ? D3DPRESENTFLAG_LOCKABLE_BACKBUFFER : 0;
+    IDirect3DDevice9 *dev = NULL;
+    HRESULT hr = d3d ? IDirect3D9_CreateDevice(d3d, D3DADAPTER_DEFAULT, D3DDEVTYPE_HAL, win,
+                                                D3DCREATE_SOFTWARE_VERTEXPROCESSING, &pp, &dev)
+                     : E_FAIL;
+    if (FAILED(hr)) {
+        char text[128];
+        snprintf(text, sizeof(text), "The Direct3D device could not be created (0x%08lx).", (unsigned long)hr);
+        MessageBoxA(win, text, "d3d9_game", MB_OK | MB_ICONERROR);
+        return 3;
+    }
+    printf("d3d9: device made\n");
+    fflush(stdout);
+    timeBeginPeriod(1);
+    DWORD last = timeGetTime();
+    vertex tri[6];
+    for (;;) {
+        MSG msg;
+        while (PeekMessageA(&msg, NULL, 0, 0, PM_REMOVE)) {
+            TranslateMessage(&msg);
+            DispatchMessageA(&msg);
+        }
+        DWORD now = timeGetTime();
+        while (now - last >= 16) { /* 60 ticks a second of the game's clock */
+            tick();
+            last += 16;
+            if (ticks >= 0 && probe_state.frames >= ticks) {
+                printf("d3d9: ticks %lld hash %016llx passes %lld\n", probe_state.frames, (unsigned long long)g_hash,
+                       probe_state.passes);
+                fflush(stdout);
+                return 0;
+            }
+        }
+        float x = (float)(probe_state.frames % 200);
+        for (int i = 0; i < 6; i++) {
+            tri[i] = (vertex){x + (float)(i % 3) * 40.0f, 40.0f + (float)(i / 3) * 80.0f + (float)((i % 3) == 2) * 60.0f,
+                              0.5f, 1.0f, 0xffff0000u | (DWORD)(i * 40)};
+        }
+        IDirect3DDevice9_Clear(dev, 0, NULL, D3DCLEAR_TARGET, D3DCOLOR_XRGB(0x33, 0x66, 0x99), 1.0f, 0);
+        if (readback && probe_state.passes == 0) {
+            IDirect3DSurface9 *bb = NULL;
+            D3DLOCKED_RECT lr;
+            DWORD pixel = 0;
+            if (SUCCEEDED(IDirect3DDevice9_GetBackBuffer(dev, 0, 0, D3DBACKBUFFER_TYPE_MONO, &bb)) &&
+                SUCCEEDED(IDirect3DSurface9_LockRect(bb, &lr, NULL, D3DLOCK_READONLY))) {
+                pixel = *(DWORD *)lr.pBits;
+                IDirect3DSurface9_UnlockRect(bb);
+            }
+            if (bb)
+                IDirect3DSurface9_Release(bb);
+            printf("d3d9: pixel 0x%08lx\n", (unsigned long)(pixel | 0xff000000u));
+            fflush(stdout);
+        }
+        IDirect3DDevice9_BeginScene(dev);
+        IDirect3DDevice9_SetFVF(dev, D3DFVF_XYZRHW | D3DFVF_DIFFUSE);
+        IDirect3DDevice9_DrawPrimitiveUP(dev, D3DPT_TRIANGLELIST, 2, tri, sizeof(vertex));
+        IDirect3DDevice9_EndScene(dev);
+        IDirect3DDevice9_Present(dev, NULL, NULL, NULL, NULL);
+        probe_state.passes++;
+        Sleep(1);
+    }
+}
