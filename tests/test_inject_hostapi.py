@@ -1,4 +1,4 @@
-"""The adapter API's ABI 2 functions (shim/inject/hostapi.c, w3h.h; docs/hooking.md "The
+"""The adapter API's ABI 2 and 3 functions (shim/inject/hostapi.c, input.c, w3h.h; docs/hooking.md "The
 adapter API") in a real injected game under Wine: tests/inject/hostapi_game.c, a
 windowed program that prints every input message it gets, driven by
 tests/inject/hostapi_adapter.c, which uses each function and sends a script of keys,
@@ -66,4 +66,24 @@ async def test_the_adapter_finds_the_window_checks_addresses_patches_imports_and
     assert msgs[11:14] == [("WM_SYSKEYDOWN", 0x12, alt), ("WM_SYSKEYDOWN", 0x58, x),
                            ("WM_SYSKEYUP", 0x58, x | 3 << 30)], msgs
     assert msgs[14][0] == "WM_SYSKEYUP" and msgs[14][1] == 0x12 and msgs[14][2] >> 30 == 3, msgs
+    taps = [m[0] for m in msgs if m[1] == 0x42 and m[0].startswith("WM_KEY")]
+    assert taps == ["WM_KEYDOWN", "WM_KEYUP"], msgs  # host->tap('B'), its key-up a step later
+    # The state the game polls agrees with the input given (before: the real state, which
+    # posted messages never change): the held key, the pointer and its button, the key
+    # pressed and released in one step (GetAsyncKeyState's "pressed since" bit), and the
+    # tapped key down for one frame, in GetKeyboardState and GetKeyState alike.
+    polls = re.findall(r"poll cursor (-?\d+) (-?\d+) left (\d) lbutton (\d) a-pressed (\d) b (\d)/(\d)", log)
+    states = [tuple(map(int, p)) for p in polls]
+
+    def first(pred, after=-1):
+        return next(i for i, st in enumerate(states) if i > after and pred(st))
+
+    left = first(lambda st: st[2] == 1)
+    first(lambda st: st[2] == 0, left)
+    a = first(lambda st: st[4] == 1, left)
+    at = first(lambda st: st[:2] == (10, 20) and st[3] == 1, a)
+    first(lambda st: st[:2] == (11, 21) and st[3] == 0, at)
+    b = first(lambda st: st[5:] == (1, 1), at)
+    first(lambda st: st[5:] == (0, 0), b)
+    assert not [st for st in states if st[5] != st[6]], states
     assert_nothing_left(sup, run)

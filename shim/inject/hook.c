@@ -230,7 +230,8 @@ static void setup(void)
                      "thread to call the step point the step thread)");
         hk_set_step_thread(tid);
     }
-    hk_set_on(HK_LOADER | HK_FAULT | (c->clock ? HK_CLOCK | HK_WAIT | HK_TIMER : 0));
+    hk_input_init();
+    hk_set_on(HK_LOADER | HK_FAULT | HK_INPUT | (c->clock ? HK_CLOCK | HK_WAIT | HK_TIMER : 0));
     if (spf)
         hk_set_step_fn(spf);
     if (!c->draw) {
@@ -349,6 +350,7 @@ static void attach(void)
         .patch_import = hk_patch_import,
         .check_address = hk_check_address,
         .patch_method = hk_patch_method,
+        .tap = hk_tap,
     };
     err[0] = 0;
     g_in_adapter = "w3a_attach";
@@ -395,6 +397,7 @@ void hk_step(void)
         for (uint32_t i = 0; i < n; i++)
             g_ad.observe(w3s_row_at(g_conn, i), i);
         g_in_adapter = NULL;
+        hk_input_step(); /* a tap's key up, after the frame that saw it down */
         int w = w3s_exchange(g_conn, err, sizeof(err));
         if (w > 0)
             stop(W3S_EXIT_OK, NULL);

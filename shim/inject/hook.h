@@ -21,7 +21,7 @@ typedef struct hk_fn {
 /* HK_METHOD: a COM method by name ("IDirect3DDevice9::Present"), reached through its
  * object's method table (com.c), in no import table. */
 enum { HK_CLOCK = 1, HK_WAIT = 2, HK_STEP = 4, HK_DRAW = 8, HK_LOADER = 16, HK_TIMER = 32, HK_FAULT = 64,
-       HK_METHOD = 128 };
+       HK_METHOD = 128, HK_INPUT = 256 };
 
 /* The hook's functions: each part lists those it can put in an import table. */
 extern hk_fn hk_clock_fns[]; /* clock.c: the sleeps and timed waits */
@@ -40,6 +40,8 @@ extern hk_fn hk_fault_fns[]; /* faults.c: what would wait for a click (message b
 extern const int hk_n_fault_fns;
 extern hk_fn hk_com_fns[]; /* com.c: Direct3D's creators and its devices' methods by name */
 extern const int hk_n_com_fns;
+extern hk_fn hk_input_fns[]; /* input.c: the input state a game polls */
+extern const int hk_n_input_fns;
 
 /* Settings (W3H_* environment, docs/hooking.md). */
 typedef struct hk_cfg {
@@ -157,6 +159,11 @@ void hk_patch_noted(ULONG_PTR *slot);
  * each function's contract is its field's comment there). */
 void *hk_find_window(const char *class_name);
 int hk_key(void *window, uint32_t vk, int down);
+int hk_tap(void *window, uint32_t vk);
+/* At each step, before the answers: the keys tapped at the last one are released. */
+void hk_input_step(void);
+/* The real polled-input functions (after setup). */
+void hk_input_init(void);
 int hk_type_char(void *window, uint32_t ch);
 int hk_mouse(void *window, int32_t x, int32_t y, uint32_t buttons);
 void *hk_patch_import(const char *importer, const char *dll, const char *name, void *fn);

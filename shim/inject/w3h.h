@@ -37,7 +37,7 @@
 
 #include "w3s_table.h"
 
-/* 2: the fields after finish (step; windows, input, imports, addresses); 3: patch_method.
+/* 2: the fields after finish (step; windows, input, imports, addresses); 3: patch_method, tap.
  * An adapter checks host->abi >= the ABI whose fields it uses. */
 #define W3H_ABI 3u
 
@@ -133,6 +133,13 @@ typedef struct w3h_host {
      * sizeof(void *)). The Direct3D 9 methods the recipe can name (draw_calls,
      * step_point: docs/hooking.md) are patched so by the hook itself. */
     void *(*patch_method)(void *object, uint32_t index, void *fn);
+    /* key(window, vk, 1) now and key(window, vk, 0) at the next step: the key is down for
+     * the one frame between, as a finger taps it, so a game that polls its keys
+     * (GetAsyncKeyState, GetKeyState, GetKeyboardState) or acts on "pressed this frame"
+     * sees it. 0, or the Windows error. Once an adapter has given any input (key, tap,
+     * mouse), the game's GetCursorPos, SetCursorPos and those three answer from what it
+     * gave: the pointer at mouse's last position, the keys and buttons it holds. */
+    int (*tap)(void *window, uint32_t vk);
 } w3h_host;
 
 /* host->mouse's buttons. */

@@ -1,5 +1,5 @@
 /* hostapi_adapter.c: the adapter of hostapi_game.exe (tests/test_inject_hostapi.py):
- * it uses every ABI 2 host function and logs what they returned ("adapter: ..."), and
+ * it uses every ABI 2 and 3 host function and logs what they returned ("adapter: ..."), and
  * at fixed steps sends the game a script of keys, characters and mouse input whose
  * window messages the game prints. Rows: the null game's shape, one entity. */
 #include <stdio.h>
@@ -69,7 +69,8 @@ W3A_EXPORT void w3a_act(const w3s_row *r, uint32_t i)
     case 7: rc = H->mouse(g_wnd, 10, 20, W3H_MOUSE_LEFT); break;
     case 8: rc = H->mouse(g_wnd, 11, 21, 0); break;
     case 9: rc = H->key(g_wnd, VK_MENU, 1) | H->key(g_wnd, 'X', 1) | H->key(g_wnd, 'X', 0) | H->key(g_wnd, VK_MENU, 0); break;
-    case 10: H->log("script done"); break;
+    case 11: rc = H->abi >= 3 ? H->tap(g_wnd, 'B') : -1; break; /* down for the one frame until the next step */
+    case 14: H->log("script done"); break;
     }
     if (rc)
         H->fail("hostapi adapter: input at step %u failed (Windows error %d)", g_step - 1, rc);

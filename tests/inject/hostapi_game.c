@@ -1,8 +1,11 @@
 /* hostapi_game.c: a windowed game for tests/test_inject_hostapi.py that prints every
  * input message its window gets ("msg NAME wparam lparam"), what GetVersion returns
- * and what TextOutA returns (each when it changes), and otherwise sleeps 1 ms a frame
- * between draining its messages. It knows nothing of w3async and exports nothing. */
+ * and what TextOutA returns (each when it changes), the input state it polls each frame
+ * (GetCursorPos, GetAsyncKeyState, GetKeyState, GetKeyboardState: "poll ..." when it
+ * changes), and otherwise sleeps 1 ms a frame between draining its messages. It knows
+ * nothing of w3async and exports nothing. */
 #include <stdio.h>
+#include <string.h>
 #include <windows.h>
 
 static const struct {
@@ -42,11 +45,26 @@ int main(void)
     HDC mem = CreateCompatibleDC(NULL);
     DWORD last_version = 0;
     BOOL last_text = -1;
+    char last_polled[160] = "";
     for (;;) {
         MSG m;
         while (PeekMessageA(&m, NULL, 0, 0, PM_REMOVE)) {
             TranslateMessage(&m);
             DispatchMessageA(&m);
+        }
+        POINT p;
+        GetCursorPos(&p);
+        ScreenToClient(w, &p);
+        BYTE keys[256];
+        GetKeyboardState(keys);
+        char polled[160];
+        snprintf(polled, sizeof(polled), "poll cursor %ld %ld left %d lbutton %d a-pressed %d b %d/%d", (long)p.x,
+                 (long)p.y, GetAsyncKeyState(VK_LEFT) < 0, GetAsyncKeyState(VK_LBUTTON) < 0,
+                 GetAsyncKeyState('A') & 1, (keys['B'] & 0x80) != 0, GetKeyState('B') < 0);
+        if (strcmp(polled, last_polled)) {
+            printf("%s\n", polled);
+            fflush(stdout);
+            strcpy(last_polled, polled);
         }
         DWORD v = GetVersion();
         BOOL t = TextOutA(mem, 0, 0, "x", 1);

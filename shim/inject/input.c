@@ -1,0 +1,238 @@
+/* input.c: a player's keyboard and mouse, as the adapter gives them (host->key, tap,
+ * type_char, mouse: w3h.h), reaching the game both ways a game reads input: as window
+ * messages posted to its window's thread, and as the state it polls. A game that reads
+ * GetCursorPos, GetAsyncKeyState, GetKeyState or GetKeyboardState each frame (a busy
+ * loop's paddle, a DirectX game's keys) saw none of the posted messages: once the
+ * adapter has given any input, those calls answer from what it gave (before that, the
+ * real ones), and SetCursorPos moves the pointer they report. A key pressed and
+ * released within one step is never down when the game polls; host->tap holds it down
+ * until the next step, one frame, as a finger would. */
+#include "hook.h"
+#include "w3h.h"
+
+#include <string.h>
+
+/* ---- the keyboard ---- */
+
+static uint8_t g_down[256];    /* keys this API holds down: the previous-state bit */
+static uint8_t g_pressed[256]; /* pressed since the game's last GetAsyncKeyState of the key */
+static uint8_t g_tapped[256];  /* tapped (host->tap): released at the next step */
+static int g_virtual;          /* the adapter gave input: the polled state is this API's */
+static HWND g_key_window;      /* where the last key went (a tap's release goes there too) */
+
+/* Keys whose scan code a real keyboard sends with the E0 prefix (lParam bit 24). */
+static int extended(uint32_t vk)
+{
+    switch (vk) {
+    case VK_UP: case VK_DOWN: case VK_LEFT: case VK_RIGHT: case VK_INSERT: case VK_DELETE: case VK_HOME:
+    case VK_END: case VK_PRIOR: case VK_NEXT: case VK_RCONTROL: case VK_RMENU: case VK_DIVIDE: case VK_NUMLOCK:
+    case VK_LWIN: case VK_RWIN: case VK_APPS: case VK_SNAPSHOT:
+        return 1;
+    }
+    return 0;
+}
+
+static LPARAM key_lparam(uint32_t vk, int down, int was_down)
+{
+    UINT scan = MapVirtualKeyA(vk, MAPVK_VK_TO_VSC) & 0xff;
+    LPARAM lp = 1 | ((LPARAM)scan << 16);
+    if (extended(vk))
+        lp |= (LPARAM)1 << 24;
+    if (vk == VK_MENU || vk == VK_LMENU || vk == VK_RMENU || g_down[VK_MENU])
+        lp |= (LPARAM)1 << 29; /* the context code: Alt is down */
+    if (!down || was_down)
+        lp |= (LPARAM)1 << 30;
+    if (!down)
+        lp |= (LPARAM)1 << 31;
+    return lp;
+}
+
+/* PostMessage to the window's thread: the game reads it from its own queue, as it reads
+ * a player's keys. 0, or the Windows error. */
+static int post(HWND w, UINT msg, WPARAM wp, LPARAM lp)
+{
+    return PostMessageA(w, msg, wp, lp) ? 0 : (int)GetLastError();
+}
+
+int hk_key(void *window, uint32_t vk, int down)
+{
+    if (!window || vk == 0 || vk > 255)
+        return ERROR_INVALID_PARAMETER;
+    int was = g_down[vk];
+    /* Alt and F10 are system keys: Windows sends them as WM_SYSKEY*. */
+    int sys = vk == VK_MENU || vk == VK_LMENU || vk == VK_RMENU || vk == VK_F10 || (g_down[VK_MENU] && vk != VK_CONTROL);
+    UINT msg = down ? (sys ? WM_SYSKEYDOWN : WM_KEYDOWN) : (sys ? WM_SYSKEYUP : WM_KEYUP);
+    int rc = post((HWND)window, msg, vk, key_lparam(vk, down, was));
+    if (!rc) {
+        g_down[vk] = down ? 1 : 0;
+        g_pressed[vk] |= down && !was;
+        g_virtual = 1;
+        g_key_window = (HWND)window;
+    }
+    return rc;
+}
+
+int hk_tap(void *window, uint32_t vk)
+{
+    int rc = hk_key(window, vk, 1);
+    if (!rc)
+        g_tapped[vk] = 1;
+    return rc;
+}
+
+void hk_input_step(void)
+{
+    for (int vk = 0; vk < 256; vk++)
+        if (g_tapped[vk]) {
+            g_tapped[vk] = 0;
+            if (g_down[vk])
+                hk_key(g_key_window, (uint32_t)vk, 0);
+        }
+}
+
+int hk_type_char(void *window, uint32_t ch)
+{
+    if (!window || ch > 0xffff)
+        return ERROR_INVALID_PARAMETER;
+    SHORT vks = VkKeyScanA((CHAR)(ch & 0xff));
+    uint32_t vk = vks == -1 ? 0 : (uint32_t)(vks & 0xff);
+    LPARAM lp = 1 | ((LPARAM)(MapVirtualKeyA(vk, MAPVK_VK_TO_VSC) & 0xff) << 16);
+    return post((HWND)window, WM_CHAR, ch, lp);
+}
+
+/* ---- the mouse ---- */
+
+/* The mouse buttons, as host->mouse's bits, their MK_ flags, messages and virtual keys. */
+static const struct {
+    uint32_t bit;
+    WPARAM mk;
+    UINT down, up;
+    uint32_t vk;
+} B[] = {
+    {W3H_MOUSE_LEFT, MK_LBUTTON, WM_LBUTTONDOWN, WM_LBUTTONUP, VK_LBUTTON},
+    {W3H_MOUSE_RIGHT, MK_RBUTTON, WM_RBUTTONDOWN, WM_RBUTTONUP, VK_RBUTTON},
+    {W3H_MOUSE_MIDDLE, MK_MBUTTON, WM_MBUTTONDOWN, WM_MBUTTONUP, VK_MBUTTON},
+};
+
+static uint32_t g_buttons; /* the buttons held at the last call */
+static HWND g_mouse_window; /* the pointer's window and its client position, at the last call */
+static POINT g_at;
+
+int hk_mouse(void *window, int32_t x, int32_t y, uint32_t buttons)
+{
+    if (!window || buttons & ~(W3H_MOUSE_LEFT | W3H_MOUSE_RIGHT | W3H_MOUSE_MIDDLE))
+        return ERROR_INVALID_PARAMETER;
+    LPARAM lp = MAKELPARAM((WORD)(SHORT)x, (WORD)(SHORT)y);
+    g_virtual = 1;
+    g_mouse_window = (HWND)window;
+    g_at.x = x, g_at.y = y;
+    WPARAM mk = 0;
+    for (int i = 0; i < 3; i++)
+        if (g_buttons & B[i].bit)
+            mk |= B[i].mk;
+    /* The key state a real mouse message carries: Shift and Ctrl as the keyboard holds them here. */
+    if (g_down[VK_SHIFT])
+        mk |= MK_SHIFT;
+    if (g_down[VK_CONTROL])
+        mk |= MK_CONTROL;
+    int rc = post((HWND)window, WM_MOUSEMOVE, mk, lp);
+    for (int i = 0; !rc && i < 3; i++) {
+        uint32_t now = buttons & B[i].bit;
+        if (now == (g_buttons & B[i].bit))
+            continue;
+        mk = now ? mk | B[i].mk : mk & ~B[i].mk; /* wParam: the state after the change */
+        rc = post((HWND)window, now ? B[i].down : B[i].up, mk, lp);
+        if (!rc) {
+            g_buttons ^= B[i].bit;
+            g_pressed[B[i].vk] |= now != 0;
+        }
+    }
+    return rc;
+}
+
+/* ---- the state a game polls ---- */
+
+static BOOL(WINAPI *r_GetCursorPos)(POINT *);
+static BOOL(WINAPI *r_SetCursorPos)(int, int);
+static SHORT(WINAPI *r_GetAsyncKeyState)(int);
+static SHORT(WINAPI *r_GetKeyState)(int);
+static BOOL(WINAPI *r_GetKeyboardState)(BYTE *);
+
+static int held(int vk)
+{
+    for (int i = 0; i < 3; i++)
+        if ((uint32_t)vk == B[i].vk)
+            return (g_buttons & B[i].bit) != 0;
+    return vk >= 0 && vk < 256 && g_down[vk];
+}
+
+static BOOL WINAPI h_GetCursorPos(POINT *p)
+{
+    if (!g_virtual)
+        return r_GetCursorPos(p);
+    if (!p) {
+        SetLastError(ERROR_NOACCESS);
+        return FALSE;
+    }
+    *p = g_at;
+    if (g_mouse_window)
+        ClientToScreen(g_mouse_window, p); /* the pointer is kept in its window's client coordinates */
+    return TRUE;
+}
+
+static BOOL WINAPI h_SetCursorPos(int x, int y)
+{
+    if (!g_virtual)
+        return r_SetCursorPos(x, y);
+    POINT p = {x, y};
+    if (g_mouse_window)
+        ScreenToClient(g_mouse_window, &p);
+    g_at = p;
+    return TRUE;
+}
+
+static SHORT WINAPI h_GetAsyncKeyState(int vk)
+{
+    if (!g_virtual)
+        return r_GetAsyncKeyState(vk);
+    if (vk < 0 || vk > 255)
+        return 0;
+    SHORT s = (SHORT)((held(vk) ? 0x8000 : 0) | (g_pressed[vk] ? 1 : 0));
+    g_pressed[vk] = 0;
+    return s;
+}
+
+static SHORT WINAPI h_GetKeyState(int vk)
+{
+    return g_virtual ? (SHORT)(held(vk) ? 0x8000 : 0) : r_GetKeyState(vk);
+}
+
+static BOOL WINAPI h_GetKeyboardState(BYTE *keys)
+{
+    if (!g_virtual)
+        return r_GetKeyboardState(keys);
+    if (!keys) {
+        SetLastError(ERROR_NOACCESS);
+        return FALSE;
+    }
+    for (int vk = 0; vk < 256; vk++)
+        keys[vk] = held(vk) ? 0x80 : 0;
+    return TRUE;
+}
+
+void hk_input_init(void)
+{
+    /* The real functions are the hook's own imports: its table is never patched. */
+    r_GetCursorPos = GetCursorPos;
+    r_SetCursorPos = SetCursorPos;
+    r_GetAsyncKeyState = GetAsyncKeyState;
+    r_GetKeyState = GetKeyState;
+    r_GetKeyboardState = GetKeyboardState;
+}
+
+#define FN(name) {#name, (void *)h_##name, (void **)&r_##name, HK_INPUT, 0}
+hk_fn hk_input_fns[] = {
+    FN(GetCursorPos), FN(SetCursorPos), FN(GetAsyncKeyState), FN(GetKeyState), FN(GetKeyboardState),
+};
+#undef FN
+const int hk_n_input_fns = sizeof(hk_input_fns) / sizeof(hk_input_fns[0]);
