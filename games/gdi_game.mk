@@ -6,7 +6,9 @@
 #   $(GAME)_syms.exe        the same build unstripped: only nm reads it, to find the state
 #   $(GAME).addresses.toml  the state's offset in $(GAME).exe (games/symbol_offsets.sh)
 #   $(GAME)_adapter.dll     the adapter
+# GAME_LIBS: the game's libraries (default GDI's; march: Direct3D 9 and DirectInput 8).
 BUILD ?= ../../build
+GAME_LIBS ?= -lgdi32
 MINGW ?= x86_64-w64-mingw32-gcc
 MINGW32 ?= i686-w64-mingw32-gcc
 GAME_CFLAGS := -O2 -Wall -Wextra -Werror=implicit-function-declaration -mwindows
@@ -23,11 +25,11 @@ nowin:
 define GDI_GAME_RULES
 $(2)/$(GAME).exe: $(GAME).c Makefile ../gdi_game.mk
 	@mkdir -p $$(@D)
-	$(1) $$(GAME_CFLAGS) -s -o $$@ $(GAME).c -lgdi32
+	$(1) $$(GAME_CFLAGS) -s -o $$@ $(GAME).c $$(GAME_LIBS)
 
 $(2)/$(GAME)_syms.exe: $(GAME).c Makefile ../gdi_game.mk
 	@mkdir -p $$(@D)
-	$(1) $$(GAME_CFLAGS) -o $$@ $(GAME).c -lgdi32
+	$(1) $$(GAME_CFLAGS) -o $$@ $(GAME).c $$(GAME_LIBS)
 
 $(2)/$(GAME).addresses.toml: $(2)/$(GAME).exe $(2)/$(GAME)_syms.exe ../symbol_offsets.sh
 	../symbol_offsets.sh $(2)/$(GAME).exe $(2)/$(GAME)_syms.exe $(1:gcc=nm) $(1:gcc=objdump) state=$(GAME) > $$@.tmp

@@ -32,11 +32,17 @@ static volatile LONG g_step_tid;
 static volatile LONG g_stepped; /* 0 until the first step */
 static SRWLOCK g_park_lock = SRWLOCK_INIT;
 static CONDITION_VARIABLE g_park_cv = CONDITION_VARIABLE_INIT;
-/* Timed waits on handles park on this semaphore beside their handles: every step
- * releases one count per parked wait (a count left over wakes a later wait once, which
- * looks at the clock and waits again). */
-static HANDLE g_tick;
-static volatile LONG g_parked;
+/* Timed waits on handles park on an event of their thread's own beside their handles,
+ * listed here while parked: every step sets each listed event. (One semaphore released
+ * once per parked wait, before: a thread whose short waits timed out at every step took
+ * a second count when it parked again, and the thread whose count it took missed the
+ * step; a pacing thread that missed its step left the game waiting for good.) */
+typedef struct parked_wait {
+    HANDLE wake;
+    struct parked_wait *next;
+} parked_wait;
+static parked_wait *g_parked; /* under g_park_lock */
+static __thread HANDLE t_wake; /* this thread's, made at its first parked wait, kept */
 static volatile LONG64 g_park_wakes, g_polls; /* what the waits cost: hk_clock_stats */
 #define HK_WAIT_TICK 0xFFFF0001u
 
@@ -58,7 +64,6 @@ static BOOL(WINAPI *r_SleepConditionVariableSRW)(CONDITION_VARIABLE *, SRWLOCK *
 
 void hk_clock_init(void)
 {
-    g_tick = CreateSemaphoreW(NULL, 0, 0x7fffffff, NULL);
     hk_reads_init();
     /* The real functions are the hook's own imports: its import table is never patched. */
     r_Sleep = Sleep;
@@ -106,9 +111,29 @@ void hk_clock_advance(uint32_t ms)
      * it signalled when it wakes for this step, not time out at the same game time. */
     hk_timers_fire();
     WakeAllConditionVariable(&g_park_cv);
-    LONG parked = g_parked;
-    if (parked > 0 && g_tick)
-        ReleaseSemaphore(g_tick, parked, NULL);
+    AcquireSRWLockShared(&g_park_lock);
+    for (parked_wait *p = g_parked; p; p = p->next)
+        SetEvent(p->wake);
+    ReleaseSRWLockShared(&g_park_lock);
+}
+
+static void park(parked_wait *p)
+{
+    AcquireSRWLockExclusive(&g_park_lock);
+    p->next = g_parked;
+    g_parked = p;
+    ReleaseSRWLockExclusive(&g_park_lock);
+}
+
+static void unpark(parked_wait *p)
+{
+    AcquireSRWLockExclusive(&g_park_lock);
+    parked_wait **at = &g_parked;
+    while (*at && *at != p)
+        at = &(*at)->next;
+    if (*at)
+        *at = p->next;
+    ReleaseSRWLockExclusive(&g_park_lock);
 }
 
 void hk_set_step_thread(DWORD tid)
@@ -163,6 +188,31 @@ uint64_t hk_clock_tick_ms(void) { return g_tick0_ms + read_now() / TICKS_PER_MS;
 
 /* ---- sleeps and timed waits ---- */
 
+/* Where a thread's next sleep or timed wait starts: at the game time its last one ended
+ * when that one ended by its timeout, else now. A thread runs in no game time between
+ * two waits, as an event of a discrete simulation does; counted from now, a pacing
+ * thread (a 50 ms wait, then an event to the main thread, then the wait again) that ran
+ * after the main thread's next step began its wait a step late, and the main thread,
+ * waiting for the event, never made that step (a game shaped like Warcraft III's loop
+ * stopped after ~200-500 turns); and a thread's 10 ms waits ended once a 50 ms step, not
+ * five times. */
+static __thread uint64_t t_woke;
+static __thread int t_has_woke;
+
+static uint64_t wait_start(void)
+{
+    if (!t_has_woke)
+        return hk_clock_now();
+    t_has_woke = 0;
+    return t_woke;
+}
+
+static void woke_at(uint64_t end)
+{
+    t_woke = end;
+    t_has_woke = 1;
+}
+
 /* Parks the calling (not step) thread until game time reaches end; an alertable
  * sleep polls instead, so that its APCs still run. Before the first step the sleep also
  * ends after wall_ms of wall time: a thread that began a long sleep at the game's
@@ -207,7 +257,11 @@ static DWORD sleep_ex(DWORD ms, BOOL alertable, const char *name)
         return r_SleepEx(ms, alertable);
     if (hk_is_step_thread()) /* the clock is frozen for it: the time has passed at once */
         return r_SleepEx(0, alertable);
-    return park_until(hk_clock_now() + (uint64_t)ms * TICKS_PER_MS, alertable, ms);
+    uint64_t end = wait_start() + (uint64_t)ms * TICKS_PER_MS;
+    DWORD r = park_until(end, alertable, ms);
+    if (r == 0 && g_stepped && hk_clock_now() >= end)
+        woke_at(end);
+    return r;
 }
 
 static DWORD WINAPI h_SleepEx(DWORD ms, BOOL alertable) { return sleep_ex(ms, alertable, "SleepEx"); }
@@ -231,6 +285,8 @@ static DWORD game_wait(const char *name, DWORD timeout, wait_fn wait, void *ctx,
             hk_step();
         return r;
     }
+    if (timeout == INFINITE)
+        t_has_woke = 0; /* whatever ends it, the thread is at the game time it ended */
     if (timeout == 0 || timeout == INFINITE)
         return wait(ctx, timeout, NULL);
     if (!g_stepped && !(name && hk_is_step_point(name))) /* before the first step: wall time (start-up) */
@@ -244,23 +300,27 @@ static DWORD game_wait(const char *name, DWORD timeout, wait_fn wait, void *ctx,
     }
     if (hk_is_step_thread())
         return WAIT_TIMEOUT;
-    uint64_t end = hk_clock_now() + (uint64_t)timeout * TICKS_PER_MS;
-    parkable = parkable && g_tick;
-    InterlockedIncrement(&g_parked);
+    uint64_t end = wait_start() + (uint64_t)timeout * TICKS_PER_MS;
+    if (parkable && !t_wake)
+        t_wake = CreateEventW(NULL, FALSE, FALSE, NULL);
+    parked_wait me = {parkable ? t_wake : NULL, NULL};
+    if (me.wake)
+        park(&me); /* listed before the clock is read: a step from here on sets its event */
     for (;;) {
-        /* parked: until its handles or a step; else a poll every park_slice_ms */
-        r = parkable ? wait(ctx, INFINITE, g_tick) : wait(ctx, hk_config.park_slice_ms, NULL);
-        InterlockedIncrement64(parkable ? &g_park_wakes : &g_polls);
-        if (r == HK_WAIT_TICK || r == WAIT_TIMEOUT) {
-            if (hk_clock_now() >= end) {
-                r = WAIT_TIMEOUT;
-                break;
-            }
-            continue;
+        if (hk_clock_now() >= end) {
+            r = WAIT_TIMEOUT;
+            break;
         }
-        break;
+        /* parked: until its handles or a step; else a poll every park_slice_ms */
+        r = me.wake ? wait(ctx, INFINITE, me.wake) : wait(ctx, hk_config.park_slice_ms, NULL);
+        InterlockedIncrement64(me.wake ? &g_park_wakes : &g_polls);
+        if (r != HK_WAIT_TICK && r != WAIT_TIMEOUT)
+            break;
     }
-    InterlockedDecrement(&g_parked);
+    if (me.wake)
+        unpark(&me);
+    if (r == WAIT_TIMEOUT)
+        woke_at(end);
     return r;
 }
 

@@ -6,11 +6,17 @@
  * adapter has given any input, those calls answer from what it gave (before that, the
  * real ones), and SetCursorPos moves the pointer they report. A key pressed and
  * released within one step is never down when the game polls; host->tap holds it down
- * until the next step, one frame, as a finger would. */
+ * until the next step, one frame, as a finger would. DirectInput 8's keyboard and mouse
+ * devices answer the same way (below). */
 #include "hook.h"
 #include "w3h.h"
 
+#include <stddef.h>
 #include <string.h>
+#define DIRECTINPUT_VERSION 0x0800
+#include <dinput.h>
+
+static void di_key_event(uint32_t vk, int down);
 
 /* ---- the keyboard ---- */
 
@@ -64,6 +70,8 @@ int hk_key(void *window, uint32_t vk, int down)
     UINT msg = down ? (sys ? WM_SYSKEYDOWN : WM_KEYDOWN) : (sys ? WM_SYSKEYUP : WM_KEYUP);
     int rc = post((HWND)window, msg, vk, key_lparam(vk, down, was));
     if (!rc) {
+        if (down != was)
+            di_key_event(vk, down);
         g_down[vk] = down ? 1 : 0;
         g_pressed[vk] |= down && !was;
         g_virtual = 1;
@@ -220,6 +228,165 @@ static BOOL WINAPI h_GetKeyboardState(BYTE *keys)
     return TRUE;
 }
 
+/* ---- DirectInput 8: its keyboard and mouse devices ---- */
+
+/* DirectInput8Create's object: its CreateDevice is patched; the devices that makes, their
+ * GetDeviceState and GetDeviceData. Once the adapter has given input, a keyboard's state
+ * (256 bytes by DIK code) is the keys held, a mouse's (DIMOUSESTATE or DIMOUSESTATE2)
+ * the pointer's move since the last read and the buttons held, and a keyboard's buffered
+ * data the key transitions since the last read. */
+static HRESULT(WINAPI *r_DirectInput8Create)(HINSTANCE, DWORD, REFIID, LPVOID *, LPUNKNOWN);
+static HRESULT(WINAPI *r_CreateDeviceA)(IDirectInput8A *, REFGUID, LPDIRECTINPUTDEVICE8A *, LPUNKNOWN);
+static HRESULT(WINAPI *r_CreateDeviceW)(IDirectInput8W *, REFGUID, LPDIRECTINPUTDEVICE8W *, LPUNKNOWN);
+typedef HRESULT(WINAPI *state_fn)(void *, DWORD, LPVOID);
+typedef HRESULT(WINAPI *data_fn)(void *, DWORD, LPDIDEVICEOBJECTDATA, LPDWORD, DWORD);
+static state_fn r_GetDeviceStateA, r_GetDeviceStateW;
+static data_fn r_GetDeviceDataA, r_GetDeviceDataW;
+
+#define DI_GUID_KEYBOARD 0x6F1D2B61u /* GUID_SysKeyboard's and GUID_SysMouse's first field */
+#define DI_GUID_MOUSE 0x6F1D2B60u
+#define DI_IID_8W 0xBF798031u /* IID_IDirectInput8W's (A: ...30) */
+
+static struct { void *dev; int mouse; } g_devices[16];
+static int g_n_devices;
+static POINT g_di_at; /* the pointer where a mouse's state was last read */
+
+/* The key transitions a keyboard's GetDeviceData has not returned yet. */
+static struct { DWORD ofs, data, time, seq; } g_events[256];
+static int g_n_events;
+static DWORD g_seq;
+
+static DWORD dik(uint32_t vk)
+{
+    return (MapVirtualKeyA(vk, MAPVK_VK_TO_VSC) & 0xff) | (extended(vk) ? 0x80 : 0);
+}
+
+static void di_key_event(uint32_t vk, int down)
+{
+    if (g_n_events == (int)(sizeof(g_events) / sizeof(g_events[0]))) /* full: the oldest goes, as DirectInput's buffer */
+        memmove(g_events, g_events + 1, sizeof(g_events) - sizeof(g_events[0])), g_n_events--;
+    g_events[g_n_events++] = (typeof(g_events[0])){dik(vk), down ? 0x80 : 0, GetTickCount(), ++g_seq};
+}
+
+static int is_mouse(void *dev)
+{
+    for (int i = 0; i < g_n_devices; i++)
+        if (g_devices[i].dev == dev)
+            return g_devices[i].mouse;
+    return 0;
+}
+
+static HRESULT device_state(void *dev, DWORD n, LPVOID out, state_fn real)
+{
+    if (!g_virtual || !out)
+        return real(dev, n, out);
+    if (n == 256) {
+        memset(out, 0, 256);
+        for (int vk = 1; vk < 256; vk++)
+            if (g_down[vk])
+                ((BYTE *)out)[dik((uint32_t)vk)] = 0x80;
+        return DI_OK;
+    }
+    if (n == sizeof(DIMOUSESTATE) || n == sizeof(DIMOUSESTATE2)) {
+        DIMOUSESTATE2 m = {0};
+        m.lX = g_at.x - g_di_at.x, m.lY = g_at.y - g_di_at.y;
+        g_di_at = g_at;
+        for (int i = 0; i < 3; i++)
+            m.rgbButtons[i] = (g_buttons & B[i].bit) ? 0x80 : 0;
+        memcpy(out, &m, n);
+        return DI_OK;
+    }
+    return real(dev, n, out);
+}
+
+static HRESULT device_data(void *dev, DWORD size, LPDIDEVICEOBJECTDATA out, LPDWORD inout, DWORD flags, data_fn real)
+{
+    if (!g_virtual || !inout || size < sizeof(DIDEVICEOBJECTDATA_DX3))
+        return real(dev, size, out, inout, flags);
+    int n = is_mouse(dev) ? 0 : g_n_events;
+    if (out && (DWORD)n > *inout)
+        n = (int)*inout;
+    for (int i = 0; out && i < n; i++) {
+        DIDEVICEOBJECTDATA *d = (DIDEVICEOBJECTDATA *)((BYTE *)out + (size_t)i * size);
+        memset(d, 0, size);
+        d->dwOfs = g_events[i].ofs, d->dwData = g_events[i].data, d->dwTimeStamp = g_events[i].time;
+        d->dwSequence = g_events[i].seq;
+    }
+    if (!is_mouse(dev) && !(flags & DIGDD_PEEK)) {
+        memmove(g_events, g_events + n, sizeof(g_events[0]) * (size_t)(g_n_events - n));
+        g_n_events -= n;
+    }
+    *inout = (DWORD)n;
+    return DI_OK;
+}
+
+static HRESULT WINAPI h_GetDeviceStateA(void *d, DWORD n, LPVOID o) { return device_state(d, n, o, r_GetDeviceStateA); }
+static HRESULT WINAPI h_GetDeviceStateW(void *d, DWORD n, LPVOID o) { return device_state(d, n, o, r_GetDeviceStateW); }
+
+static HRESULT WINAPI h_GetDeviceDataA(void *d, DWORD s, LPDIDEVICEOBJECTDATA o, LPDWORD io, DWORD f)
+{
+    return device_data(d, s, o, io, f, r_GetDeviceDataA);
+}
+
+static HRESULT WINAPI h_GetDeviceDataW(void *d, DWORD s, LPDIDEVICEOBJECTDATA o, LPDWORD io, DWORD f)
+{
+    return device_data(d, s, o, io, f, r_GetDeviceDataW);
+}
+
+static void keep(void **real, void *before)
+{
+    if (before && !*real)
+        *real = before;
+}
+
+static void patch_device(void *dev, REFGUID kind, int wide)
+{
+    if (g_n_devices < (int)(sizeof(g_devices) / sizeof(g_devices[0])))
+        g_devices[g_n_devices].dev = dev, g_devices[g_n_devices++].mouse = kind && kind->Data1 == DI_GUID_MOUSE;
+    uint32_t st = (uint32_t)(offsetof(IDirectInputDevice8AVtbl, GetDeviceState) / sizeof(void *));
+    uint32_t dt = (uint32_t)(offsetof(IDirectInputDevice8AVtbl, GetDeviceData) / sizeof(void *));
+    keep((void **)(wide ? &r_GetDeviceStateW : &r_GetDeviceStateA),
+         hk_patch_method(dev, st, wide ? (void *)h_GetDeviceStateW : (void *)h_GetDeviceStateA));
+    keep((void **)(wide ? &r_GetDeviceDataW : &r_GetDeviceDataA),
+         hk_patch_method(dev, dt, wide ? (void *)h_GetDeviceDataW : (void *)h_GetDeviceDataA));
+}
+
+static HRESULT WINAPI h_CreateDeviceA(IDirectInput8A *di, REFGUID g, LPDIRECTINPUTDEVICE8A *out, LPUNKNOWN outer)
+{
+    HRESULT hr = r_CreateDeviceA(di, g, out, outer);
+    if (SUCCEEDED(hr) && out && *out)
+        patch_device(*out, g, 0);
+    return hr;
+}
+
+static HRESULT WINAPI h_CreateDeviceW(IDirectInput8W *di, REFGUID g, LPDIRECTINPUTDEVICE8W *out, LPUNKNOWN outer)
+{
+    HRESULT hr = r_CreateDeviceW(di, g, out, outer);
+    if (SUCCEEDED(hr) && out && *out)
+        patch_device(*out, g, 1);
+    return hr;
+}
+
+static HRESULT WINAPI h_DirectInput8Create(HINSTANCE inst, DWORD version, REFIID riid, LPVOID *out, LPUNKNOWN outer)
+{
+    if (!r_DirectInput8Create) { /* dinput8.dll's, looked up at the game's first call (the hook imports no DirectInput) */
+        HMODULE m = GetModuleHandleA("dinput8.dll");
+        r_DirectInput8Create = m ? (void *)GetProcAddress(m, "DirectInput8Create") : NULL;
+        if (!r_DirectInput8Create)
+            hk_fatal(W3S_EXIT_INJECT, "the game called DirectInput8Create, which dinput8.dll does not export here");
+    }
+    HRESULT hr = r_DirectInput8Create(inst, version, riid, out, outer);
+    if (SUCCEEDED(hr) && out && *out) {
+        int wide = riid && riid->Data1 == DI_IID_8W;
+        uint32_t cd = (uint32_t)(offsetof(IDirectInput8AVtbl, CreateDevice) / sizeof(void *));
+        if (wide)
+            keep((void **)&r_CreateDeviceW, hk_patch_method(*out, cd, (void *)h_CreateDeviceW));
+        else
+            keep((void **)&r_CreateDeviceA, hk_patch_method(*out, cd, (void *)h_CreateDeviceA));
+    }
+    return hr;
+}
+
 void hk_input_init(void)
 {
     /* The real functions are the hook's own imports: its table is never patched. */
@@ -233,6 +400,7 @@ void hk_input_init(void)
 #define FN(name) {#name, (void *)h_##name, (void **)&r_##name, HK_INPUT, 0}
 hk_fn hk_input_fns[] = {
     FN(GetCursorPos), FN(SetCursorPos), FN(GetAsyncKeyState), FN(GetKeyState), FN(GetKeyboardState),
+    FN(DirectInput8Create),
 };
 #undef FN
 const int hk_n_input_fns = sizeof(hk_input_fns) / sizeof(hk_input_fns[0]);
