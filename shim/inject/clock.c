@@ -189,7 +189,8 @@ uint64_t hk_clock_tick_ms(void) { return g_tick0_ms + read_now() / TICKS_PER_MS;
 /* ---- sleeps and timed waits ---- */
 
 /* Where a thread's next sleep or timed wait starts: at the game time its last one ended
- * when that one ended by its timeout, else now. A thread runs in no game time between
+ * when that one ended by its timeout (one begun before the first step, in wall time: its
+ * start plus its timeout, or the clock's now if sooner), else now. A thread runs in no game time between
  * two waits, as an event of a discrete simulation does; counted from now, a pacing
  * thread (a 50 ms wait, then an event to the main thread, then the wait again) that ran
  * after the main thread's next step began its wait a step late, and the main thread,
@@ -206,6 +207,8 @@ static uint64_t wait_start(void)
     t_has_woke = 0;
     return t_woke;
 }
+
+static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 
 static void woke_at(uint64_t end)
 {
@@ -257,10 +260,11 @@ static DWORD sleep_ex(DWORD ms, BOOL alertable, const char *name)
         return r_SleepEx(ms, alertable);
     if (hk_is_step_thread()) /* the clock is frozen for it: the time has passed at once */
         return r_SleepEx(0, alertable);
-    uint64_t end = wait_start() + (uint64_t)ms * TICKS_PER_MS;
+    int before = !g_stepped;
+    uint64_t end = (before ? (t_has_woke = 0, hk_clock_now()) : wait_start()) + (uint64_t)ms * TICKS_PER_MS;
     DWORD r = park_until(end, alertable, ms);
-    if (r == 0 && g_stepped && hk_clock_now() >= end)
-        woke_at(end);
+    if (r == 0) /* its end, or (begun before the first step, ended in wall time) now if sooner */
+        woke_at(before ? min_u64(end, hk_clock_now()) : end);
     return r;
 }
 
@@ -289,8 +293,19 @@ static DWORD game_wait(const char *name, DWORD timeout, wait_fn wait, void *ctx,
         t_has_woke = 0; /* whatever ends it, the thread is at the game time it ended */
     if (timeout == 0 || timeout == INFINITE)
         return wait(ctx, timeout, NULL);
-    if (!g_stepped && !(name && hk_is_step_point(name))) /* before the first step: wall time (start-up) */
-        return wait(ctx, timeout, NULL);
+    if (!g_stepped && !(name && hk_is_step_point(name))) { /* before the first step: wall time (start-up) */
+        /* Its place in game time, where the thread's next wait starts: its start (the clock
+         * stands still until the first step) plus its timeout, or now if sooner. A wait
+         * that ended after the first steps began (they take no wall time) thus starts the
+         * next no later than its place: counted from now, a pacing thread's came a step
+         * late, and the game waited for good after its second step. */
+        uint64_t start = hk_clock_now();
+        t_has_woke = 0;
+        DWORD r = wait(ctx, timeout, NULL);
+        if (r == WAIT_TIMEOUT)
+            woke_at(min_u64(start + (uint64_t)timeout * TICKS_PER_MS, hk_clock_now()));
+        return r;
+    }
     DWORD r = wait(ctx, 0, NULL);
     if (r != WAIT_TIMEOUT)
         return r;
