@@ -12,6 +12,7 @@ before a run are inject_checks.py's.
 
 from __future__ import annotations
 
+import time
 import tomllib
 from pathlib import Path
 
@@ -107,6 +108,9 @@ def _program(pid: int) -> str:
     return argv0.replace("\\", "/").rsplit("/", 1)[-1].lower()
 
 
+LOST_GRACE_S = 3.0  # game_lost: how long the launcher has to see its game's exit
+
+
 class InjectedRuntime:
     """A Runtime (gamestart.py) for one group's injected games: starts go through the
     launcher in the Wine runtime's prefix; the prefix, the obs FIFO and the clean-up are
@@ -137,13 +141,21 @@ class InjectedRuntime:
 
     def game_lost(self, slot) -> bool:
         """Wine's launcher may miss its game's death (a SIGKILL): the game process, found
-        once by the start's marker (the launcher and Wine's own processes excluded), is gone."""
+        once by the start's marker (the launcher and Wine's own processes excluded), has
+        been gone for LOST_GRACE_S. The grace is the launcher's to see an ordinary exit
+        (an episode quota's) and exit itself: on a loaded machine it once took over the
+        watch's 1 s, and a recycle was counted as a crash."""
         if slot.game_pid and procs.alive(slot.game_pid):
+            slot.game_gone_at = 0.0
             return False
         found = [p for p in procs.mentioning(slot.marker) if p != slot.proc.pid and not wine_own(p)
                  and _program(p) not in ("w3inject.exe", "bwrap")]  # the launcher, its sandbox
         slot.game_pid = found[0] if found else 0
-        return not found
+        if found:
+            slot.game_gone_at = 0.0
+            return False
+        slot.game_gone_at = slot.game_gone_at or time.monotonic()
+        return time.monotonic() - slot.game_gone_at >= LOST_GRACE_S
 
     def prefixes(self) -> list[str]:
         return []  # the Wine runtime's

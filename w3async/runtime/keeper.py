@@ -98,6 +98,7 @@ class GameKeeper:
         s.marker = start.marker
         s.sandboxed = wrap is not None
         s.game_pid = 0
+        s.game_gone_at = 0.0
         s.born = procs.started(s.proc.pid)  # what it starts, it starts after this
         self.groups.add(s.proc.pid)
         s.pidfd = os.pidfd_open(s.proc.pid)

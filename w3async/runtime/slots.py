@@ -61,6 +61,7 @@ class Slot:
     sandboxed: bool = False  # this start runs in a bwrap sandbox (runtime/sandbox.py)
     marker: bytes = b""  # what every process of this start carries in its environment (GameStart.marker)
     game_pid: int = 0  # an injected start's game process (its launcher is proc), once seen
+    game_gone_at: float = 0.0  # when the watch first found that game process gone (monotonic; 0: not)
     born: int = 0  # when this start's process started (ticks since boot: runtime/procs.py, started)
     short_streak: int = 0  # starts in a row that lived less than min_uptime_s (the backoff's exponent)
     restart_times: collections.deque = field(default_factory=collections.deque)  # counted in the budget
