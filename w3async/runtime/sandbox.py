@@ -57,7 +57,8 @@ def _probe(bwrap: str | None) -> str | None:
 # namespace: as root, bwrap keeps all capabilities unless told (CapEff 000001fffeffffff),
 # so the uid stays 0 (a Wine prefix must be owned by its user) but mount, umount, setns,
 # ptrace and raw sockets are refused; unprivileged, bwrap drops them itself.
-_NAMESPACES = ["--unshare-user", "--disable-userns", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+_PRIVATE = ["--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]  # IPC, hostname, cgroup: the start's own
+_NAMESPACES = ["--unshare-user", "--disable-userns", *_PRIVATE,
                *(["--uid", "0", "--gid", "0", "--cap-drop", "ALL"] if os.geteuid() == 0 else [])]
 
 
@@ -65,8 +66,7 @@ def _joined(join: tuple[int, int, int]) -> list[str]:
     """A Windows game's namespaces: its prefix's confined wineserver's user and pid
     namespaces (wineprefix.ConfinedServer; no further user namespace was allowed in them),
     its own IPC, hostname and cgroup ones, no capability."""
-    return [*join_args(join), "--uid", str(os.getuid()), "--gid", str(os.getgid()), "--cap-drop", "ALL",
-            "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+    return [*join_args(join), "--uid", str(os.getuid()), "--gid", str(os.getgid()), "--cap-drop", "ALL", *_PRIVATE]
 
 # Where a host keeps its services' unix sockets (and its scratch files): private and
 # empty in a sandbox. /var/run is a link to /run on current systems.

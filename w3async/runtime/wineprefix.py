@@ -485,9 +485,10 @@ class ConfinedServer:
     def __init__(self, prefix: WinePrefix):
         self.prefix = prefix
         tmp = os.environ.get("TMPDIR") or "/tmp"
-        self.binds = [*prefix_writable(prefix.path), *prefix.cfg.writable, *server_dirs(prefix.path, tmp)]
+        folder = server_dirs(prefix.path, tmp)
+        self.binds = [*prefix_writable(prefix.path), *prefix.cfg.writable, *folder]
         st = os.stat(prefix.path)  # Wine's own name for the prefix's server folder
-        self.socket = os.path.join(server_dirs(prefix.path, tmp)[0], f"server-{st.st_dev:x}-{st.st_ino:x}", "socket")
+        self.socket = os.path.join(folder[0], f"server-{st.st_dev:x}-{st.st_ino:x}", "socket")
         self.net = [] if prefix.cfg.network else ["--unshare-net"]
         args = [shutil.which("bwrap") or "bwrap", *SERVER_NAMESPACES, *_ids(), *self.net, *self._view(),
                 "--dev-bind", "/dev", "/dev", "--", prefix.build.server, "-f", "-p"]
