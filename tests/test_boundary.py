@@ -357,7 +357,7 @@ async def test_a_game_that_fills_its_writable_folder_is_failed_and_the_run_goes_
     env = {"W3R_MODE": "fill", "W3R_FILL_MB": "256", "W3R_FILL_PATH": str(run.resolve() / "replays" / "fill"),
            "W3D_RECORD_DIR": "{run_dir}/replays"}
     group = {"binary": str(rogue), "count": 1, "lanes": 1, "env": env}
-    supervisor = {"game_tmpfs_mb": 16}
+    supervisor = {"game_tmpfs_mb": 16, "game_file_mb": 1024}  # its one file under the file size cap: the folder's check
     if limit == "max_disk_mb":
         group["max_disk_mb"] = 16
     else:

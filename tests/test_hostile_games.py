@@ -146,16 +146,37 @@ async def test_a_flooding_games_output_is_quoted_short_and_printable(tmp_path, r
 
 
 async def test_a_game_printing_without_end_has_its_log_cut(tmp_path, rogue, null_native):
-    """A healthy game that prints 64 KiB a step: its log is cut at game_log_mb (said once
-    in events.jsonl), it is never restarted for it, and the log ends at most that big."""
-    sup, stats, run = await _run(tmp_path, _recipe(rogue, null_native, "spew", 3.0, {"W3R_FLOOD_KB": "64"},
-                                                   game_log_mb=1.0))
+    """A healthy game that prints 4 KiB a step: its log is cut at game_log_mb (said once
+    in events.jsonl), it is never restarted for it, and the log ends at most that big.
+    (Its file size cap, game_file_mb, is far above what it prints between two cuts.)"""
+    sup, stats, run = await _run(tmp_path, _recipe(rogue, null_native, "spew", 3.0, {"W3R_FLOOD_KB": "4"},
+                                                   game_log_mb=1.0, game_file_mb=256.0))
     assert stats["games"][0]["causes"] == {}, stats["games"][0]
     cuts = [e for e in events(run) if e["event"] == "game_log_cut"]
     assert len(cuts) == 1 and cuts[0]["slot"] == 0 and cuts[0]["cut_bytes"] > 0, cuts
     log = run / "games" / "slot-0.log"
     assert log.stat().st_size <= 2**20
     assert b"bytes cut here" in log.read_bytes()
+    _honest_games_unharmed(stats, run)
+    assert_nothing_left(sup, run)
+
+
+@pytest.mark.parametrize("mode", ["flood", "burst"])
+async def test_a_burst_of_output_stops_at_the_file_size_cap(tmp_path, rogue, null_native, mode):
+    """400 MiB printed at once, faster than the watch looks at the log (twice a second):
+    the kernel stops the log at twice game_log_mb at the write that reaches it. A game
+    that takes the signal is recycled, cause `file_size`; one that ignores it (its writes
+    fail) steps on. Before: 68 MiB of an 8 MiB cap."""
+    sup, stats, run = await _run(tmp_path, _recipe(rogue, null_native, mode, 3.0, {"W3R_FLOOD_KB": str(400 * 1024)},
+                                                   game_log_mb=1.0))
+    log = run / "games" / "slot-0.log"
+    assert log.stat().st_size <= 2 * 2**20 + 4096, log.stat().st_size  # + the supervisor's start lines
+    exits = [e for e in events(run) if e["event"] == "game_exit" and e["slot"] == 0]
+    if mode == "flood":
+        assert exits and {e["cause"] for e in exits} == {"file_size"}, exits
+        assert stats["games"][0]["causes"].get("file_size", 0) >= 1, stats["games"][0]
+    else:
+        assert stats["games"][0]["causes"] == {} and not exits, (stats["games"][0], exits)
     _honest_games_unharmed(stats, run)
     assert_nothing_left(sup, run)
 

@@ -88,6 +88,14 @@ def test_durations_and_round_period_have_upper_bounds():
     assert r.stop.minutes == 600 and r.supervisor.round_period_ms == 2.5
 
 
+def test_a_file_size_cap_at_or_below_the_log_cut_is_refused():
+    """A log reaching game_file_mb ends its game: the cap must be above the cut."""
+    p = _problems(["supervisor.game_log_mb=8", "supervisor.game_file_mb=8"])
+    assert len(p) == 1 and p[0].startswith("[supervisor]") and "game_file_mb=8 must be more than game_log_mb=8" in p[0], p
+    assert load_recipe(NULL, ["supervisor.game_log_mb=8"]).supervisor.file_cap_mb == 16
+    assert load_recipe(NULL, ["supervisor.game_file_mb=100"]).supervisor.file_cap_mb == 100
+
+
 def test_rows_beyond_the_table_format_are_rejected_at_load():
     p = _problems([f"games.lanes={2**31}"])
     assert len(p) == 1 and p[0].startswith(f"games: {8 * 2 * 2**31} rows (games[0]: count = 8, lanes = {2**31}")

@@ -102,6 +102,10 @@ def test_a_sigkilled_runs_escaped_helpers_end(tmp_path, rogue, null_native, sand
     assert escaped, "the helper did not escape"
     p.kill()
     p.wait()
+    left = sorted({d.name for d in Path("/sys/fs/cgroup").glob(f"*/w3async-{p.pid}-*")}
+                  | {d.name for d in Path("/sys/fs/cgroup").glob(f"w3async-{p.pid}-*")})
+    limits_off = [e for e in events(runs / "k") if e["event"] == "limits_off"]
+    assert left or limits_off, "the run had cgroups, and a SIGKILL leaves them"
     deadline = time.time() + 5
     while sandbox != "off" and procs.mentioning(marker) and time.time() < deadline:
         time.sleep(0.05)
@@ -116,6 +120,11 @@ def test_a_sigkilled_runs_escaped_helpers_end(tmp_path, rogue, null_native, sand
     assert not [s for s in list_segments() if s.startswith(shm)]
     prev = [e for e in events(runs / "k") if e["event"] == "previous_run"]
     assert len(prev) == 1 and (sandbox != "off" or helper in prev[0]["killed"]), prev
+    # Its cgroup folders are swept by the next run (any run: by the dead supervisor's pid).
+    assert not list(Path("/sys/fs/cgroup").glob(f"*/w3async-{p.pid}-*")) + list(Path("/sys/fs/cgroup").glob(
+        f"w3async-{p.pid}-*")), "the dead run's cgroups were left"
+    swept = [n for e in events(runs / "k") if e["event"] == "cgroups_swept" for n in e["names"]]
+    assert set(left) <= set(swept), (left, swept)
 
 
 def test_required_without_bwrap_refuses_naming_the_fix(tmp_path, null_native):

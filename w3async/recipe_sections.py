@@ -234,6 +234,11 @@ class SupervisorSection:
     """A game's log (games/slot-N.log, its stdout and stderr) is cut to its last 64 KiB
     when it passes this many MiB (checked twice a second): a game that prints without end
     never fills the disk."""
+    game_file_mb: Float = Field(0.0, ge=0, le=2**20)
+    """The largest file a game start may write, its log included (RLIMIT_FSIZE, held by
+    the kernel at each write): a write past it fails and the game gets SIGXFSZ (recycled,
+    cause `file_size`). So a burst of output stops here, between two of the watch's
+    looks at the log. 0: twice game_log_mb; else more than game_log_mb."""
     sandbox: Annotated[Str, _one_of("supervisor", "sandbox")] = "preferred"
     """Each game start in a bubblewrap sandbox (docs/security.md): "preferred" where bwrap
     works here (a `sandbox_off` warning event where not), "required" (preflight refuses a
@@ -261,6 +266,17 @@ class SupervisorSection:
     from /proc (observe/accounting.py, on a thread of its own; 0: none)."""
     accounting_event_s: Float = Field(60.0, ge=0, le=YEAR_S)
     """Seconds between `accounting` events in events.jsonl (0: none)."""
+
+    def __post_init__(self) -> None:
+        if self.game_file_mb and self.game_file_mb <= self.game_log_mb:
+            raise ValueError(f"game_file_mb={self.game_file_mb:g} must be more than game_log_mb="
+                             f"{self.game_log_mb:g} (a log reaching it ends its game before the cut), or 0 "
+                             f"(twice game_log_mb)")
+
+    @property
+    def file_cap_mb(self) -> float:
+        """The file size cap a game start gets (game_file_mb, or twice game_log_mb)."""
+        return self.game_file_mb or 2 * self.game_log_mb
 
 
 @dataclass(config=CONFIG)

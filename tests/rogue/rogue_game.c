@@ -13,6 +13,9 @@
  *              session of its own), prints their pids, then crashes
  *   flood      writes W3R_FLOOD_KB KiB (default 4096) of garbage to stdout and stderr
  *              (bytes that are not UTF-8, terminal escapes, no newline), then crashes
+ *   burst      at step W3R_STEP, ignores SIGXFSZ, writes W3R_FLOOD_KB KiB of that garbage
+ *              to stdout in one go (a write past its file size cap fails: it stops
+ *              there), and steps on
  *   spew       writes W3R_FLOOD_KB KiB of that garbage to stdout every step, and steps
  *              on (a healthy game that logs without end)
  *   ring       a thread rings the obs doorbell in a tight loop; the game steps on
@@ -307,6 +310,10 @@ int main(void)
             rogue_garbage(1, kib);
             rogue_garbage(2, kib);
             abort();
+        }
+        if ((long)step == from && !strcmp(mode, "burst")) {
+            signal(SIGXFSZ, SIG_IGN);
+            rogue_garbage(1, kib);
         }
         if (bad && !strcmp(mode, "spew"))
             rogue_garbage(1, kib);

@@ -115,7 +115,8 @@ class GameKeeper:
         if self.limits is None:
             return []
         sv = self.ctx.recipe.supervisor
-        prefix, s.cgroup = self.limits.start(f"slot-{s.index}", sv.game_max_procs, s.group.max_rss_mb)
+        prefix, s.cgroup = self.limits.start(f"slot-{s.index}", sv.game_max_procs, s.group.max_rss_mb,
+                                             sv.file_cap_mb)
         return prefix
 
     def _record_pgids(self) -> None:
@@ -191,6 +192,8 @@ class GameKeeper:
             cause = over  # the kernel held its cap (limits.py): "memory", "processes"
         elif code == layout.EXIT_OK:
             cause = "recycle"
+        elif code == -signal.SIGXFSZ:
+            cause = "file_size"  # a file it wrote reached game_file_mb (limits.py)
         elif code < 0:
             cause = "crash"
         elif code in _EXIT_CAUSES:

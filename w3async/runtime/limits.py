@@ -1,6 +1,10 @@
 """Limits a game cannot get around: a cgroup of its own per game start, and an OOM score
 above the supervisor's (docs/security.md, "Limits").
 
+Every start's files are capped too (RLIMIT_FSIZE, `supervisor.game_file_mb`): its log
+among them, so that a burst of output stops at that size at the write that reaches it
+(the game gets SIGXFSZ: cause `file_size`), not at the watch's next look at the log.
+
 A start's cgroup caps its tasks (processes and threads: `supervisor.game_max_procs`) and,
 where its group sets `max_rss_mb`, its memory, what it writes to a tmpfs included (a
 sandbox's private /dev/shm and /tmp are memory that no RSS shows). The kernel enforces
@@ -22,14 +26,20 @@ and the sandbox's sized tmpfs still bound a game.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-CONTROLLERS = ("pids", "memory")
+from w3async.procstat import alive
 
-# Joins the cgroups named before "--" (their cgroup.procs files), raises its OOM score
-# to $1, then execs the rest: every process of the start is born inside.
-_JOIN = ('echo "$1" > /proc/self/oom_score_adj; shift; '
+CONTROLLERS = ("pids", "memory")
+_RUN_DIR = re.compile(r"w3async-(\d+)-")  # a run's cgroup folder: w3async-<supervisor pid>-<run>
+
+# Raises its OOM score to $1, caps the size of any file it and its children write to $2
+# blocks of 512 bytes (POSIX's unit for `ulimit -f`), joins the cgroups named before "--"
+# (their cgroup.procs files), then execs the rest: every process of the start is born
+# inside.
+_JOIN = ('echo "$1" > /proc/self/oom_score_adj; ulimit -f "$2" || exit 125; shift 2; '
          'for f do shift; [ "$f" = -- ] && break; echo $$ > "$f" || exit 125; done; exec "$@"')
 
 
@@ -85,17 +95,41 @@ def _count(path: Path, key: str) -> int:
     return 0
 
 
+def sweep(parent: Path) -> list[str]:
+    """Remove the cgroup folders under parent of runs whose supervisor is gone (a SIGKILL
+    never reaches close()): w3async-<pid>-* where no process <pid> lives. A folder still
+    holding a process stays (rmdir refuses it). Returns the names removed."""
+    gone = []
+    for d in (parent.iterdir() if parent.is_dir() else []):
+        m = _RUN_DIR.match(d.name)
+        if m and d.is_dir() and not alive(int(m.group(1))):
+            for sub in d.iterdir():
+                if sub.is_dir():
+                    try:
+                        sub.rmdir()
+                    except OSError:
+                        pass
+            try:
+                d.rmdir()
+                gone.append(d.name)
+            except OSError:
+                pass
+    return gone
+
+
 class Limits:
     """The run's cgroups: a folder under this process's own cgroup per controller
-    (w3async-<run>), a slot's inside it, joined by each of its starts. One cgroup a slot,
-    not a start: the first process to join a new cgroup cost 5-35 ms more than a join of
-    an existing one (measured here, cgroup v1), on every restart."""
+    (w3async-<pid>-<run>), a slot's inside it, joined by each of its starts. One cgroup a
+    slot, not a start: the first process to join a new cgroup cost 5-35 ms more than a
+    join of an existing one (measured here, cgroup v1), on every restart. The pid in the
+    name is the supervisor's: a later run removes what a killed one left (sweep)."""
 
     def __init__(self, run: str, oom_score_adj: int):
         self.oom_score_adj = oom_score_adj
         self.bases: dict[str, Path] = {}  # controller -> the run's folder
         self.v2: set[str] = set()  # controllers of the v2 tree
         self.why_off = ""
+        self.swept: list[str] = []  # what runs that died left, removed here
         own = _own_paths()
         for c in CONTROLLERS:
             try:
@@ -110,8 +144,7 @@ class Limits:
     def _base(self, c: str, own: dict[str, str], run: str) -> Path | None:
         for mount, fstype, opts in _mounts():
             if fstype == "cgroup" and c in opts and c in own:
-                base = Path(mount + own[c]) / f"w3async-{run}"
-                base.mkdir(exist_ok=True)
+                base = self._made(Path(mount + own[c]), run)
                 return base
         for mount, fstype, _ in _mounts():
             if fstype != "cgroup2" or "" not in own:
@@ -122,17 +155,24 @@ class Limits:
             # v2 lets a cgroup hand a controller to its children only where it holds no
             # process itself (but the root): the run's folder is the one that delegates.
             (here / "cgroup.subtree_control").write_text(f"+{c}")
-            base = here / f"w3async-{run}"
-            base.mkdir(exist_ok=True)
+            base = self._made(here, run)
             (base / "cgroup.subtree_control").write_text(f"+{c}")
             self.v2.add(c)
             return base
         return None
 
-    def start(self, name: str, max_procs: int, max_mem_mb: float) -> tuple[list[str], StartCgroup]:
+    def _made(self, parent: Path, run: str) -> Path:
+        """The run's folder under parent, made, once what dead runs left there is swept."""
+        self.swept += sweep(parent)
+        base = parent / f"w3async-{os.getpid()}-{run}"
+        base.mkdir(exist_ok=True)
+        return base
+
+    def start(self, name: str, max_procs: int, max_mem_mb: float, max_file_mb: float) -> tuple[list[str], StartCgroup]:
         """The cgroup `name` (a slot's) with its caps (max_mem_mb 0: none) for a start, and
         the command prefix that puts the start in it (with no controller here: that only
-        raises its OOM score). OSError where it cannot be made."""
+        raises its OOM score and caps its files, max_file_mb: RLIMIT_FSIZE, which the kernel
+        holds at each write). OSError where it cannot be made."""
         cg = StartCgroup()
         for c, base in self.bases.items():
             d = cg.dirs[c] = base / name
@@ -143,7 +183,8 @@ class Limits:
                 cap = str(int(max_mem_mb * 2**20))
                 (d / ("memory.max" if c in self.v2 else "memory.limit_in_bytes")).write_text(cap)
         cg.base = self._counts(cg)  # what an earlier start of the slot hit is not this one's
-        return ["sh", "-c", _JOIN, "w3async-limits", str(self.oom_score_adj), *cg.procs_files(), "--"], cg
+        blocks = str(max(1, int(max_file_mb * 2**20) // 512))
+        return ["sh", "-c", _JOIN, "w3async-limits", str(self.oom_score_adj), blocks, *cg.procs_files(), "--"], cg
 
     def _counts(self, cg: StartCgroup) -> dict[str, int]:
         mem, pids = cg.dirs.get("memory"), cg.dirs.get("pids")

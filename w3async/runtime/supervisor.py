@@ -155,6 +155,8 @@ class Supervisor:
         limits = Limits(name.lstrip("/"), r.supervisor.game_oom_score_adj) if groups else None
         if limits is not None:
             self.teardown.push("the games' cgroups", limits.close)  # after the games have ended
+            if limits.swept:
+                self.events.info("cgroups_swept", names=limits.swept)
             if limits.why_off:
                 self.events.warning("limits_off", reason=limits.why_off,
                                     kept="the OOM score, the sampled max_rss_mb, the sandbox's sized tmpfs")
