@@ -53,9 +53,7 @@ void *hk_patch_method(void *object, uint32_t index, void *fn)
     return hk_set_slot(slot, (ULONG_PTR)fn) ? NULL : (void *)before;
 }
 
-/* Points the method at repl once, keeping the first original in *real (a class's table
- * is patched once; a second table of the same class would keep the first original). */
-static void patch(void *object, int index, void *repl, void **real, const char *name)
+void hk_patch_class(void *object, int index, void *repl, void **real, const char *name)
 {
     void *before = hk_patch_method(object, (uint32_t)index, repl);
     if (before && !*real)
@@ -64,22 +62,16 @@ static void patch(void *object, int index, void *repl, void **real, const char *
         hk_fatal(W3S_EXIT_INJECT, "cannot patch the method %s (VirtualProtect failed)", name);
 }
 
-static void step_at(const char *name)
-{
-    if (hk_claim_step_thread(name))
-        hk_step();
-}
-
 static HRESULT WINAPI h_Present(IDirect3DDevice9 *d, const RECT *s, const RECT *t, HWND w, const RGNDATA *r)
 {
-    step_at("IDirect3DDevice9::Present");
+    hk_step_at("IDirect3DDevice9::Present");
     return g_off[C_Present] ? D3D_OK : r_Present(d, s, t, w, r);
 }
 
 static HRESULT WINAPI h_PresentEx(IDirect3DDevice9Ex *d, const RECT *s, const RECT *t, HWND w, const RGNDATA *r,
                                   DWORD flags)
 {
-    step_at("IDirect3DDevice9Ex::PresentEx");
+    hk_step_at("IDirect3DDevice9Ex::PresentEx");
     return g_off[C_PresentEx] ? D3D_OK : r_PresentEx(d, s, t, w, r, flags);
 }
 
@@ -116,21 +108,21 @@ static HRESULT WINAPI h_DrawIndexedPrimitiveUP(IDirect3DDevice9 *d, D3DPRIMITIVE
 /* The device's methods, at the first device (its class's table). */
 static void patch_device(IDirect3DDevice9 *d, int ex)
 {
-    patch(d, SLOT(IDirect3DDevice9Vtbl, Present), (void *)h_Present, (void **)&r_Present, "IDirect3DDevice9::Present");
-    patch(d, SLOT(IDirect3DDevice9Vtbl, Clear), (void *)h_Clear, (void **)&r_Clear, "IDirect3DDevice9::Clear");
-    patch(d, SLOT(IDirect3DDevice9Vtbl, BeginScene), (void *)h_BeginScene, (void **)&r_BeginScene,
+    hk_patch_class(d, SLOT(IDirect3DDevice9Vtbl, Present), (void *)h_Present, (void **)&r_Present, "IDirect3DDevice9::Present");
+    hk_patch_class(d, SLOT(IDirect3DDevice9Vtbl, Clear), (void *)h_Clear, (void **)&r_Clear, "IDirect3DDevice9::Clear");
+    hk_patch_class(d, SLOT(IDirect3DDevice9Vtbl, BeginScene), (void *)h_BeginScene, (void **)&r_BeginScene,
           "IDirect3DDevice9::BeginScene");
-    patch(d, SLOT(IDirect3DDevice9Vtbl, EndScene), (void *)h_EndScene, (void **)&r_EndScene, "IDirect3DDevice9::EndScene");
-    patch(d, SLOT(IDirect3DDevice9Vtbl, DrawPrimitive), (void *)h_DrawPrimitive, (void **)&r_DrawPrimitive,
+    hk_patch_class(d, SLOT(IDirect3DDevice9Vtbl, EndScene), (void *)h_EndScene, (void **)&r_EndScene, "IDirect3DDevice9::EndScene");
+    hk_patch_class(d, SLOT(IDirect3DDevice9Vtbl, DrawPrimitive), (void *)h_DrawPrimitive, (void **)&r_DrawPrimitive,
           "IDirect3DDevice9::DrawPrimitive");
-    patch(d, SLOT(IDirect3DDevice9Vtbl, DrawIndexedPrimitive), (void *)h_DrawIndexedPrimitive,
+    hk_patch_class(d, SLOT(IDirect3DDevice9Vtbl, DrawIndexedPrimitive), (void *)h_DrawIndexedPrimitive,
           (void **)&r_DrawIndexedPrimitive, "IDirect3DDevice9::DrawIndexedPrimitive");
-    patch(d, SLOT(IDirect3DDevice9Vtbl, DrawPrimitiveUP), (void *)h_DrawPrimitiveUP, (void **)&r_DrawPrimitiveUP,
+    hk_patch_class(d, SLOT(IDirect3DDevice9Vtbl, DrawPrimitiveUP), (void *)h_DrawPrimitiveUP, (void **)&r_DrawPrimitiveUP,
           "IDirect3DDevice9::DrawPrimitiveUP");
-    patch(d, SLOT(IDirect3DDevice9Vtbl, DrawIndexedPrimitiveUP), (void *)h_DrawIndexedPrimitiveUP,
+    hk_patch_class(d, SLOT(IDirect3DDevice9Vtbl, DrawIndexedPrimitiveUP), (void *)h_DrawIndexedPrimitiveUP,
           (void **)&r_DrawIndexedPrimitiveUP, "IDirect3DDevice9::DrawIndexedPrimitiveUP");
     if (ex)
-        patch(d, SLOT(IDirect3DDevice9ExVtbl, PresentEx), (void *)h_PresentEx, (void **)&r_PresentEx,
+        hk_patch_class(d, SLOT(IDirect3DDevice9ExVtbl, PresentEx), (void *)h_PresentEx, (void **)&r_PresentEx,
               "IDirect3DDevice9Ex::PresentEx");
 }
 
@@ -152,16 +144,16 @@ static HRESULT WINAPI h_CreateDeviceEx(IDirect3D9Ex *d3d, UINT a, D3DDEVTYPE t, 
     return hr;
 }
 
-/* The real creators: d3d9.dll's, looked up when the game first calls one (the hook
- * imports no Direct3D: it would load it into every game). */
-static void *d3d9_export(const char *name)
+void *hk_graphics_export(const char *dll, const char *name)
 {
-    HMODULE m = GetModuleHandleA("d3d9.dll");
+    HMODULE m = GetModuleHandleA(dll);
     void *f = m ? (void *)GetProcAddress(m, name) : NULL;
     if (!f)
-        hk_fatal(W3S_EXIT_INJECT, "the game called %s, which d3d9.dll does not export here", name);
+        hk_fatal(W3S_EXIT_INJECT, "the game called %s, which %s does not export here", name, dll);
     return f;
 }
+
+static void *d3d9_export(const char *name) { return hk_graphics_export("d3d9.dll", name); }
 
 static IDirect3D9 *WINAPI h_Direct3DCreate9(UINT sdk)
 {
@@ -169,7 +161,7 @@ static IDirect3D9 *WINAPI h_Direct3DCreate9(UINT sdk)
         r_Direct3DCreate9 = d3d9_export("Direct3DCreate9");
     IDirect3D9 *d3d = r_Direct3DCreate9(sdk);
     if (d3d)
-        patch(d3d, SLOT(IDirect3D9Vtbl, CreateDevice), (void *)h_CreateDevice, (void **)&r_CreateDevice,
+        hk_patch_class(d3d, SLOT(IDirect3D9Vtbl, CreateDevice), (void *)h_CreateDevice, (void **)&r_CreateDevice,
               "IDirect3D9::CreateDevice");
     return d3d;
 }
@@ -180,9 +172,9 @@ static HRESULT WINAPI h_Direct3DCreate9Ex(UINT sdk, IDirect3D9Ex **out)
         r_Direct3DCreate9Ex = d3d9_export("Direct3DCreate9Ex");
     HRESULT hr = r_Direct3DCreate9Ex(sdk, out);
     if (SUCCEEDED(hr) && out && *out) {
-        patch(*out, SLOT(IDirect3D9ExVtbl, CreateDevice), (void *)h_CreateDevice, (void **)&r_CreateDevice,
+        hk_patch_class(*out, SLOT(IDirect3D9ExVtbl, CreateDevice), (void *)h_CreateDevice, (void **)&r_CreateDevice,
               "IDirect3D9Ex::CreateDevice");
-        patch(*out, SLOT(IDirect3D9ExVtbl, CreateDeviceEx), (void *)h_CreateDeviceEx, (void **)&r_CreateDeviceEx,
+        hk_patch_class(*out, SLOT(IDirect3D9ExVtbl, CreateDeviceEx), (void *)h_CreateDeviceEx, (void **)&r_CreateDeviceEx,
               "IDirect3D9Ex::CreateDeviceEx");
     }
     return hr;

@@ -25,8 +25,7 @@ enum { D_SwapBuffers, D_wglSwapBuffers, D_BitBlt, D_StretchBlt, D_StretchDIBits,
 static const char *const DRAW_NAMES[D_N] = {"SwapBuffers", "wglSwapBuffers", "BitBlt", "StretchBlt", "StretchDIBits",
                                             "SetDIBitsToDevice", "PatBlt", "FillRect", "Rectangle", "Ellipse"};
 
-/* A frame's step, when name is the step point and this is the step thread. */
-static void step_at(const char *name)
+void hk_step_at(const char *name)
 {
     if (hk_claim_step_thread(name))
         hk_step();
@@ -34,13 +33,13 @@ static void step_at(const char *name)
 
 static BOOL WINAPI h_SwapBuffers(HDC dc)
 {
-    step_at("SwapBuffers");
+    hk_step_at("SwapBuffers");
     return g_draw_off[D_SwapBuffers] ? TRUE : r_SwapBuffers(dc);
 }
 
 static BOOL WINAPI h_wglSwapBuffers(HDC dc)
 {
-    step_at("wglSwapBuffers");
+    hk_step_at("wglSwapBuffers");
     if (g_draw_off[D_wglSwapBuffers] || !r_wglSwapBuffers)
         return TRUE;
     return r_wglSwapBuffers(dc);
@@ -48,7 +47,7 @@ static BOOL WINAPI h_wglSwapBuffers(HDC dc)
 
 static BOOL WINAPI h_BitBlt(HDC d, int x, int y, int w, int h, HDC s, int sx, int sy, DWORD rop)
 {
-    step_at("BitBlt");
+    hk_step_at("BitBlt");
     return g_draw_off[D_BitBlt] ? TRUE : r_BitBlt(d, x, y, w, h, s, sx, sy, rop);
 }
 
@@ -60,7 +59,7 @@ static BOOL WINAPI h_StretchBlt(HDC d, int x, int y, int w, int h, HDC s, int sx
 static int WINAPI h_StretchDIBits(HDC d, int x, int y, int w, int h, int sx, int sy, int sw, int sh, const void *bits,
                                   const BITMAPINFO *bi, UINT use, DWORD rop)
 {
-    step_at("StretchDIBits");
+    hk_step_at("StretchDIBits");
     return g_draw_off[D_StretchDIBits] ? (sh < 0 ? -sh : sh) : r_StretchDIBits(d, x, y, w, h, sx, sy, sw, sh, bits, bi, use, rop);
 }
 
@@ -163,7 +162,7 @@ void hk_draw_off(const char *list)
         while (k < D_N && strcmp(DRAW_NAMES[k], tok))
             k++;
         if (k == D_N) {
-            if (!hk_com_off(tok)) /* a COM method by name (com.c), else Name@ARGBYTES */
+            if (!hk_com_off(tok) && !hk_d3d8_off(tok)) /* a COM method by name, else Name@ARGBYTES */
                 extra_off(tok);
             continue;
         }

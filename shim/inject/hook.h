@@ -40,6 +40,8 @@ extern hk_fn hk_fault_fns[]; /* faults.c: what would wait for a click (message b
 extern const int hk_n_fault_fns;
 extern hk_fn hk_com_fns[]; /* com.c: Direct3D's creators and its devices' methods by name */
 extern const int hk_n_com_fns;
+extern hk_fn hk_d3d8_fns[]; /* d3d8.c: Direct3D 8's creator and its devices' methods */
+extern const int hk_n_d3d8_fns;
 extern hk_fn hk_input_fns[]; /* input.c: the input state a game polls */
 extern const int hk_n_input_fns;
 
@@ -149,8 +151,20 @@ DWORD hk_set_slot(ULONG_PTR *slot, ULONG_PTR value);
 /* Points method index of object's method table at fn; the method it pointed at before,
  * or NULL (no object, already fn, or the table cannot be written). host->patch_method. */
 void *hk_patch_method(void *object, uint32_t index, void *fn);
-/* Drawing off for a COM method named in W3H_DRAW_CALLS: 1 when name is one (draw.c). */
+/* Points the method at repl once, keeping the first original in *real (a class's table
+ * is patched once; a second table of the same class keeps the first original); a fatal
+ * error naming the method where the table cannot be written. */
+void hk_patch_class(void *object, int index, void *repl, void **real, const char *name);
+/* A frame's step, when name is the step point and the calling thread makes the steps. */
+void hk_step_at(const char *name);
+/* The real export name of dll, looked up when the game first calls the hook's
+ * replacement (the hook imports no graphics DLL: it would load it into every game); a
+ * fatal error where the DLL does not export it. */
+void *hk_graphics_export(const char *dll, const char *name);
+/* Drawing off for a COM method named in W3H_DRAW_CALLS: 1 when name is one (draw.c):
+ * Direct3D 9's (com.c), Direct3D 8's (d3d8.c), DXGI's and Direct3D 11's (dxgi.c). */
 int hk_com_off(const char *name);
+int hk_d3d8_off(const char *name);
 /* After host->patch_import wrote slot: keeps the scans from taking its module for a new
  * image (and patching the adapter's function away). */
 void hk_patch_noted(ULONG_PTR *slot);

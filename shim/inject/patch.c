@@ -98,6 +98,26 @@ static FARPROC WINAPI h_GetProcAddress(HMODULE m, LPCSTR name)
     return r_GetProcAddress(m, name);
 }
 
+/* OpenGL past 1.1 (and any extension) is reached through wglGetProcAddress, never an
+ * import: the draw calls the recipe names (glDrawElementsInstanced@20) and the step
+ * point are given out there too. opengl32.dll is loaded when a game calls it. */
+static PROC(WINAPI *r_wglGetProcAddress)(LPCSTR);
+
+static PROC WINAPI h_wglGetProcAddress(LPCSTR name)
+{
+    if (name) {
+        hk_fn *f = hk_find_fn(name);
+        void *t = f ? target(f, in_step_module(__builtin_return_address(0))) : NULL;
+        if (t)
+            return (PROC)t;
+    }
+    if (!r_wglGetProcAddress) {
+        HMODULE gl = GetModuleHandleA("opengl32.dll");
+        r_wglGetProcAddress = gl ? (PROC(WINAPI *)(LPCSTR))(void *)r_GetProcAddress(gl, "wglGetProcAddress") : NULL;
+    }
+    return r_wglGetProcAddress ? r_wglGetProcAddress(name) : NULL;
+}
+
 /* A DLL loaded now is patched once LoadLibrary returns: its DllMain (and threads it
  * starts there) read the real clock until then. The error code is the load's. */
 #define AFTER_LOAD(call)                                                                                               \
@@ -124,6 +144,7 @@ static LONG NTAPI h_LdrLoadDll(const WCHAR *path, void *flags, const void *name,
 #define FN(name) {#name, (void *)h_##name, (void **)&r_##name, HK_LOADER, 0}
 static hk_fn g_loader_fns[] = {
     FN(GetProcAddress), FN(LoadLibraryA), FN(LoadLibraryW), FN(LoadLibraryExA), FN(LoadLibraryExW), FN(LdrLoadDll),
+    FN(wglGetProcAddress),
 };
 #undef FN
 
@@ -137,7 +158,7 @@ static const fn_table TABLES[] = {
     {hk_clock_fns, &hk_n_clock_fns}, {hk_read_fns, &hk_n_read_fns},   {hk_timer_fns, &hk_n_timer_fns},
     {hk_draw_fns, &hk_n_draw_fns},   {hk_msg_fns, &hk_n_msg_fns},     {hk_extra_fns, &hk_n_extra_fns},
     {g_loader_fns, &g_n_loader_fns}, {hk_fault_fns, &hk_n_fault_fns},   {hk_com_fns, &hk_n_com_fns},
-    {hk_input_fns, &hk_n_input_fns},
+    {hk_input_fns, &hk_n_input_fns}, {hk_d3d8_fns, &hk_n_d3d8_fns},
 };
 #define N_TABLES ((int)(sizeof(TABLES) / sizeof(TABLES[0])))
 
