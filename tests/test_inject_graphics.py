@@ -1,5 +1,6 @@
 """Drawing by name (shim/inject/com.c, patch.c, docs/hooking.md "Direct3D" and "OpenGL"):
-games that draw through a Direct3D 9 or 8 device's methods (tests/inject/d3d9_game.c) or
+games that draw through a Direct3D 9 or 8 device's methods (tests/inject/d3d9_game.c), a
+Direct3D 11 context and a DXGI swap chain (tests/inject/d3d11_game.c), or
 through OpenGL functions that only wglGetProcAddress gives (tests/inject/gl_game.c),
 knowing nothing of w3async, are stepped at their present and have their drawing turned
 off from the recipe alone, with no method-table code in their adapter (the probe's),
@@ -29,6 +30,7 @@ TRIANGLE = "0xffff0000"
 
 
 D3D8_DRAW = [c.replace("9", "8") for c in D3D9_DRAW]
+D3D11_DRAW = ["IDXGISwapChain::Present", "ID3D11DeviceContext::ClearRenderTargetView", "ID3D11DeviceContext::Draw"]
 
 
 def graphics_game(probe: dict, name: str, bits: int, request, libs: list[str], source: str = "") -> Path:  # noqa: F811
@@ -45,8 +47,8 @@ def d3d9_game(probe: dict, bits: int, request) -> Path:  # noqa: F811
 
 
 async def _run(tmp_path: Path, probe: dict, bits: int, request, draw: bool, name: str, *,  # noqa: F811
-               exe: Path, step_point: str, draw_calls: list[str]) -> tuple[str, dict]:
-    group = probe_group(probe, args=["--ticks", "600", "--readback"], step_point=step_point,
+               exe: Path, step_point: str, draw_calls: list[str], args: tuple = ()) -> tuple[str, dict]:
+    group = probe_group(probe, args=["--ticks", "600", "--readback", *args], step_point=step_point,
                         step_ms=48, draw=draw, draw_calls=draw_calls, adapter=_probe_adapter(probe, bits, request))
     group["binary"] = str(exe)
     data = null_recipe([group], runtime={"display": "xvfb"}, supervisor={"start_timeout_s": 60}, stop={"seconds": 12})
@@ -112,3 +114,19 @@ async def test_an_opengl_games_drawing_through_wglgetprocaddress_is_turned_off_b
     runs = {draw: await _run(tmp_path, probe, bits, request, draw, f"draw-{draw}", exe=exe, step_point="SwapBuffers",
                              draw_calls=GL_DRAW) for draw in (True, False)}
     _same_simulation_drawn_or_not(runs, "gl", "gl: context made", TRIANGLE)
+
+
+@pytest.mark.parametrize("bits,how", [(64, "chain"), (64, "factory"), (32, "chain")])
+async def test_a_direct3d11_games_swap_chain_and_context_are_hooked_by_name(tmp_path, probe, request, bits, how):
+    """IDXGISwapChain::Present the step point and ClearRenderTargetView off by name, for a
+    swap chain made with its device (D3D11CreateDeviceAndSwapChain) and for one made
+    later by the device's own DXGI factory (found through the device, as engines make
+    theirs). Before: neither could be named."""
+    if bits == 32:
+        request.getfixturevalue("wine32")
+    need("Xvfb", bool(shutil.which("Xvfb")), "apt-get install xvfb")
+    exe = graphics_game(probe, "d3d11_game", bits, request, ["-ld3d11", "-ldxgi", "-ldxguid"])
+    args = ("--factory",) if how == "factory" else ()
+    runs = {draw: await _run(tmp_path, probe, bits, request, draw, f"draw-{draw}", exe=exe, args=args,
+                             step_point="IDXGISwapChain::Present", draw_calls=D3D11_DRAW) for draw in (True, False)}
+    _same_simulation_drawn_or_not(runs, "d3d11", "d3d11: device made", CLEARED)

@@ -137,14 +137,16 @@ def test_a_code_address_must_be_in_an_executable_section(built):
 
 def test_the_hooks_names_are_its_c_tables(tmp_path):
     """hooknames.py reads the hk_fn tables; the draw calls it finds are the ones draw.c's
-    W3H_DRAW_CALLS parser knows (its own and com.c's COM methods), and the step points
-    those patch.c accepts."""
+    W3H_DRAW_CALLS parser knows (its own, and the COM methods of com.c, d3d8.c and
+    dxgi.c), and the step points those patch.c accepts."""
     names = hook_names()
-    draw_c, com_c = (SHIM_INJECT / "draw.c").read_text(), (SHIM_INJECT / "com.c").read_text()
+    draw_c = (SHIM_INJECT / "draw.c").read_text()
     listed = re.search(r"DRAW_NAMES\[D_N\]\s*=\s*\{([^}]*)\}", draw_c).group(1)
-    methods = re.search(r"NAMES\[C_N\]\s*=\s*\{([^}]*)\}", com_c).group(1)
-    assert sorted(names.draw_calls) == sorted(re.findall(r'"(\w+)"', listed) + re.findall(r'"(\w+::\w+)"', methods))
-    assert {"IDirect3DDevice9::Present", "IDirect3DDevice9Ex::PresentEx"} <= set(names.step_points)
+    methods = [m for part in ("com.c", "d3d8.c", "dxgi.c") for m in re.findall(
+        r'"(\w+::\w+)"', re.search(r"NAMES\[C_N\]\s*=\s*\{([^}]*)\}", (SHIM_INJECT / part).read_text()).group(1))]
+    assert sorted(names.draw_calls) == sorted(re.findall(r'"(\w+)"', listed) + methods)
+    assert {"IDirect3DDevice9::Present", "IDirect3DDevice9Ex::PresentEx", "IDirect3DDevice8::Present",
+            "IDXGISwapChain::Present", "IDXGISwapChain1::Present1"} <= set(names.step_points)
     assert {"Sleep", "SleepEx", "PeekMessageA", "BitBlt", "SwapBuffers"} <= set(names.step_points)
     assert not {"GetTickCount", "QueryPerformanceCounter", "GetProcAddress", "FillRect"} & set(names.step_points)
     assert "export:" in names.forms

@@ -162,7 +162,7 @@ void hk_draw_off(const char *list)
         while (k < D_N && strcmp(DRAW_NAMES[k], tok))
             k++;
         if (k == D_N) {
-            if (!hk_com_off(tok) && !hk_d3d8_off(tok)) /* a COM method by name, else Name@ARGBYTES */
+            if (!hk_com_off(tok) && !hk_d3d8_off(tok) && !hk_dxgi_off(tok)) /* a COM method by name, else Name@ARGBYTES */
                 extra_off(tok);
             continue;
         }

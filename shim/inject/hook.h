@@ -42,6 +42,8 @@ extern hk_fn hk_com_fns[]; /* com.c: Direct3D's creators and its devices' method
 extern const int hk_n_com_fns;
 extern hk_fn hk_d3d8_fns[]; /* d3d8.c: Direct3D 8's creator and its devices' methods */
 extern const int hk_n_d3d8_fns;
+extern hk_fn hk_dxgi_fns[]; /* dxgi.c: DXGI's and Direct3D 11's creators, swap chains and contexts */
+extern const int hk_n_dxgi_fns;
 extern hk_fn hk_input_fns[]; /* input.c: the input state a game polls */
 extern const int hk_n_input_fns;
 
@@ -165,6 +167,7 @@ void *hk_graphics_export(const char *dll, const char *name);
  * Direct3D 9's (com.c), Direct3D 8's (d3d8.c), DXGI's and Direct3D 11's (dxgi.c). */
 int hk_com_off(const char *name);
 int hk_d3d8_off(const char *name);
+int hk_dxgi_off(const char *name);
 /* After host->patch_import wrote slot: keeps the scans from taking its module for a new
  * image (and patching the adapter's function away). */
 void hk_patch_noted(ULONG_PTR *slot);

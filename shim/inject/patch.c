@@ -158,7 +158,7 @@ static const fn_table TABLES[] = {
     {hk_clock_fns, &hk_n_clock_fns}, {hk_read_fns, &hk_n_read_fns},   {hk_timer_fns, &hk_n_timer_fns},
     {hk_draw_fns, &hk_n_draw_fns},   {hk_msg_fns, &hk_n_msg_fns},     {hk_extra_fns, &hk_n_extra_fns},
     {g_loader_fns, &g_n_loader_fns}, {hk_fault_fns, &hk_n_fault_fns},   {hk_com_fns, &hk_n_com_fns},
-    {hk_input_fns, &hk_n_input_fns}, {hk_d3d8_fns, &hk_n_d3d8_fns},
+    {hk_input_fns, &hk_n_input_fns}, {hk_d3d8_fns, &hk_n_d3d8_fns}, {hk_dxgi_fns, &hk_n_dxgi_fns},
 };
 #define N_TABLES ((int)(sizeof(TABLES) / sizeof(TABLES[0])))
 

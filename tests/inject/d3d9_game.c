@@ -5,23 +5,13 @@
  * timeBeginPeriod(1), which clears, draws two triangles with DrawPrimitiveUP between
  * BeginScene and EndScene, and presents. The simulation (its hash) depends only on its
  * ticks and on the orders the adapter gives (probe_order), never on what was drawn.
- *
- *   d3d9_game.exe [--ticks N] [--readback]
- *
- * --ticks N    exit 0 after N simulation ticks, printing "d3d9: ticks N hash H"
- * --readback   after the first frame's Clear, read its pixel back: "d3d9: pixel 0xAARRGGBB"
- *              (the clear colour 0xff336699 when Clear drew)
+ * --readback (paced_game.h) reads the back buffer's first pixel after the first frame's
+ * Clear: the clear colour 0xff336699 when Clear drew.
  * A device that cannot be made is said in a message box, as games do. The Direct3D 8
  * build imports Direct3DCreate8 on i386 (as the games of its time) and looks it up with
  * GetProcAddress on x86-64 (mingw-w64 has no 64-bit import library for d3d8).
- * It exports probe_state and probe_order, the probe adapter's (tests/inject/probe_adapter.c).
  */
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <windows.h>
-#include <mmsystem.h>
+#include "paced_game.h"
 #ifdef GAME_D3D8
 #include <d3d8.h>
 #define TAG "d3d8"
@@ -59,58 +49,15 @@ typedef IDirect3DSurface9 surface_t;
 static d3d_t *create_d3d(void) { return Direct3DCreate9(D3D_SDK_VERSION); }
 #endif
 
-typedef struct probe_state_t {
-    volatile long long passes, frames, orders, last_order, background;
-} probe_state_t;
-
-__declspec(dllexport) probe_state_t probe_state;
-
-__declspec(dllexport) void probe_order(long long v)
-{
-    probe_state.orders++;
-    probe_state.last_order = v;
-}
-
 typedef struct vertex {
     float x, y, z, rhw;
     DWORD color;
 } vertex;
 
-static uint64_t g_hash = 1469598103934665603ull; /* FNV-1a over the simulation */
-
-static void tick(void)
-{
-    uint64_t v = (uint64_t)probe_state.last_order * 31u + (uint64_t)probe_state.frames;
-    for (int i = 0; i < 8; i++) {
-        g_hash ^= (v >> (8 * i)) & 0xff;
-        g_hash *= 1099511628211ull;
-    }
-    probe_state.frames++;
-}
-
-static LRESULT CALLBACK wndproc(HWND w, UINT m, WPARAM wp, LPARAM lp)
-{
-    return DefWindowProcA(w, m, wp, lp);
-}
-
 int main(int argc, char **argv)
 {
-    long long ticks = -1;
-    int readback = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--ticks") && i + 1 < argc)
-            ticks = atoll(argv[++i]);
-        else if (!strcmp(argv[i], "--readback"))
-            readback = 1;
-    }
-    WNDCLASSA wc = {0};
-    wc.lpfnWndProc = wndproc;
-    wc.hInstance = GetModuleHandleA(NULL);
-    wc.lpszClassName = "d3d9_game";
-    RegisterClassA(&wc);
-    HWND win = CreateWindowA("d3d9_game", "d3d9_game", WS_OVERLAPPEDWINDOW, 0, 0, 320, 240, NULL, NULL, wc.hInstance,
-                             NULL);
-    ShowWindow(win, SW_SHOW);
+    paced run = paced_start(TAG, argc, argv);
+    HWND win = paced_window(TAG "_game", WS_OVERLAPPEDWINDOW, 320, 240);
     d3d_t *d3d = create_d3d();
     D3DPRESENT_PARAMETERS pp = {0};
     pp.Windowed = TRUE;
@@ -122,7 +69,7 @@ int main(int argc, char **argv)
 #ifndef GAME_D3D8
     pp.PresentationInterval = D3DPRESENT_INTERVAL_IMMEDIATE;
 #endif
-    pp.Flags = readback ? D3DPRESENTFLAG_LOCKABLE_BACKBUFFER : 0;
+    pp.Flags = run.readback ? D3DPRESENTFLAG_LOCKABLE_BACKBUFFER : 0;
     device_t *dev = NULL;
     HRESULT hr = d3d ? d3d->lpVtbl->CreateDevice(d3d, D3DADAPTER_DEFAULT, D3DDEVTYPE_HAL, win,
                                                  D3DCREATE_SOFTWARE_VERTEXPROCESSING, &pp, &dev)
@@ -135,33 +82,16 @@ int main(int argc, char **argv)
     }
     printf(TAG ": device made\n");
     fflush(stdout);
-    timeBeginPeriod(1);
-    DWORD last = timeGetTime();
     vertex tri[6];
     for (;;) {
-        MSG msg;
-        while (PeekMessageA(&msg, NULL, 0, 0, PM_REMOVE)) {
-            TranslateMessage(&msg);
-            DispatchMessageA(&msg);
-        }
-        DWORD now = timeGetTime();
-        while (now - last >= 16) { /* 60 ticks a second of the game's clock */
-            tick();
-            last += 16;
-            if (ticks >= 0 && probe_state.frames >= ticks) {
-                printf(TAG ": ticks %lld hash %016llx passes %lld\n", probe_state.frames, (unsigned long long)g_hash,
-                       probe_state.passes);
-                fflush(stdout);
-                return 0;
-            }
-        }
+        paced_frame(&run);
         float x = (float)(probe_state.frames % 200);
         for (int i = 0; i < 6; i++) {
             tri[i] = (vertex){x + (float)(i % 3) * 40.0f, 40.0f + (float)(i / 3) * 80.0f + (float)((i % 3) == 2) * 60.0f,
                               0.5f, 1.0f, 0xffff0000u | (DWORD)(i * 40)};
         }
         DEV(Clear, dev, 0, NULL, D3DCLEAR_TARGET, D3DCOLOR_XRGB(0x33, 0x66, 0x99), 1.0f, 0);
-        if (readback && probe_state.passes == 0) {
+        if (paced_reads_back(&run)) {
             surface_t *bb = NULL;
             D3DLOCKED_RECT lr;
             DWORD pixel = 0;
@@ -171,15 +101,13 @@ int main(int argc, char **argv)
             }
             if (bb)
                 RELEASE(bb);
-            printf(TAG ": pixel 0x%08lx\n", (unsigned long)(pixel | 0xff000000u));
-            fflush(stdout);
+            paced_pixel(&run, pixel >> 16, pixel >> 8, pixel);
         }
         DEV(BeginScene, dev);
         SET_FVF(dev, D3DFVF_XYZRHW | D3DFVF_DIFFUSE);
         DEV(DrawPrimitiveUP, dev, D3DPT_TRIANGLELIST, 2, tri, sizeof(vertex));
         DEV(EndScene, dev);
         DEV(Present, dev, NULL, NULL, NULL, NULL);
-        probe_state.passes++;
-        Sleep(1);
+        paced_end();
     }
 }
