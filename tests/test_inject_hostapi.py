@@ -24,7 +24,8 @@ pytestmark = pytest.mark.wine
 def hostapi(probe, mingw) -> dict[str, Path]:  # noqa: F811
     src, out = REPO / "tests" / "inject", probe["dir"]
     game, adapter = out / "hostapi_game.exe", out / "hostapi_adapter.dll"
-    subprocess.run([mingw, "-O2", "-Wall", "-o", str(game), str(src / "hostapi_game.c"), "-lgdi32"], check=True)
+    subprocess.run([mingw, "-O2", "-Wall", "-o", str(game), str(src / "hostapi_game.c"), "-lgdi32", "-ldinput8",
+                    "-ldxguid"], check=True)
     subprocess.run([mingw, "-O2", "-Wall", "-shared", "-I", str(REPO / "shim"), "-I", str(REPO / "shim" / "inject"),
                     "-o", str(adapter), str(src / "hostapi_adapter.c")], check=True)
     return {"game": game, "adapter": adapter}
@@ -86,4 +87,23 @@ async def test_the_adapter_finds_the_window_checks_addresses_patches_imports_and
     b = first(lambda st: st[5:] == (1, 1), at)
     first(lambda st: st[5:] == (0, 0), b)
     assert not [st for st in states if st[5] != st[6]], states
+    assert_nothing_left(sup, run)
+
+
+async def test_directinput_buffered_data_agrees_with_the_adapters_input(tmp_path, hostapi):
+    """The same script read through a DirectInput 8 keyboard's and mouse's GetDeviceData
+    (buffered): each key's transitions by DIK code (an auto-repeat none), the pointer's moves relative to the
+    last (DIMOFS_X 0, DIMOFS_Y 4) and its button's (DIMOFS_BUTTON0 12), in order.
+    Before: a mouse's buffered data was always empty."""
+    run = tmp_path / "run"
+    sup, stats = await run_recipe(hostapi_run(hostapi, args=["--dinput"]), run)
+    log = game_logs(run)[0]
+    assert "hostapi: dinput keyboard 1 mouse 1" in log, log[-2000:]
+    assert "adapter: script done" in log, log[-2000:]
+    keys = [(int(o), int(d)) for o, d in re.findall(r"di key (\d+) (-?\d+)", log)]
+    left, a = 0xCB, 0x1E  # DIK_LEFT, DIK_A
+    # A held key's auto-repeat is no transition: DirectInput reports none.
+    assert keys[:4] == [(left, 0x80), (left, 0), (a, 0x80), (a, 0)], keys
+    mouse = [(int(o), int(d)) for o, d in re.findall(r"di mouse (\d+) (-?\d+)", log)]
+    assert mouse == [(0, 10), (4, 20), (12, 0x80), (0, 1), (4, 1), (12, 0)], mouse
     assert_nothing_left(sup, run)

@@ -17,6 +17,7 @@
 #include <dinput.h>
 
 static void di_key_event(uint32_t vk, int down);
+static void di_mouse_event(DWORD ofs, DWORD data);
 
 /* ---- the keyboard ---- */
 
@@ -133,6 +134,10 @@ int hk_mouse(void *window, int32_t x, int32_t y, uint32_t buttons)
     LPARAM lp = MAKELPARAM((WORD)(SHORT)x, (WORD)(SHORT)y);
     g_virtual = 1;
     g_mouse_window = (HWND)window;
+    if (x != g_at.x) /* DirectInput's buffered mouse data: relative moves, then the buttons */
+        di_mouse_event(DIMOFS_X, (DWORD)(x - g_at.x));
+    if (y != g_at.y)
+        di_mouse_event(DIMOFS_Y, (DWORD)(y - g_at.y));
     g_at.x = x, g_at.y = y;
     WPARAM mk = 0;
     for (int i = 0; i < 3; i++)
@@ -153,6 +158,7 @@ int hk_mouse(void *window, int32_t x, int32_t y, uint32_t buttons)
         if (!rc) {
             g_buttons ^= B[i].bit;
             g_pressed[B[i].vk] |= now != 0;
+            di_mouse_event((DWORD)DIMOFS_BUTTON0 + (DWORD)i, now ? 0x80 : 0);
         }
     }
     return rc;
@@ -233,8 +239,9 @@ static BOOL WINAPI h_GetKeyboardState(BYTE *keys)
 /* DirectInput8Create's object: its CreateDevice is patched; the devices that makes, their
  * GetDeviceState and GetDeviceData. Once the adapter has given input, a keyboard's state
  * (256 bytes by DIK code) is the keys held, a mouse's (DIMOUSESTATE or DIMOUSESTATE2)
- * the pointer's move since the last read and the buttons held, and a keyboard's buffered
- * data the key transitions since the last read. */
+ * the pointer's move since the last read and the buttons held, and a device's buffered
+ * data its transitions since the last read: a keyboard's keys, a mouse's moves (DIMOFS_X,
+ * DIMOFS_Y: relative) and buttons (DIMOFS_BUTTON0-2). */
 static HRESULT(WINAPI *r_DirectInput8Create)(HINSTANCE, DWORD, REFIID, LPVOID *, LPUNKNOWN);
 static HRESULT(WINAPI *r_CreateDeviceA)(IDirectInput8A *, REFGUID, LPDIRECTINPUTDEVICE8A *, LPUNKNOWN);
 static HRESULT(WINAPI *r_CreateDeviceW)(IDirectInput8W *, REFGUID, LPDIRECTINPUTDEVICE8W *, LPUNKNOWN);
@@ -251,9 +258,13 @@ static struct { void *dev; int mouse; } g_devices[16];
 static int g_n_devices;
 static POINT g_di_at; /* the pointer where a mouse's state was last read */
 
-/* The key transitions a keyboard's GetDeviceData has not returned yet. */
-static struct { DWORD ofs, data, time, seq; } g_events[256];
-static int g_n_events;
+/* What a device's GetDeviceData has not returned yet: the keyboard's key transitions,
+ * the mouse's moves and button transitions; one sequence for both, as DirectInput's. */
+typedef struct di_queue {
+    struct { DWORD ofs, data, time, seq; } ev[256];
+    int n;
+} di_queue;
+static di_queue g_keys_q, g_mouse_q;
 static DWORD g_seq;
 
 static DWORD dik(uint32_t vk)
@@ -261,12 +272,16 @@ static DWORD dik(uint32_t vk)
     return (MapVirtualKeyA(vk, MAPVK_VK_TO_VSC) & 0xff) | (extended(vk) ? 0x80 : 0);
 }
 
-static void di_key_event(uint32_t vk, int down)
+static void di_push(di_queue *q, DWORD ofs, DWORD data)
 {
-    if (g_n_events == (int)(sizeof(g_events) / sizeof(g_events[0]))) /* full: the oldest goes, as DirectInput's buffer */
-        memmove(g_events, g_events + 1, sizeof(g_events) - sizeof(g_events[0])), g_n_events--;
-    g_events[g_n_events++] = (typeof(g_events[0])){dik(vk), down ? 0x80 : 0, GetTickCount(), ++g_seq};
+    if (q->n == (int)(sizeof(q->ev) / sizeof(q->ev[0]))) /* full: the oldest goes, as DirectInput's buffer */
+        memmove(q->ev, q->ev + 1, sizeof(q->ev) - sizeof(q->ev[0])), q->n--;
+    q->ev[q->n].ofs = ofs, q->ev[q->n].data = data, q->ev[q->n].time = GetTickCount(), q->ev[q->n].seq = ++g_seq;
+    q->n++;
 }
+
+static void di_key_event(uint32_t vk, int down) { di_push(&g_keys_q, dik(vk), down ? 0x80 : 0); }
+static void di_mouse_event(DWORD ofs, DWORD data) { di_push(&g_mouse_q, ofs, data); }
 
 static int is_mouse(void *dev)
 {
@@ -303,18 +318,19 @@ static HRESULT device_data(void *dev, DWORD size, LPDIDEVICEOBJECTDATA out, LPDW
 {
     if (!g_virtual || !inout || size < sizeof(DIDEVICEOBJECTDATA_DX3))
         return real(dev, size, out, inout, flags);
-    int n = is_mouse(dev) ? 0 : g_n_events;
+    di_queue *q = is_mouse(dev) ? &g_mouse_q : &g_keys_q;
+    int n = q->n;
     if (out && (DWORD)n > *inout)
         n = (int)*inout;
     for (int i = 0; out && i < n; i++) {
         DIDEVICEOBJECTDATA *d = (DIDEVICEOBJECTDATA *)((BYTE *)out + (size_t)i * size);
         memset(d, 0, size);
-        d->dwOfs = g_events[i].ofs, d->dwData = g_events[i].data, d->dwTimeStamp = g_events[i].time;
-        d->dwSequence = g_events[i].seq;
+        d->dwOfs = q->ev[i].ofs, d->dwData = q->ev[i].data, d->dwTimeStamp = q->ev[i].time;
+        d->dwSequence = q->ev[i].seq;
     }
-    if (!is_mouse(dev) && !(flags & DIGDD_PEEK)) {
-        memmove(g_events, g_events + n, sizeof(g_events[0]) * (size_t)(g_n_events - n));
-        g_n_events -= n;
+    if (!(flags & DIGDD_PEEK)) {
+        memmove(q->ev, q->ev + n, sizeof(q->ev[0]) * (size_t)(q->n - n));
+        q->n -= n;
     }
     *inout = (DWORD)n;
     return DI_OK;

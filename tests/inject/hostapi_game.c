@@ -2,11 +2,39 @@
  * input message its window gets ("msg NAME wparam lparam"), what GetVersion returns
  * and what TextOutA returns (each when it changes), the input state it polls each frame
  * (GetCursorPos, GetAsyncKeyState, GetKeyState, GetKeyboardState: "poll ..." when it
- * changes), and otherwise sleeps 1 ms a frame between draining its messages. It knows
- * nothing of w3async and exports nothing. */
+ * changes), and otherwise sleeps 1 ms a frame between draining its messages. With
+ * --dinput it also reads a DirectInput 8 keyboard's and mouse's buffered data each frame
+ * ("di key OFS DATA", "di mouse OFS DATA": each event, the mouse's moves relative). It
+ * knows nothing of w3async and exports nothing. */
 #include <stdio.h>
 #include <string.h>
 #include <windows.h>
+#define DIRECTINPUT_VERSION 0x0800
+#include <dinput.h>
+
+/* A buffered DirectInput device of the given format, or NULL. */
+static IDirectInputDevice8A *hg_device(IDirectInput8A *di, HWND w, REFGUID kind, LPCDIDATAFORMAT format)
+{
+    IDirectInputDevice8A *dev = NULL;
+    if (FAILED(IDirectInput8_CreateDevice(di, kind, &dev, NULL)))
+        return NULL;
+    DIPROPDWORD size = {{sizeof(DIPROPDWORD), sizeof(DIPROPHEADER), 0, DIPH_DEVICE}, 64};
+    IDirectInputDevice8_SetDataFormat(dev, format);
+    IDirectInputDevice8_SetCooperativeLevel(dev, w, DISCL_NONEXCLUSIVE | DISCL_BACKGROUND);
+    IDirectInputDevice8_SetProperty(dev, DIPROP_BUFFERSIZE, &size.diph);
+    IDirectInputDevice8_Acquire(dev);
+    return dev;
+}
+
+static void hg_drain(IDirectInputDevice8A *dev, const char *what)
+{
+    DIDEVICEOBJECTDATA ev[16];
+    DWORD n = 16;
+    if (dev && SUCCEEDED(IDirectInputDevice8_GetDeviceData(dev, sizeof(ev[0]), ev, &n, 0)))
+        for (DWORD i = 0; i < n; i++)
+            printf("di %s %lu %ld\n", what, (unsigned long)ev[i].dwOfs, (long)ev[i].dwData);
+    fflush(stdout);
+}
 
 static const struct {
     UINT msg;
@@ -29,8 +57,9 @@ static LRESULT CALLBACK hg_proc(HWND w, UINT msg, WPARAM wp, LPARAM lp)
     return DefWindowProcA(w, msg, wp, lp);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    int dinput = argc > 1 && !strcmp(argv[1], "--dinput");
     WNDCLASSA wc = {0};
     wc.lpfnWndProc = hg_proc;
     wc.hInstance = GetModuleHandleA(NULL);
@@ -42,6 +71,15 @@ int main(void)
         return 1;
     }
     ShowWindow(w, SW_SHOW);
+    IDirectInput8A *di = NULL;
+    IDirectInputDevice8A *kb = NULL, *mouse = NULL;
+    if (dinput && SUCCEEDED(DirectInput8Create(wc.hInstance, DIRECTINPUT_VERSION, &IID_IDirectInput8A, (void **)&di,
+                                               NULL))) {
+        kb = hg_device(di, w, &GUID_SysKeyboard, &c_dfDIKeyboard);
+        mouse = hg_device(di, w, &GUID_SysMouse, &c_dfDIMouse);
+        printf("hostapi: dinput keyboard %d mouse %d\n", kb != NULL, mouse != NULL);
+        fflush(stdout);
+    }
     HDC mem = CreateCompatibleDC(NULL);
     DWORD last_version = 0;
     BOOL last_text = -1;
@@ -52,6 +90,8 @@ int main(void)
             TranslateMessage(&m);
             DispatchMessageA(&m);
         }
+        hg_drain(kb, "key");
+        hg_drain(mouse, "mouse");
         POINT p;
         GetCursorPos(&p);
         ScreenToClient(w, &p);
