@@ -94,12 +94,18 @@ async def test_a_games_burning_helper_and_memory_are_its_own(tmp_path, null_nati
     games = seen["sample"]["games"]
     assert games[0]["procs"] == games[2]["procs"] + 1 == len(seen["trees"][0])  # the helper counted with its game
     assert games[0]["cpu"] > 0.3 and games[0]["cpu"] > 3 * games[2]["cpu"], games
+    # CPU per step: the helper's spin is slot 0's cost per step too; the kind's is over all
+    # the games' steps of the sample, so it lies between the games' own.
+    per = [games[i]["ms_per_step"] for i in range(3)]
+    assert None not in per and per[0] > 3 * per[2], games
+    kind = seen["sample"]["kinds"]["games"]["ms_per_step"]
+    assert kind is not None and min(per) <= kind * 1.05 and kind <= max(per) * 1.05, (kind, per)
     for i in range(3):  # the sample and the test's read are up to one interval apart: a few pages move
         assert abs(games[i]["rss_mb"] - seen["rss"][i]) <= max(0.1 * seen["rss"][i], 1.0), (i, games[i], seen["rss"])
     assert abs(games[1]["rss_mb"] - seen["rss"][1]) <= 0.1 * seen["rss"][1]  # the 96 MiB game: within 10%
     assert games[1]["rss_mb"] >= 96
     by_slot = {g["slot"]: g for g in seen["games"]}
-    assert by_slot[1]["rss_mb"] >= 96 and by_slot[0]["cpu"] > 0.3
+    assert by_slot[1]["rss_mb"] >= 96 and by_slot[0]["cpu"] > 0.3 and by_slot[0]["cpu_ms_per_step"] > 0
     acct = seen["status"]["accounting"]
     assert acct["kinds"]["games"]["procs"] == sum(len(t) for t in seen["trees"].values())
     assert acct["kinds"]["supervisor"]["rss_mb"] > 10 and "loop" in acct["threads"]
@@ -143,7 +149,8 @@ async def test_a_game_over_its_rss_cap_is_recycled_with_cause_memory(tmp_path, n
 async def test_a_wine_prefixs_wineserver_and_sync(tmp_path, null_exe):
     """Two Wine games of one prefix: its wineserver (and Wine's services) are kinds of
     their own, not a game's; the prefix's sync is read from the wineserver: Debian's Wine
-    8.0 has no esync, fsync or ntsync, so "server"; said once in a `wine_sync` event."""
+    8.0 has no esync, fsync or ntsync, so "server"; said once in a `wine_sync` event. The
+    server's CPU per step of the games is sampled with the rest."""
     data = null_recipe([{"binary": str(null_exe), "runtime": "wine", "count": 2}],
                        supervisor={"accounting_s": 0.5, "start_timeout_s": 120}, stop={"seconds": 6})
 
@@ -160,6 +167,10 @@ async def test_a_wine_prefixs_wineserver_and_sync(tmp_path, null_exe):
     assert pf["prefix"] == seen["prefixes"][0] and pf["sync"] == "server"
     assert seen["comm"].startswith("wineserver")
     assert sample["kinds"]["wineserver"]["procs"] == 1 and sample["kinds"]["wineserver"]["rss_mb"] > 1
+    # What the server and Wine's services cost a step of the games they serve (this game's
+    # steps go through shared memory and doorbells, not the server: near 0 here).
+    assert sample["kinds"]["wineserver"]["ms_per_step"] is not None, sample["kinds"]
+    assert sample["kinds"]["wine-services"]["ms_per_step"] is not None, sample["kinds"]
     games_pids = {p for t in seen["trees"].values() for p in t}
     assert pf["wineserver_pid"] not in games_pids
     said = [e for e in events(tmp_path / "run") if e["event"] == "wine_sync"]

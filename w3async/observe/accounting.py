@@ -43,6 +43,7 @@ class Accounted:
     slot: int
     pid: int | None  # the process the keeper started (the sandbox's, the launcher's): its tree is the game's
     max_rss_mb: float = 0.0  # 0: no cap
+    steps: int = 0  # the agent steps of its rows since this start (the slot's sequence numbers summed)
 
 
 class Accounting:
@@ -61,6 +62,7 @@ class Accounting:
         self.games, self.prefixes, self.interval_s = games, prefixes, interval_s
         self.on_over_cap, self.on_sample, self.threads, self.ray = on_over_cap, on_sample, threads, ray
         self._latest: dict | None = None
+        self._steps: dict[int, tuple[int | None, int]] = {}  # slot -> (pid, steps) at the last sample
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._reader: subprocess.Popen | None = None
@@ -132,6 +134,7 @@ class Accounting:
             role = roles.get(int(tid), "other")
             threads[role] = round(threads.get(role, 0.0) + cores, 4)
         self.sample_ms = (time.perf_counter() - t0) * 1e3
+        self._per_step(games, per_game, got["kinds"], got["interval_s"])
         sample = dict(got, games=per_game, threads=dict(sorted(threads.items())), t=time.time(),
                       sample_ms=round(self.sample_ms, 3))
         self._latest = sample
@@ -142,6 +145,30 @@ class Accounting:
         if self.on_sample is not None:
             self.on_sample(sample)
         return sample
+
+
+    def _per_step(self, games: list[Accounted], per_game: dict, kinds: dict, interval_s: float) -> None:
+        """CPU per agent step over the sample, `ms_per_step` (None: no step in it): each
+        game's own, and each kind's over all the games' steps (Wine's server and services
+        per step of the games they serve). A start new since the last sample made all its
+        steps in this one, as all its CPU (proc_sampler.py)."""
+        total, seen = 0, {}
+        for g in games:
+            pid, steps = self._steps.get(g.slot, (None, 0))
+            made = g.steps - steps if pid == g.pid and g.steps >= steps else g.steps
+            seen[g.slot] = (g.pid, g.steps)
+            total += made
+            fig = per_game.get(g.slot)
+            if fig is not None:
+                fig["ms_per_step"] = _ms(fig["cpu"], interval_s, made)
+        self._steps = seen
+        for fig in kinds.values():
+            fig["ms_per_step"] = _ms(fig["cpu"], interval_s, total)
+
+
+def _ms(cores: float, interval_s: float, steps: int) -> float | None:
+    """CPU milliseconds a step: cores over interval_s, shared by steps (None: none)."""
+    return round(cores * interval_s * 1e3 / steps, 4) if steps > 0 else None
 
 
 def thread_roles(loop_tid: int) -> dict[int, str]:

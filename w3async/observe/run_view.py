@@ -68,6 +68,7 @@ class GameView:
     host: str = ""  # the game host it runs on ("": this machine)
     cpu: float | None = None  # cores its processes used over the last accounting sample (None: not sampled)
     rss_mb: float | None = None  # their resident memory, MiB
+    cpu_ms_per_step: float | None = None  # their CPU ms per agent step of it over that sample (None: no step)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -99,7 +100,7 @@ class SupervisorSource:
         for g in out:
             fig = acct.get(g["slot"]) if not g["host"] else None
             if fig:
-                g.update(cpu=fig["cpu"], rss_mb=round(fig["rss_mb"], 1))
+                g.update(cpu=fig["cpu"], rss_mb=round(fig["rss_mb"], 1), cpu_ms_per_step=fig.get("ms_per_step"))
         return out
 
 
@@ -163,7 +164,8 @@ def _accounting(sample: dict | None) -> dict | None:
         return None
     return dict(sampled_at=_iso(sample["t"]), interval_s=sample["interval_s"], sample_ms=sample["sample_ms"],
                 kinds=sample["kinds"], threads=sample["threads"], prefixes=sample["prefixes"],
-                games={str(k): dict(cpu=v["cpu"], rss_mb=round(v["rss_mb"], 1)) for k, v in sample["games"].items()})
+                games={str(k): dict(cpu=v["cpu"], rss_mb=round(v["rss_mb"], 1), ms_per_step=v.get("ms_per_step"))
+                       for k, v in sample["games"].items()})
 
 
 class RunView:

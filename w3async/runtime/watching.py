@@ -48,7 +48,7 @@ class RunWatch:
 
         def games() -> list[Accounted]:  # on the sampler's thread: plain reads of the slots
             return [Accounted(s.index, s.proc.pid if s.proc is not None and s.proc.returncode is None else None,
-                              s.group.max_rss_mb) for s in slots]
+                              s.group.max_rss_mb, int(s.seq_sum)) for s in slots]
 
         def prefixes() -> list[str]:
             return [p for rt in list(self.runtimes.values()) for p in rt.prefixes()]
