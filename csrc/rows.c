@@ -221,7 +221,7 @@ static int g_head_take(const w3s_row *r, int row, uint64_t obs, uint64_t act, g_
         return g_bad(bad, row, "row_magic", -1, PyLong_FromUnsignedLong(hd->row_magic)) < 0 ? -1 : 1;
     if (hd->n_ent > W3S_E_MAX)
         return g_bad(bad, row, "n_ent", -1, PyLong_FromUnsignedLong(hd->n_ent)) < 0 ? -1 : 1;
-    if (hd->flags & ~(uint32_t)(W3S_FLAG_FIRST | W3S_FLAG_DONE | W3S_FLAG_TRUNCATED))
+    if (hd->flags & ~(uint32_t)(W3S_FLAG_FIRST | W3S_FLAG_DONE | W3S_FLAG_TRUNCATED | W3S_FLAG_TIME_LIMIT))
         return g_bad(bad, row, "flags", -1, PyLong_FromUnsignedLong(hd->flags)) < 0 ? -1 : 1;
     if (!isfinite(hd->reward))
         return g_bad(bad, row, "reward", -1, PyFloat_FromDouble(hd->reward)) < 0 ? -1 : 1;

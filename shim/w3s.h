@@ -10,6 +10,7 @@
  *   W3S_SHM       the segment's name ("/w3a-..."), native games
  *   W3S_SHM_PATH  the segment as a Windows path ("Z:\dev\shm\w3a-..."), Windows games
  *   W3S_ROW0, W3S_NROWS   this process's rows
+ *   W3S_LANES, W3S_SIDES  its lanes and agent sides a lane: side s of lane l is row W3S_SIDES*l + s
  *   W3S_OBS_FD, W3S_ACT_FD       inherited: a pipe's write end and an eventfd, native games
  *   W3S_OBS_FIFO, W3S_ACT_FIFO   FIFO paths ("Z:\...\obs-3.fifo"), Windows games
  *   W3S_PARENT_PID  the supervisor's pid: a native game exits when it goes away

@@ -42,6 +42,7 @@
 #define W3S_FLAG_FIRST 1u     /* first step of an episode */
 #define W3S_FLAG_DONE 2u      /* the episode ended at this step (terminal) */
 #define W3S_FLAG_TRUNCATED 4u /* the episode was cut (time limit, reload) */
+#define W3S_FLAG_TIME_LIMIT 8u /* with DONE: the game's own time limit ended it, its result the tie-break's */
 
 /* Table states, written by the supervisor into the header. */
 #define W3S_STATE_RUN 1u

@@ -37,13 +37,33 @@ def test_the_score_needs_every_level_full_and_is_their_mean():
     assert score(w, ("ai:easy", "ai:normal"), 4) is None  # nor a full window
     w["ai:normal"].append("loss")
     s = score(w, ("ai:easy", "ai:normal"), 4)
-    assert s["score"] == pytest.approx((0.75 + 0.25) / 2)
+    assert s["score"] == pytest.approx((0.75 + 1 / 3) / 2, abs=1e-4)  # a truncated game is no game
     e, n = s["levels"]["ai:easy"], s["levels"]["ai:normal"]
     assert (e["games"], e["wins"], e["losses"], e["draws"]) == (4, 3, 1, 0)
-    assert (n["wins"], n["losses"], n["draws"], n["truncated"]) == (1, 1, 1, 1)  # a draw is not a win
+    assert (n["games"], n["wins"], n["losses"], n["draws"], n["truncated"]) == (3, 1, 1, 1, 1)  # a draw is not a win
     assert (e["lo"], e["hi"]) == pytest.approx(wilson(3, 4), abs=1e-4)
-    assert (s["games"], s["wins"]) == (8, 4) and (s["lo"], s["hi"]) == pytest.approx(wilson(4, 8), abs=1e-4)
+    assert (s["games"], s["wins"]) == (7, 4) and (s["lo"], s["hi"]) == pytest.approx(wilson(4, 7), abs=1e-4)
     assert score(w, (), 4) is None
+
+
+def test_a_decisive_win_scores_above_a_win_at_the_time_limit():
+    """Two policies with the same win rate: the one that wins outright is the better
+    (outcomes.py: a win on the tie-break counts half in the score), and each level's
+    record splits the wins and the losses by kind, with the decisive rate's interval."""
+    outright = {"ai:easy": ["win", "win", "win:time_limit", "loss"]}
+    pokes = {"ai:easy": ["win:time_limit", "win:time_limit", "win", "loss:time_limit"]}
+    a, b = score(outright, ("ai:easy",), 4), score(pokes, ("ai:easy",), 4)
+    assert a["levels"]["ai:easy"]["win_rate"] == b["levels"]["ai:easy"]["win_rate"] == 0.75
+    assert a["score"] == pytest.approx((2 + 0.5) / 4) and b["score"] == pytest.approx((1 + 1.0) / 4)
+    assert a["score"] > b["score"] and (a["decisive_wins"], b["decisive_wins"]) == (2, 1)
+    r = b["levels"]["ai:easy"]
+    assert (r["decisive_wins"], r["time_limit_wins"], r["losses"], r["time_limit_losses"]) == (1, 2, 1, 1)
+    assert r["decisive_rate"] == 0.25 and (r["decisive_lo"], r["decisive_hi"]) == pytest.approx(wilson(1, 4), abs=1e-4)
+    keeper = BestKeeper(".", ("ai:easy",), 4)
+    keeper.best = dict(b, updates=1)
+    assert keeper.candidate(outright, 2, 20) is not None  # the outright winner replaces the poker
+    keeper.best = dict(a, updates=1)
+    assert keeper.candidate(pokes, 2, 20) is None
 
 
 def test_only_a_better_score_replaces_best_and_survives_a_resume(tmp_path):

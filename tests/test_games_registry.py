@@ -68,8 +68,8 @@ def test_evaluation_levels_come_from_the_games(third_game):
     s = RunSeries(levels=third_game.eval_levels)
     s.add_episode(1000.0, "third:bot", True, "win")
     s.add_episode(1001.0, "ai:easy", True, "win")  # not this run's level: an episode, not a win rate
-    assert s.evaluation() == {"third:bot": s.levels["third:bot"].as_dict()} and s.levels["third:bot"].wins == 1
-    assert [line["label"] for line in s.plots()["win_rate"]] == ["third:bot"]
+    assert s.evaluation() == {"third:bot": s.levels["third:bot"].as_dict()} and s.evaluation()["third:bot"]["wins"] == 1
+    assert [line["label"] for line in s.plots()["win_rate"]] == ["third:bot", "third:bot decisive"]
 
 
 def test_a_recipe_names_a_registered_game_only(third_game):

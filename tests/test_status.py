@@ -57,7 +57,8 @@ SUB_KEYS = {
     "league": {"snapshots", "latest_snapshot", "opponents"},
     "episodes": {"total", "eval", "train", "last_eval_replay"},
 }
-TALLY_KEYS = {"games", "wins", "losses", "draws", "win_rate", "recent_games", "recent_win_rate"}
+TALLY_KEYS = {"games", "wins", "decisive_wins", "time_limit_wins", "losses", "time_limit_losses", "draws", "win_rate",
+              "decisive_rate", "recent_games", "recent_win_rate", "recent_decisive_rate"}
 
 
 # ---- a run folder written the way docs/logs.md says --------------------------------

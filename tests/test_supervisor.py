@@ -484,3 +484,18 @@ def test_an_env_whose_games_fail_every_start_raises_the_cause():
                 env.step(np.full((env.num_envs, layout.N_HEADS), 3, np.int64))
     finally:
         env.close()
+
+
+async def test_a_game_is_told_its_rows_lanes_and_sides(tmp_path):
+    """A game that prints its environment (/usr/bin/env, which never attaches: its slot
+    fails) was told its rows and its group's shape: W3S_NROWS = W3S_LANES * W3S_SIDES."""
+    data = null_recipe([{"binary": "/usr/bin/env", "count": 1, "lanes": 3, "sides": 2},
+                        {"binary": "/usr/bin/env", "count": 1, "lanes": 5, "sides": 1}],
+                       supervisor={"max_start_failures": 1}, stop={"seconds": 5})
+    with pytest.raises(RunError):
+        await run_recipe(data, tmp_path / "run")
+    for slot, (row0, lanes, sides) in enumerate([(0, 3, 2), (6, 5, 1)]):
+        log = (tmp_path / "run" / "games" / f"slot-{slot}.log").read_text()
+        told = dict(x.split("=", 1) for x in log.splitlines() if x.startswith("W3S_"))
+        assert (told["W3S_ROW0"], told["W3S_NROWS"], told["W3S_LANES"], told["W3S_SIDES"]) == (
+            str(row0), str(lanes * sides), str(lanes), str(sides)), told

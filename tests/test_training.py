@@ -409,3 +409,40 @@ async def test_the_learner_comes_only_from_the_composition_root(tmp_path):
     with pytest.raises(RunError, match=r"network.*w3async\.compose\.supervisor"):
         await Supervisor(recipe_from_dict(learn_recipe(count=1)), tmp_path / "run").run()
     assert not [e for e in events(tmp_path / "run") if e["event"] == "game_start"]
+
+
+async def test_a_fixed_policys_run_writes_the_episodes_a_learners_would(tmp_path):
+    """The random policy on the duel, a train group against easy and an eval group against
+    normal: episodes.jsonl gets each finished episode (labelled, eval or not, with its
+    result and return) and the offline `status` the evaluation lines, as for a learner:
+    the random baseline a learner is compared with (before: no episodes.jsonl at all)."""
+    import subprocess
+    import sys
+
+    subprocess.run(["make", "-s", "-C", "games/duel", "native", f"BUILD={REPO / 'build'}"], cwd=REPO, check=True)
+    duel = REPO / "build" / "native" / "duel"
+    env = {"W3D_REWARD": "win", "W3D_TIME_LIMIT": "40"}
+    data = {"name": "baseline", "game": "duel", "supervisor": {"policy": "random", "progress_s": 0},
+            "games": [{"binary": str(duel), "count": 1, "lanes": 4, "sides": 1, "env": dict(env, W3D_SIDES="agent,ai:easy")},
+                      {"binary": str(duel), "count": 1, "lanes": 4, "sides": 1, "role": "eval",
+                       "env": dict(env, W3D_SIDES="agent,ai:normal", W3D_SEED="9002")}],
+            "stop": {"seconds": 4}}
+    sup = compose.supervisor(recipe_from_dict(data), tmp_path / "run")
+    await sup.run()
+    eps = [json.loads(x) for x in (tmp_path / "run" / "episodes.jsonl").read_text().splitlines()]
+    eps = [e for e in eps if e["event"] == "episode"]
+    train = [e for e in eps if not e["eval"]]
+    evals = [e for e in eps if e["eval"]]
+    assert train and {e["opponent"] for e in train} == {"ai:easy"}, eps[:3]
+    assert evals and {e["opponent"] for e in evals} == {"ai:normal"}, eps[:3]
+    assert {e["result"] for e in eps} <= {"win", "loss", "draw", "truncated"} and all(e["steps"] > 0 for e in eps)
+    assert {e["policy_version"] for e in eps} == {0} and {e["slot"] for e in evals} == {1}
+    # 40 turns: no base falls, every game ends at the time limit, on the tie-break (the
+    # duel's TIME_LIMIT flag): its wins are not decisive (w3async/outcomes.py).
+    assert {e["end"] for e in eps if e["result"] != "truncated"} == {"time_limit"}, eps[:3]
+    won = sum(e["result"] == "win" for e in evals)
+    out = subprocess.run([sys.executable, "-m", "w3async", "status", str(tmp_path / "run")], cwd=REPO,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "vs ai:normal" in out.stdout and f"in {len(evals)} games" in out.stdout, out.stdout
+    assert f"0 wins decisive, {won} at the time limit" in out.stdout, out.stdout
+    assert_nothing_left(sup, tmp_path / "run")

@@ -7,7 +7,8 @@ recipe:
 
 - the answerer: a given one, a given fixed policy, the learner (`policy = "network"`:
   learn.training.Training, which loads the latest checkpoint or refuses the run), or the
-  recipe's fixed policy ("check", "random");
+  recipe's fixed policy ("check", "random"), whose episodes an EpisodeBook (learn/tallies.py)
+  writes as the learner's are;
 - the cluster link (cluster.link.ClusterLink) for a recipe with a [cluster] section;
 
 and hands them to the Supervisor. `python -m w3async run`, `w3async eval`, the env's
@@ -31,13 +32,18 @@ def answerer_for(recipe, policy: Callable | None = None, answerer: MakeAnswerer 
     set-up, after the slots and before any game starts)."""
     if answerer is not None:
         return answerer
-    if policy is not None:
-        return lambda control: PolicyAnswerer(control, policy)
-    if recipe.supervisor.policy == "network":
+    if recipe.supervisor.policy == "network" and policy is None:
         from w3async.learn.training import Training  # noqa: PLC0415 (torch only where a network answers)
 
         return Training
-    return lambda control: policy_answerer(control, recipe.supervisor.policy)
+    from w3async.learn.tallies import EpisodeBook  # noqa: PLC0415 (numpy only: no torch)
+
+    def book(control: RunControl) -> EpisodeBook:  # every policy's episodes in episodes.jsonl
+        return EpisodeBook(recipe, control.games, control.n_rows)
+
+    if policy is not None:
+        return lambda control: PolicyAnswerer(control, policy, book(control))
+    return lambda control: policy_answerer(control, recipe.supervisor.policy, book(control))
 
 
 def cluster_link_for(recipe) -> Callable | None:

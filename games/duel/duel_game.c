@@ -212,7 +212,8 @@ void du_fill_row(struct w3s_row *r, const du_lane *l, du_cache *c, int s, uint32
     r->side = (uint32_t)s;
     r->episode = episode;
     r->step = (uint32_t)l->step;
-    r->flags = (l->step == 0 ? W3S_FLAG_FIRST : 0) | (l->winner >= 0 ? W3S_FLAG_DONE : 0);
+    r->flags = (l->step == 0 ? W3S_FLAG_FIRST : 0) | (l->winner >= 0 ? W3S_FLAG_DONE : 0) |
+               (l->winner >= 0 && l->end_reason == 2 ? W3S_FLAG_TIME_LIMIT : 0); /* the tie-break decided it */
     r->reward = reward;
     r->discarded = discarded;
     r->state_hash = du_hash(l);

@@ -1,9 +1,11 @@
-"""The best policy of a run: `checkpoints/best.pt`, chosen by evaluation win rate.
+"""The best policy of a run: `checkpoints/best.pt`, chosen by its evaluation score.
 
 The rule (one number, the same at every checkpoint): the score is the mean over the
 run's evaluation levels (the labels of its `role = "eval"` groups, e.g. ai:easy and
-ai:normal) of the win rate over each level's last `evaluation.window` games; a draw or a
-truncated game counts as not won. It exists only once every level has a full window, so
+ai:normal) of each level's score over its last `evaluation.window` outcomes
+(w3async/outcomes.py): a decisive win counts 1, a win on the tie-break at the game's
+time limit 0.5, a draw or a loss 0; a truncated game is no game. So a policy that wins
+outright ranks above one that wins on points. It exists only once every level has a full window, so
 a score never rests on a handful of games (nor, after a resume, on the few games played
 since: the windows start empty). At each checkpoint the current policy becomes best.pt
 when its score is strictly above the best so far.
@@ -31,11 +33,12 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from w3async import files
+from w3async import files, outcomes
 from w3async.run_folder import RunFolder
 
 BEST_JSON = "best.json"  # beside checkpoint.BEST_PT, for the status reader
-RULE = "mean over the evaluation levels of the win rate over each level's last `window` games, once every level has a full window"
+RULE = ("mean over the evaluation levels of each level's score over its last `window` games (a decisive win 1, a "
+        f"win at the time limit {outcomes.TIME_LIMIT_WIN_WEIGHT}, else 0), once every level has a full window")
 
 
 def wilson(wins: int, games: int, z: float = 1.96) -> tuple[float, float]:
@@ -52,14 +55,13 @@ def wilson(wins: int, games: int, z: float = 1.96) -> tuple[float, float]:
 
 
 def level_record(results: Iterable[str]) -> dict:
-    """A level's games ("win", "loss", "draw", "truncated") as counts, win rate and 95%
-    Wilson interval."""
-    results = list(results)
-    n = len(results)
-    wins, losses, draws = results.count("win"), results.count("loss"), results.count("draw")
-    lo, hi = wilson(wins, n)
-    return dict(games=n, wins=wins, losses=losses, draws=draws, truncated=n - wins - losses - draws,
-                win_rate=round(wins / n, 4) if n else None, lo=round(lo, 4), hi=round(hi, 4))
+    """A level's outcomes (outcomes.KINDS, "truncated") as outcomes.tally's counts and
+    rates, with the 95% Wilson interval of its win rate (lo, hi) and of its decisive
+    rate (decisive_lo, decisive_hi)."""
+    t = outcomes.tally(results)
+    lo, hi = wilson(t["wins"], t["games"])
+    dlo, dhi = wilson(t["decisive_wins"], t["games"])
+    return dict(t, lo=round(lo, 4), hi=round(hi, 4), decisive_lo=round(dlo, 4), decisive_hi=round(dhi, 4))
 
 
 def score(windows: Mapping[str, Iterable[str]], levels: Iterable[str], window: int) -> dict | None:
@@ -77,9 +79,10 @@ def score(windows: Mapping[str, Iterable[str]], levels: Iterable[str], window: i
         per[lvl] = level_record(res)
     games = sum(r["games"] for r in per.values())
     wins = sum(r["wins"] for r in per.values())
+    decisive = sum(r["decisive_wins"] for r in per.values())
     lo, hi = wilson(wins, games)
-    return dict(score=round(sum(r["win_rate"] for r in per.values()) / len(per), 4), window=window, levels=per,
-                games=games, wins=wins, lo=round(lo, 4), hi=round(hi, 4))
+    return dict(score=round(sum(r["score"] or 0.0 for r in per.values()) / len(per), 4), window=window, levels=per,
+                games=games, wins=wins, decisive_wins=decisive, lo=round(lo, 4), hi=round(hi, 4))
 
 
 class BestKeeper:

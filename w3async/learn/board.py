@@ -98,6 +98,7 @@ class Board:
             vals["run/discarded_per_episode"] = sum(ended) / len(ended)
         for level, w in h.win_rates().items():
             vals[f"eval/win_rate/{level}"] = w.get("rate")
+            vals[f"eval/decisive_rate/{level}"] = w.get("decisive")
         self.tb.scalars(self._step("run"), vals)
 
     def _video_made(self, path, replay, info: dict) -> None:

@@ -28,9 +28,10 @@ recipe's (the same d_model and layers).
 
 It runs through the Supervisor like any run (a run folder of its own under /tmp, kept
 with --keep), with `EvalAnswerer`: the checkpoint's network in an InferenceEngine, no
-learner, no trajectories, no checkpoints. It prints per level the games, wins, losses,
-draws (and truncated), the win rate and its 95% Wilson interval; `--json FILE` writes
-the same. A path that is not there, a file that is not a checkpoint, a checkpoint
+learner, no trajectories, no checkpoints. It prints per level the games, wins (of them
+at the time limit, on the tie-break), draws, losses (of them at the time limit),
+truncated, the win rate and the decisive rate (wins before the time limit), each with
+its 95% Wilson interval (w3async/outcomes.py); `--json FILE` writes the same. A path that is not there, a file that is not a checkpoint, a checkpoint
 whose weights do not fit its network or a --json file that cannot be written: one line
 naming the file and why, exit status 2, before any game is played or folder made.
 """
@@ -51,6 +52,7 @@ import numpy as np
 from w3async import games
 from w3async.files import atomic_write_text, describe
 from w3async.learn.best import level_record
+from w3async.outcomes import end_of, outcome
 from w3async.learn.eval_policy import EvalError, against, load_policy, resolve
 from w3async.learn.tallies import episode_result
 from w3async.run_folder import RunFolder
@@ -157,7 +159,7 @@ class EvalAnswerer:
             if self.quota[row] > 0:
                 self.quota[row] -= 1
                 res = episode_result(b, k, self.result_of[row])
-                self.results[self.level[row]].append(res)
+                self.results[self.level[row]].append(outcome(res, end_of(int(b.flags[k]))))
         if not self.quota.any():
             self.control.request_stop()
         try:
@@ -343,10 +345,13 @@ def _play(args, path: Path, data: dict, levels: list[str], net, version: int, co
             + (f"; {short} games not played (the run stopped early)" if short else "")
             + (f"; {restarts} game restarts (a restarted lane plays its first seeds again)" if restarts else "")
             + (f"; run folder {run_dir}" if args.keep else ""))
-    print(f"{'level':<12} {'games':>5} {'win':>5} {'loss':>5} {'draw':>5} {'trunc':>5} {'win rate':>9}  95% interval")
+    print(f"{'level':<12} {'games':>5} {'win':>5} {'(time)':>6} {'draw':>5} {'loss':>5} {'(time)':>6} {'trunc':>5} "
+          f"{'win rate':>9}  {'95% interval':<16} {'decisive':>9}  95% interval")
     for lvl, r in out.items():
-        print(f"{lvl:<12} {r['games']:>5} {r['wins']:>5} {r['losses']:>5} {r['draws']:>5} {r['truncated']:>5} "
-              f"{_pct(r['win_rate']):>9}  [{_pct(r['lo'])}, {_pct(r['hi'])}]")
+        wins, decisive = f"[{_pct(r['lo'])}, {_pct(r['hi'])}]", f"[{_pct(r['decisive_lo'])}, {_pct(r['decisive_hi'])}]"
+        print(f"{lvl:<12} {r['games']:>5} {r['wins']:>5} {r['time_limit_wins']:>6} {r['draws']:>5} {r['losses']:>5} "
+              f"{r['time_limit_losses']:>6} {r['truncated']:>5} {_pct(r['win_rate']):>9}  {wins:<16} "
+              f"{_pct(r['decisive_rate']):>9}  {decisive}")
     if args.json:
         try:
             atomic_write_text(args.json, json.dumps(dict(checkpoint=str(path), version=version, games=args.games,

@@ -12,12 +12,17 @@ waiting when each was gathered, as one inference.jsonl `rounds` line (docs/logs.
 from __future__ import annotations
 
 import collections
+import functools
+from typing import Callable
 
 import numpy as np
 
+from w3async import games, outcomes
 from w3async.observe.logs import JsonLog
 from w3async.sync import layout
 from w3async.sync.gather import Batch
+
+TRAIN, EVAL = 0, 1  # a row's role: its group's
 
 
 def episode_result(b: Batch, k: int, read) -> str:
@@ -70,26 +75,39 @@ class EpisodeTally:
     def finish(self, row: int, b: Batch, k: int, label: str, game: int, is_eval: bool, version: int,
                result: str) -> None:
         """Row `row` (batch index k) ended an episode against `label` with `result`
-        (outcomes()): its line, and for an evaluation row its result in the tallies."""
+        (outcomes()) and its end (decisive, or at the game's time limit: w3async/outcomes.py):
+        its line, and for an evaluation row its outcome in the tallies."""
         self.count += 1
+        end = outcomes.end_of(int(b.flags[k]))
         self.log.info("episode", slot=game, row=row, lane=int(b.lane[k]), side=int(b.side[k]), opponent=label,
-                      eval=is_eval, result=result, steps=int(b.step[k]),
+                      eval=is_eval, result=result, end=end, steps=int(b.step[k]),
                       **{"return": round(float(self.row_return[row]), 4)}, policy_version=version,
                       discarded=int(self.row_discarded[row]))
         self.ended_discarded.append(int(self.row_discarded[row]))
         if is_eval:
-            self.window[label].append(result)  # best.py's rule reads the results
-            self.totals[label][result] += 1
-            self.since_checkpoint[label][result] += 1
+            kind = outcomes.outcome(result, end)
+            self.window[label].append(kind)  # best.py's rule reads the outcomes
+            self.totals[label][kind] += 1
+            self.since_checkpoint[label][kind] += 1
 
     def reset(self, rows: np.ndarray) -> None:
         self.row_return[rows] = 0.0
         self.row_discarded[rows] = 0
 
     def win_rates(self) -> dict:
-        """{label: rate over the window, n, the run's totals} of each evaluation opponent."""
-        return {k: dict(rate=round(v.count("win") / len(v), 4) if v else None, n=len(v),
-                        totals=dict(self.totals[k])) for k, v in sorted(self.window.items())}
+        """{label: win rate and decisive rate over the window (outcomes.py's definition),
+        its games, the run's totals by kind} of each evaluation opponent."""
+        out = {}
+        for k, v in sorted(self.window.items()):
+            t = outcomes.tally(v)
+            out[k] = dict(rate=t["win_rate"], decisive=t["decisive_rate"], n=t["games"], totals=dict(self.totals[k]))
+        return out
+
+    def progress(self) -> str:
+        """The console's words on the evaluation: each opponent's win rate over its games,
+        and the decisive share: "ai:easy 85%/50 (40% decisive)"."""
+        return " ".join(f"{k} {v['rate']:.0%}/{v['n']} ({v['decisive']:.0%} decisive)"
+                        for k, v in self.win_rates().items() if v["rate"] is not None)
 
     def evaluation_line(self, version: int, checkpoint: str, score: float | None = None) -> None:
         """The checkpoint's `evaluation` line: the results since the last one, the win
@@ -98,6 +116,47 @@ class EpisodeTally:
         self.log.info("evaluation", updates=version, checkpoint=checkpoint, since_last=summary,
                       win_rate=self.win_rates(), score=score)
         self.since_checkpoint.clear()
+
+
+class EpisodeBook:
+    """Whose each table row is: its game slot, its role (TRAIN, EVAL) and the label of the
+    opponent it plays (the game labels its opponents from its group's environment), and
+    each slot's reading of an outcome; with its EpisodeTally, what a batch ended. One book
+    for every policy: a learner's run and a fixed policy's (the random baseline) write the
+    same episodes.jsonl."""
+
+    def __init__(self, recipe, slots, n_rows: int):
+        game = games.get(recipe.game)
+        self.role = np.zeros(n_rows, np.int8)
+        self.game = np.full(n_rows, -1, np.int32)
+        self.label: list[str] = ["self"] * n_rows
+        for s in slots:
+            rows = np.arange(s.row0, s.row0 + s.nrows)
+            self.role[rows] = EVAL if s.group.role == "eval" else TRAIN
+            self.game[rows] = s.index
+            self.label[s.row0:s.row0 + s.nrows] = [game.opponent_of(s.group.env)] * s.nrows
+        # each slot's reading of an episode's outcome (its group's env: the duel's W3D_DRAW_REWARD)
+        self.result = {s.index: functools.partial(game.result_of, env=s.group.env) for s in slots}
+        eval_labels = {self.label[s.row0] for s in slots if s.group.role == "eval"}
+        self.levels = [lv for lv in game.eval_levels if lv in eval_labels] + sorted(eval_labels - set(game.eval_levels))
+        self.tally = EpisodeTally(n_rows, recipe.evaluation.window)
+
+    def ended(self, b: Batch, rows: np.ndarray, label: Callable[[int], str] | None = None) -> list[tuple[int, int, str]]:
+        """(row, batch index, opponent label) of the episodes this batch ends; label(row)
+        where the opponent is not the group's (a league's snapshot), read before a new
+        one is picked."""
+        end = (b.flags[: b.n] & (layout.FLAG_DONE | layout.FLAG_TRUNCATED)) != 0
+        return [(int(rows[k]), int(k), label(int(rows[k])) if label else self.label[int(rows[k])])
+                for k in np.flatnonzero(end)]
+
+    def record(self, b: Batch, rows: np.ndarray, ended: list[tuple[int, int, str]], version: int) -> None:
+        """A round taken: its rewards into the returns, then each ended episode's line and,
+        for an evaluation row, its result in the tallies."""
+        self.tally.add_rewards(b, rows)
+        slots = [int(self.game[row]) for row, _, _ in ended]
+        results = self.tally.outcomes(b, [(row, k, g) for (row, k, _), g in zip(ended, slots)], self.result)
+        for (row, k, label), slot, result in zip(ended, slots, results):
+            self.tally.finish(row, b, k, label, slot, bool(self.role[row] == EVAL), version, result)
 
 
 class RoundTally:

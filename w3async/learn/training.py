@@ -33,7 +33,6 @@ learner_thread.py, the engine, trajectories, learner and league in their own mod
 from __future__ import annotations
 
 import asyncio
-import functools
 import os
 import time
 from dataclasses import replace
@@ -42,7 +41,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from w3async import games
 from w3async.run_folder import RunFolder
 from w3async.sync import layout
 from w3async.learn.best import BestKeeper
@@ -57,11 +55,10 @@ from w3async.observe.logs import JsonLog
 from w3async.learn.network import Network
 from w3async.recipes import recipe_to_dict
 from w3async.learn.resume import LOGS, cut_logs, log_resume, restore
-from w3async.learn.tallies import EpisodeTally, RoundTally
+from w3async.learn.tallies import TRAIN, EpisodeBook, RoundTally
 from w3async.learn.trajectories import Trajectories
 from w3async.runtime.answerer import RunControl, RunFailure, Ticket
 
-TRAIN, EVAL = 0, 1
 
 
 class RoundError(RunFailure):
@@ -105,27 +102,14 @@ class Training:
         self.league = League(self.run_dir, r.league)
         self.opponents = OpponentNets(n_nets - 1, self.engine.load_net)
         # per table row
-        self.row_role = np.zeros(n_rows, np.int8)
+        self.book = EpisodeBook(r, control.games, n_rows)  # each row's slot, role and opponent label
+        self.row_role, self.row_label, self.tally = self.book.role, self.book.label, self.book.tally
         self.row_league = np.zeros(n_rows, bool)  # the second side of a self-play lane
         self.row_net = np.zeros(n_rows, np.int16)  # the engine's net answering it this episode
-        self.row_label: list[str] = ["self"] * n_rows
-        self.row_game = np.full(n_rows, -1, np.int32)
         for s in control.games:
-            rows = np.arange(s.row0, s.row0 + s.nrows)
-            self.row_role[rows] = EVAL if s.group.role == "eval" else TRAIN
-            self.row_game[rows] = s.index
-            label = games.get(r.game).opponent_of(s.group.env)  # the game labels its opponents
-            self.row_label[s.row0:s.row0 + s.nrows] = [label] * s.nrows
             if s.group.role == "train" and s.group.sides == 2:
-                self.row_league[rows[1::2]] = True
-        self.tally = EpisodeTally(n_rows, r.evaluation.window)
-        game = games.get(r.game)
-        # each slot's reading of an episode's outcome (its group's env: the duel's W3D_DRAW_REWARD)
-        self.slot_result = {s.index: functools.partial(game.result_of, env=s.group.env)
-                            for s in control.games}
-        eval_labels = {self.row_label[s.row0] for s in control.games if s.group.role == "eval"}
-        levels = [lv for lv in game.eval_levels if lv in eval_labels] + sorted(eval_labels - set(game.eval_levels))
-        self.best = BestKeeper(self.run_dir, levels, r.evaluation.window)  # best.pt by evaluation (best.py)
+                self.row_league[s.row0 + 1:s.row0 + s.nrows:2] = True
+        self.best = BestKeeper(self.run_dir, self.book.levels, r.evaluation.window)  # best.pt by evaluation (best.py)
         self.round_tally = RoundTally()
         self.last_checkpoint: str | None = None
         self.nonfinite_outputs = 0  # rounds whose network output was not finite (must stay 0)
@@ -261,7 +245,8 @@ class Training:
             save_best(self.run_dir, **parts, best=best)
             self.best.accept(best)
             self._event("info", "best", updates=version, score=best["score"], previous=best["previous_score"],
-                        levels={k: v["win_rate"] for k, v in best["levels"].items()}, games=best["games"])
+                        levels={k: v["win_rate"] for k, v in best["levels"].items()},
+                        decisive={k: v["decisive_rate"] for k, v in best["levels"].items()}, games=best["games"])
         return path
 
     def _capture(self, version: int) -> tuple[dict, dict | None]:
@@ -320,12 +305,7 @@ class Training:
         ticket = self.control.take(rows)
         loop = self._loop
         fut.add_done_callback(lambda f: loop.call_soon_threadsafe(self._answered, f, ticket))
-        self.tally.add_rewards(b, rows)
-        slots = [int(self.row_game[row]) for row, _, _ in ended]
-        results = self.tally.outcomes(b, [(row, k, g) for (row, k, _), g in zip(ended, slots)], self.slot_result)
-        for (row, k, label), slot, result in zip(ended, slots, results):
-            self.tally.finish(row, b, k, label, slot, bool(self.row_role[row] == EVAL), int(self.learner.version),
-                              result)
+        self.book.record(b, rows, ended, int(self.learner.version))
         train = (self.row_role[rows] == TRAIN) & (self.row_net[rows] == 0)
         self.traj.record_obs(b, train)
 
@@ -373,17 +353,14 @@ class Training:
 
     def _ended_episodes(self, b: Batch, rows: np.ndarray) -> list[tuple[int, int, str]]:
         """(row, batch index, opponent label) of the episodes this batch ends, labelled
-        before a new opponent is picked."""
-        end = (b.flags[: b.n] & (layout.FLAG_DONE | layout.FLAG_TRUNCATED)) != 0
-        out = []
-        for k in np.flatnonzero(end):
-            row = int(rows[k])
-            label = self.row_label[row]
-            if self.row_league[row]:
-                net = int(self.row_net[row])
-                label = "self" if net == 0 else f"league:{self.opponents.version[net]}"
-            out.append((row, int(k), label))
-        return out
+        before a new opponent is picked: a self-play lane's second side by its net."""
+        return self.book.ended(b, rows, self._label)
+
+    def _label(self, row: int) -> str:
+        if not self.row_league[row]:
+            return self.row_label[row]
+        net = int(self.row_net[row])
+        return "self" if net == 0 else f"league:{self.opponents.version[net]}"
 
     def _pick_opponents(self, b: Batch, rows: np.ndarray) -> None:
         first = (b.flags[: b.n] & layout.FLAG_FIRST) != 0
@@ -416,7 +393,7 @@ class Training:
 
     def progress(self) -> str:
         """The console's words on learning: updates, the last update's time, win rates."""
-        wins = " ".join(f"{k} {v['rate']:.0%}/{v['n']}" for k, v in self.win_rates().items() if v["rate"] is not None)
+        wins = self.tally.progress()
         upd = self.learning.last_update.get("update_s")
         return f"updates {self.learner.version}" + (f" ({upd:.1f} s)" if upd else "") + (f" | {wins}" if wins else "")
 

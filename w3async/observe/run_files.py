@@ -196,4 +196,5 @@ class RunFiles:
         self.series.add_episodes(
             t, [str(r.get("opponent", "")) for r in recs], [bool(r.get("eval")) for r in recs],
             [str(r.get("result", "")) for r in recs], [int(r.get("steps") or 0) for r in recs],
-            floats(recs, "return"), [int(r.get("policy_version") or 0) for r in recs], floats(recs, "discarded"))
+            floats(recs, "return"), [int(r.get("policy_version") or 0) for r in recs], floats(recs, "discarded"),
+            [str(r.get("end") or "decisive") for r in recs])

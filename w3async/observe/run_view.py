@@ -140,7 +140,8 @@ def _best(ck: Path) -> dict | None:
     return dict(path=str(ck / "best.pt"), updates=rec.get("updates"), agent_steps=rec.get("agent_steps"),
                 score=_f(rec.get("score"), 4), games=rec.get("games"), wins=rec.get("wins"), lo=_f(rec.get("lo"), 4),
                 hi=_f(rec.get("hi"), 4), window=rec.get("window"),
-                levels={k: {f: v.get(f) for f in ("games", "wins", "losses", "draws", "win_rate", "lo", "hi")}
+                levels={k: {f: v.get(f) for f in ("games", "wins", "decisive_wins", "time_limit_wins", "losses",
+                                                  "draws", "win_rate", "decisive_rate", "score", "lo", "hi")}
                         for k, v in levels.items() if isinstance(v, dict)},
                 saved_at=_iso(st.st_mtime), age_s=_f(time.time() - st.st_mtime, 1), bytes=st.st_size)
 

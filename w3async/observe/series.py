@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from w3async import games
+from w3async import games, outcomes
 from w3async.observe.accounting import KINDS as ACCOUNTED
 from w3async.observe.bins import Bins, Columns, floats
 
@@ -27,29 +27,32 @@ RECENT = 100  # episodes in a "recent" win rate, per level
 
 @dataclass
 class LevelTally:
-    """Evaluation results against one opponent (all time and the last RECENT)."""
+    """Evaluation outcomes against one opponent (all time and the last RECENT), counted
+    and rated as w3async/outcomes.py defines."""
 
-    games: int = 0
-    wins: int = 0
-    losses: int = 0
-    draws: int = 0
+    counts: collections.Counter = field(default_factory=collections.Counter)  # outcomes.KINDS -> games
     recent: collections.deque = field(default_factory=lambda: collections.deque(maxlen=RECENT))
 
-    def add_many(self, results: np.ndarray) -> None:
-        """Results: 1 win, 0 draw, -1 loss."""
-        self.games += len(results)
-        self.wins += int((results == 1).sum())
-        self.losses += int((results == -1).sum())
-        self.draws += int((results == 0).sum())
-        self.recent.extend(results[-RECENT:].tolist())
+    @property
+    def games(self) -> int:
+        return sum(self.counts.values())
+
+    def add_many(self, results: np.ndarray, time_limit: np.ndarray) -> None:
+        """Results: 1 win, 0 draw, -1 loss; time_limit: the game's time limit ended it.
+        Counted in numpy: a run's whole history reads in one pass."""
+        tl = time_limit.astype(np.int64)  # KINDS: win, win:time_limit, draw, loss:time_limit, loss
+        code = np.where(results == 0, 2, np.where(results == 1, tl, 4 - tl))
+        counts = np.bincount(code, minlength=len(outcomes.KINDS))
+        self.counts.update({k: int(c) for k, c in zip(outcomes.KINDS, counts) if c})
+        self.recent.extend(outcomes.KINDS[c] for c in code[-RECENT:].tolist())
 
     def as_dict(self) -> dict:
-        def rate(w, d, n):
-            return round((w + 0.5 * d) / n, 4) if n else None
-        r = list(self.recent)
-        return dict(games=self.games, wins=self.wins, losses=self.losses, draws=self.draws,
-                    win_rate=rate(self.wins, self.draws, self.games),
-                    recent_games=len(r), recent_win_rate=rate(r.count(1), r.count(0), len(r)))
+        t = outcomes.tally_counts(self.counts)
+        r = outcomes.tally(self.recent)
+        return dict({k: t[k] for k in ("games", "wins", "decisive_wins", "time_limit_wins", "draws", "losses",
+                                       "time_limit_losses", "win_rate", "decisive_rate")},
+                    recent_games=r["games"], recent_win_rate=r["win_rate"], recent_decisive_rate=r["decisive_rate"])
+
 
 
 SAMPLE_FIELDS = ("steps_per_s", "latency_ms", "latency_p95_ms", "latency_max_ms", "compute_ms", "update_s", "wait_s",
@@ -57,12 +60,13 @@ SAMPLE_FIELDS = ("steps_per_s", "latency_ms", "latency_p95_ms", "latency_max_ms"
 
 
 def episode_fields(levels: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(f"{p}:{lvl}" for lvl in levels for p in ("score", "n")) + ("score:train", "n:train", "discarded")
+    return (tuple(f"{p}:{lvl}" for lvl in levels for p in ("score", "decisive", "n"))
+            + ("score:train", "n:train", "discarded"))
 
 
 # The dashboard's plots: name -> list of (label, bins, field, aggregation); "trailing":
 # see bins.TRAILING_N.
-WIN_RATE = "win_rate"  # one line per evaluation level, in the levels' order
+WIN_RATE = "win_rate"  # per evaluation level, in the levels' order: its win rate, then its decisive rate
 PLOTS = {
     "steps_per_s": [("agent steps/s", "samples", "steps_per_s", "mean")],
     WIN_RATE: [],
@@ -90,7 +94,8 @@ class RunSeries:
         self.t0: float | None = None
         self.samples = Bins(SAMPLE_FIELDS, max_bins)
         self.episode_bins = Bins(episode_fields(self.eval_levels), max_bins)
-        self.episodes = Columns(dict(t="f8", level="i1", result="i1", steps="i4", ret="f4", version="i4"))
+        self.episodes = Columns(dict(t="f8", level="i1", result="i1", time_limit="?", steps="i4", ret="f4",
+                                     version="i4"))
         self.levels: dict[str, LevelTally] = {}
         self.train = LevelTally()
         self.opponents: collections.Counter = collections.Counter()
@@ -135,37 +140,43 @@ class RunSeries:
         self.samples.add_many(t, update_s=floats(recs, "update_s"), wait_s=floats(recs, "wait_s"))
 
     def add_episode(self, t: float, opponent: str, eval: bool, result: str, steps: int = 0, ret: float = 0.0,
-                    version: int = 0, discarded: float = float("nan")) -> None:
+                    version: int = 0, discarded: float = float("nan"), end: str = "decisive") -> None:
         """One finished episode (episodes.jsonl's fields)."""
-        self.add_episodes(np.array([t]), [opponent], [eval], [result], [steps], [ret], [version], [discarded])
+        self.add_episodes(np.array([t]), [opponent], [eval], [result], [steps], [ret], [version], [discarded], [end])
 
     def add_episodes(self, t: np.ndarray, opponents: list[str], evals: list[bool], results: list[str],
-                     steps: list[int], rets: list[float], versions: list[int], discarded=None) -> None:
+                     steps: list[int], rets: list[float], versions: list[int], discarded=None,
+                     ends: list[str] | None = None) -> None:
         """Finished episodes, as equal-length lists (episodes.jsonl's fields): one numpy
         pass per batch, so a run's whole history reads as fast as its files parse.
-        `discarded`: the orders each episode's game discarded (NaN: not recorded)."""
+        `discarded`: the orders each episode's game discarded (NaN: not recorded);
+        `ends`: how each ended (outcomes.py: "decisive", "time_limit"; None: decisive, as
+        logs before the split say nothing)."""
         n = len(t)
         if not n:
             return
         t = np.asarray(t, dtype=np.float64)
         self._t(float(t.min()))
         r = np.array([RESULTS.get(x, NO_RESULT) for x in results], dtype=np.int8)
+        tl = np.array([e == "time_limit" for e in ends] if ends is not None else np.zeros(n, bool), dtype=bool)
         level = np.array([self._level.get(o, -1) for o in opponents], dtype=np.int8)
         ev = np.array(evals, dtype=bool)
-        self.episodes.extend(t=t, level=level, result=r, steps=steps, ret=rets, version=versions)
+        self.episodes.extend(t=t, level=level, result=r, time_limit=tl, steps=steps, ret=rets, version=versions)
         self.opponents.update(opponents)
-        score = np.where(r == 1, 1.0, np.where(r == 0, 0.5, 0.0))
+        score = (r == 1).astype(np.float64)  # the win rate's (outcomes.py): a draw is not a win
+        decisive = ((r == 1) & ~tl).astype(np.float64)
         decided = r != NO_RESULT  # a "truncated" episode has no result: not in the win rates
         for k, lvl in enumerate(self.eval_levels):
             m = ev & (level == k) & decided
             if m.any():
-                self.levels.setdefault(lvl, LevelTally()).add_many(r[m])
-                self.episode_bins.add_many(t[m], **{f"score:{lvl}": score[m], f"n:{lvl}": np.ones(int(m.sum()))})
+                self.levels.setdefault(lvl, LevelTally()).add_many(r[m], tl[m])
+                self.episode_bins.add_many(t[m], **{f"score:{lvl}": score[m], f"decisive:{lvl}": decisive[m],
+                                                    f"n:{lvl}": np.ones(int(m.sum()))})
         if discarded is not None:  # bins pass NaN over
             self.episode_bins.add_many(t, discarded=np.asarray(discarded, np.float64))
         m = ~ev & decided
         if m.any():
-            self.train.add_many(r[m])
+            self.train.add_many(r[m], tl[m])
             self.episode_bins.add_many(t[m], **{"score:train": score[m], "n:train": np.ones(int(m.sum()))})
         self.last_episode = dict(t=float(t[-1]), opponent=opponents[-1], eval=bool(ev[-1]), result=results[-1])
 
@@ -175,7 +186,8 @@ class RunSeries:
         out = {}
         for name, lines in PLOTS.items():
             if name == WIN_RATE:
-                lines = [(lvl, "episodes", f"score:{lvl}", "trailing") for lvl in self.eval_levels]
+                lines = [(f"{lvl}{tag}", "episodes", f"{fld}:{lvl}", "trailing") for lvl in self.eval_levels
+                         for tag, fld in (("", "score"), (" decisive", "decisive"))]
             out[name] = []
             for label, which, fld, agg in lines:
                 bins = self.samples if which == "samples" else self.episode_bins

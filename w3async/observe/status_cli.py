@@ -39,12 +39,14 @@ def summary(st: dict, games: list[dict]) -> list[str]:
                      f"policy loss {le['policy_loss']}, value loss {le['value_loss']}, entropy {le['entropy']}, "
                      f"kl {le['approx_kl']}, staleness {le['staleness']}")
     for lvl, e in st["evaluation"].items():
-        lines.append(f"eval     vs {lvl}: {e['wins']}-{e['draws']}-{e['losses']} (w-d-l) in {e['games']} games, "
-                     f"score {e['win_rate']}, last {e['recent_games']}: {e['recent_win_rate']}")
+        lines.append(f"eval     vs {lvl}: {e['wins']}-{e['draws']}-{e['losses']} (w-d-l; {e['decisive_wins']} wins "
+                     f"decisive, {e['time_limit_wins']} at the time limit) in {e['games']} games, win rate "
+                     f"{e['win_rate']} (decisive {e['decisive_rate']}), last {e['recent_games']}: "
+                     f"{e['recent_win_rate']} ({e['recent_decisive_rate']})")
     ep = st["episodes"]
     if ep["total"]:
         sp = ep["train"]
-        lines.append(f"episodes {ep['total']:,} ({ep['eval']:,} eval), training score {sp['win_rate']}; "
+        lines.append(f"episodes {ep['total']:,} ({ep['eval']:,} eval), training win rate {sp['win_rate']}; "
                      f"league {st['league']['snapshots']} snapshots")
     if st["checkpoint"]:
         ck = st["checkpoint"]

@@ -58,18 +58,22 @@ class StatusCollector:
         yield _m("learner_entropy", "gauge", "the last update's policy entropy", [({}, le["entropy"])])
         yield _m("learner_approx_kl", "gauge", "the last update's approximate KL", [({}, le["approx_kl"])])
         yield _m("league_snapshots", "gauge", "league snapshots on disk", [({}, st["league"]["snapshots"])])
-        yield _m("eval_games_total", "counter", "evaluation games by built-in AI level",
+        yield _m("eval_games_total", "counter", "evaluation games by opponent level",
                  [({"level": k}, v["games"]) for k, v in ev.items()])
-        yield _m("eval_wins_total", "counter", "evaluation wins by level",
-                 [({"level": k}, v["wins"]) for k, v in ev.items()])
-        yield _m("eval_win_rate", "gauge", "evaluation score (wins + draws/2) / games by level",
+        yield _m("eval_wins_total", "counter", "evaluation wins by level and kind (decisive, at the time limit)",
+                 [({"level": k, "kind": kind}, v.get(f)) for k, v in ev.items()
+                  for kind, f in (("decisive", "decisive_wins"), ("time_limit", "time_limit_wins"))])
+        yield _m("eval_win_rate", "gauge", "evaluation wins (of either kind) / games by level",
                  [({"level": k, "window": w}, v[f]) for k, v in ev.items()
                   for w, f in (("all", "win_rate"), ("recent", "recent_win_rate"))])
+        yield _m("eval_decisive_rate", "gauge", "evaluation decisive wins (before the time limit) / games by level",
+                 [({"level": k, "window": w}, v.get(f)) for k, v in ev.items()
+                  for w, f in (("all", "decisive_rate"), ("recent", "recent_decisive_rate"))])
         yield _m("episodes_total", "counter", "finished episodes", [({}, st["episodes"]["total"])])
         yield _m("checkpoint_age_seconds", "gauge", "seconds since the latest checkpoint",
                  [({}, ck["age_s"] if ck else None)])
         best = st.get("best")
-        yield _m("best_score", "gauge", "best.pt's score: mean over levels of the win rate over each level's window",
+        yield _m("best_score", "gauge", "best.pt's score: mean over levels of each level's window score (a decisive win 1, at the time limit 0.5)",
                  [({}, best["score"] if best else None)])
         yield _m("best_update", "gauge", "the update best.pt was taken at", [({}, best["updates"] if best else None)])
         acct = st.get("accounting") or {}  # the last /proc sample (observe/accounting.py); none: no samples

@@ -65,26 +65,38 @@ class RandomPolicy:
 class PolicyAnswerer:
     """An Answerer (runtime/answerer.py) that answers each batch at once with a policy
     (check, random, or one a test or benchmark passes), and logs the rounds' counts to
-    inference.jsonl."""
+    inference.jsonl. With a `book` (learn/tallies.EpisodeBook, handed in by the
+    composition root), the episodes the games end are written to episodes.jsonl and the
+    evaluation rows' results tallied as a learner's run does: a fixed policy's run is the
+    baseline a learner is compared with."""
 
     failure: str | None = None
 
-    def __init__(self, control: RunControl, policy: Callable[[Batch], tuple[np.ndarray, np.ndarray]]):
+    def __init__(self, control: RunControl, policy: Callable[[Batch], tuple[np.ndarray, np.ndarray]], book=None):
         self.control = control
         self.policy = policy
+        self.book = book
         self.log: JsonLog | None = None
         self._last = (0, 0)
 
     def start(self, loop) -> None:
-        self.log = JsonLog(RunFolder(self.control.run_dir).inference_log)
+        folder = RunFolder(self.control.run_dir)
+        self.log = JsonLog(folder.inference_log)
+        if self.book is not None:
+            self.book.tally.log = JsonLog(folder.episodes_log)
 
     def submit(self, b: Batch) -> None:
         n = b.n
         actions, versions = self.policy(b)
+        if self.book is not None:
+            rows = b.rows[:n].astype(np.int64)
+            self.book.record(b, rows, self.book.ended(b, rows), 0)
         self.control.answer_now(b.rows[:n], b.obs_seq[:n], actions, versions)
 
     def rows_reset(self, rows: slice) -> None:
-        pass  # nothing pending: every batch was answered as it came
+        # nothing pending: every batch was answered as it came; a game's new start begins its rows' returns again
+        if self.book is not None:
+            self.book.tally.reset(np.arange(rows.start, rows.stop))
 
     def flush_round_stats(self) -> dict | None:
         c = self.control.counters
@@ -97,19 +109,23 @@ class PolicyAnswerer:
         return line
 
     def progress(self) -> str:
-        return ""
+        """The console's words: the evaluation rows' win rates, where there are any."""
+        return self.book.tally.progress() if self.book is not None else ""
 
     def stop(self) -> None:
         if self.log is not None:
             self.log.close()
+        if self.book is not None and self.book.tally.log is not None:
+            self.book.tally.log.close()
 
 
-def policy_answerer(control: RunControl, name: str) -> PolicyAnswerer:
-    """The recipe's fixed policy ("check" or "random") as an answerer."""
+def policy_answerer(control: RunControl, name: str, book=None) -> PolicyAnswerer:
+    """The recipe's fixed policy ("check" or "random") as an answerer; `book` as
+    PolicyAnswerer's."""
     if name == "check":
-        return PolicyAnswerer(control, CheckPolicy(control.n_rows))
+        return PolicyAnswerer(control, CheckPolicy(control.n_rows), book)
     if name == "random":
-        return PolicyAnswerer(control, RandomPolicy(control.n_rows))
+        return PolicyAnswerer(control, RandomPolicy(control.n_rows), book)
     raise ValueError(f"supervisor.policy {name!r} is not a fixed policy ('check', 'random')")
 
 

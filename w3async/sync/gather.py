@@ -217,7 +217,7 @@ class NumpyGatherer(_GathererBase):
     def _scalars_valid(self, sub: np.ndarray, obs: np.ndarray) -> np.ndarray:
         ok = (obs == sub["act_seq"] + 1) & (sub["row_magic"] == layout.ROW_MAGIC)
         ok &= sub["n_ent"] <= layout.E_MAX
-        ok &= (sub["flags"] & ~np.uint32(7)) == 0
+        ok &= (sub["flags"] & ~np.uint32(layout.FLAGS_KNOWN)) == 0
         ok &= np.isfinite(sub["reward"])
         return ok
 
@@ -241,7 +241,7 @@ class NumpyGatherer(_GathererBase):
         n_ent = int(r["n_ent"])
         if n_ent > layout.E_MAX:
             return BadRow(row, "n_ent", -1, n_ent)
-        if int(r["flags"]) & ~7:
+        if int(r["flags"]) & ~layout.FLAGS_KNOWN:
             return BadRow(row, "flags", -1, int(r["flags"]))
         if not np.isfinite(r["reward"]):
             return BadRow(row, "reward", -1, float(r["reward"]))

@@ -25,6 +25,8 @@ PAGE = 4096  # rows fill whole pages: each game's segment maps into the table's 
 FLAG_FIRST = 1
 FLAG_DONE = 2
 FLAG_TRUNCATED = 4
+FLAG_TIME_LIMIT = 8  # with DONE: the game's own time limit ended the episode, its result its tie-break's
+FLAGS_KNOWN = FLAG_FIRST | FLAG_DONE | FLAG_TRUNCATED | FLAG_TIME_LIMIT
 
 STATE_RUN = 1
 STATE_STOP = 2

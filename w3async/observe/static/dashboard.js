@@ -112,14 +112,16 @@ function showStatus(st) {
     ["update / wait s", `${fmt(le.update_s, 2)} / ${fmt(le.wait_s, 2)}`],
   ];
   for (const [lvl, e] of Object.entries(st.evaluation)) {
-    cards.push([`vs ${lvl} (${e.games} games, recent ${e.recent_games})`,
-      `${fmt(100 * e.win_rate, 0)}% (${fmt(e.recent_win_rate === null ? null : 100 * e.recent_win_rate, 0)}%)`]);
+    const pct = (x) => fmt(x === null || x === undefined ? null : 100 * x, 0);
+    cards.push([`vs ${lvl} (${e.games} games, recent ${e.recent_games}): wins, decisive`,
+      `${pct(e.win_rate)}% (${pct(e.recent_win_rate)}%), decisive ${pct(e.decisive_rate)}% (${pct(e.recent_decisive_rate)}%)`]);
   }
   if (st.checkpoint) cards.push(["checkpoint", `${st.checkpoint.name} (${fmtTime(st.checkpoint.age_s)} ago)`]);
   const b = st.best;
   if (b) {
     const lv = Object.entries(b.levels || {}).map(([l, e]) =>
-      `${l.split(":").pop()} ${fmt(100 * e.win_rate, 0)}% [${fmt(100 * e.lo, 0)}-${fmt(100 * e.hi, 0)}]`).join(", ");
+      `${l.split(":").pop()} ${fmt(100 * e.win_rate, 0)}% [${fmt(100 * e.lo, 0)}-${fmt(100 * e.hi, 0)}]` +
+      (e.decisive_rate === undefined ? "" : ` (${fmt(100 * e.decisive_rate, 0)}% decisive)`)).join(", ");
     cards.push([`best.pt (update ${b.updates}, last ${b.window} games a level)`, `${fmt(100 * b.score, 0)}%: ${lv}`]);
   }
   document.getElementById("summary").replaceChildren(...cards.map(([l, v]) => card(l, v)));
