@@ -1,4 +1,5 @@
-"""W3D_DRAW_REWARD: how the duel scores a draw (both sides), read back as a draw.
+"""W3D_DRAW_REWARD and W3D_TIME_LIMIT_WIN: how the duel scores a draw (both sides), read
+back as a draw, and a win the time limit's tie-break decided.
 
 Self-play of a tiny network with a time limit of 3 steps: nothing can be destroyed or
 killed in that time, so every game is a draw at the time limit (equal bases, equal
@@ -16,7 +17,9 @@ import subprocess
 
 import pytest
 
+from w3async import compose
 from w3async.games.duel import result_of
+from w3async.recipes import recipe_from_dict
 from w3async.sync import layout
 
 from .conftest import REPO
@@ -63,3 +66,24 @@ def test_outcomes_read_with_a_draw_reward():
     assert [result_of(r, env) for r in (1.1, 0.9, -1.05, -0.45, -0.6, -0.8)] == \
         ["win", "win", "loss", "draw", "draw", "loss"]
     assert [result_of(r, {}) for r in (0.01, 0.0, -0.3)] == ["win", "draw", "loss"]  # unset: the sign, as before
+
+
+async def test_a_win_at_the_time_limit_is_worth_what_w3d_time_limit_win_says(tmp_path, duel):
+    """W3D_TIME_LIMIT_WIN=0.5: a game the tie-break decides (600 turns: no base falls, units
+    do) ends with +0.5 for its winner and -0.5 for its loser, still read as a win and a
+    loss, and marked `end: time_limit` (a decisive one would stay at 1); a bad value is
+    named."""
+    env = {"W3D_SIDES": "agent,ai:easy", "W3D_REWARD": "win", "W3D_TIME_LIMIT": "600", "W3D_TIME_LIMIT_WIN": "0.5"}
+    data = {"name": "tlw", "game": "duel", "supervisor": {"policy": "random", "progress_s": 0},
+            "games": [{"binary": str(DUEL), "count": 1, "lanes": 4, "sides": 1, "env": env}], "stop": {"seconds": 3}}
+    await compose.supervisor(recipe_from_dict(data), tmp_path / "run").run()
+    eps = [json.loads(x) for x in (tmp_path / "run" / "episodes.jsonl").read_text().splitlines()]
+    eps = [e for e in eps if e["event"] == "episode" and e["result"] != "truncated"]
+    assert len(eps) >= 4 and "time_limit" in {e["end"] for e in eps}, eps[:3]
+    scale = {"time_limit": 0.5, "decisive": 1.0}
+    expect = {"win": 1.0, "loss": -1.0, "draw": 0.0}
+    assert all(e["return"] == expect[e["result"]] * scale[e["end"]] for e in eps), eps
+    assert {e["result"] for e in eps if e["end"] == "time_limit"} & {"win", "loss"}, eps
+    p = subprocess.run([str(duel)], env={**os.environ, "W3D_SIDES": "agent,ai:easy", "W3D_TIME_LIMIT_WIN": "0.1"},
+                       capture_output=True, text=True)
+    assert p.returncode == layout.EXIT_ATTACH and "W3D_TIME_LIMIT_WIN=0.1: must be a number in 0.25..1" in p.stderr

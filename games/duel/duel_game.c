@@ -68,6 +68,27 @@ int du_mkdirs(const char *path)
  * static, not a du_cfg field, so that du_side_reward's callers (the adapter too) need
  * no change. */
 static float du_draw_reward = 0.0f;
+/* W3D_TIME_LIMIT_WIN: the size of a win's (and a loss's) reward when the time limit's
+ * tie-break decided it (default 1, as a decisive one; 0.25..1): below 1, destroying the
+ * base is worth more than chipping it and waiting (docs/duel.md). Static, as above. */
+static float du_time_limit_win = 1.0f;
+
+/* A reward setting in lo..hi from the environment (unset: dflt); -1 with err naming it. */
+static int du_env_reward(const char *name, float dflt, double lo, double hi, float *out, char *err, size_t errlen)
+{
+    const char *v = getenv(name);
+    *out = dflt;
+    if (!v || !*v)
+        return 0;
+    char *end;
+    double d = strtod(v, &end);
+    if (*end || !(d >= lo && d <= hi)) {
+        snprintf(err, errlen, "duel: %s=%s: must be a number in %g..%g", name, v, lo, hi);
+        return -1;
+    }
+    *out = (float)d;
+    return 0;
+}
 
 int du_config(du_cfg *c, char *err, size_t errlen)
 {
@@ -114,17 +135,9 @@ int du_config(du_cfg *c, char *err, size_t errlen)
         fprintf(stderr, "duel: mkdir(%s) failed: %s (replays will not be written)\n", c->record_dir, strerror(errno));
     const char *share = getenv("W3D_RECORD_SHARE");
     c->record_share = share && *share ? strtod(share, NULL) : 1.0;
-    const char *draw = getenv("W3D_DRAW_REWARD");
-    du_draw_reward = 0.0f;
-    if (draw && *draw) {
-        char *end;
-        double d = strtod(draw, &end);
-        if (*end || !(d >= -2.0 && d <= 1.0)) {
-            snprintf(err, errlen, "duel: W3D_DRAW_REWARD=%s: must be a number in -2..1", draw);
-            return -1;
-        }
-        du_draw_reward = (float)d;
-    }
+    if (du_env_reward("W3D_DRAW_REWARD", 0.0f, -2.0, 1.0, &du_draw_reward, err, errlen) ||
+        du_env_reward("W3D_TIME_LIMIT_WIN", 1.0f, 0.25, 1.0, &du_time_limit_win, err, errlen))
+        return -1;
     return 0;
 }
 
@@ -183,7 +196,7 @@ float du_side_reward(const du_lane *l, int32_t prev[4], int s, int mode)
 {
     float r = 0.0f;
     if (l->winner >= 0 && l->winner < 2)
-        r = l->winner == s ? 1.0f : -1.0f;
+        r = (l->winner == s ? 1.0f : -1.0f) * (l->end_reason == 2 ? du_time_limit_win : 1.0f);
     else if (l->winner == 2)
         r = du_draw_reward;
     const du_side *sd = &l->side[s];

@@ -199,6 +199,14 @@ hk_fn hk_com_fns[] = {
 };
 const int hk_n_com_fns = sizeof(hk_com_fns) / sizeof(hk_com_fns[0]);
 
+int hk_off_by_name(const char *const *names, int *off, int n, const char *name)
+{
+    for (int k = 0; k < n; k++)
+        if (!strcmp(names[k], name))
+            return off[k] = 1;
+    return 0;
+}
+
 int hk_com_off(const char *name)
 {
     static const char *const NAMES[C_N] = {
@@ -206,8 +214,5 @@ int hk_com_off(const char *name)
         "IDirect3DDevice9::BeginScene", "IDirect3DDevice9::EndScene", "IDirect3DDevice9::DrawPrimitive",
         "IDirect3DDevice9::DrawIndexedPrimitive", "IDirect3DDevice9::DrawPrimitiveUP",
         "IDirect3DDevice9::DrawIndexedPrimitiveUP"};
-    for (int k = 0; k < C_N; k++)
-        if (!strcmp(NAMES[k], name))
-            return g_off[k] = 1;
-    return 0;
+    return hk_off_by_name(NAMES, g_off, C_N, name);
 }

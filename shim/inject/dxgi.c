@@ -294,8 +294,5 @@ const int hk_n_dxgi_fns = sizeof(hk_dxgi_fns) / sizeof(hk_dxgi_fns[0]);
 
 int hk_dxgi_off(const char *name)
 {
-    for (int k = 0; k < C_N; k++)
-        if (!strcmp(NAMES[k], name))
-            return g_off[k] = 1;
-    return 0;
+    return hk_off_by_name(NAMES, g_off, C_N, name);
 }

@@ -166,6 +166,8 @@ void *hk_graphics_export(const char *dll, const char *name);
 /* Drawing off for a COM method named in W3H_DRAW_CALLS: 1 when name is one (draw.c):
  * Direct3D 9's (com.c), Direct3D 8's (d3d8.c), DXGI's and Direct3D 11's (dxgi.c). */
 int hk_com_off(const char *name);
+/* The one of names[0..n) that is name gets off[k] = 1; returns whether one was. */
+int hk_off_by_name(const char *const *names, int *off, int n, const char *name);
 int hk_d3d8_off(const char *name);
 int hk_dxgi_off(const char *name);
 /* After host->patch_import wrote slot: keeps the scans from taking its module for a new

@@ -44,7 +44,8 @@ def result_of(reward: float, env: dict) -> str:
 def eval_env(env: dict, level: str, seed: int) -> dict:
     """A group's environment made to play `level` ("ai:hard") at fixed seeds: win/loss
     rewards (a draw 0), W3D_SEED set, no replays recorded; the rest (W3D_TIME_LIMIT, W3D_MAP, ...) kept."""
-    out = {k: v for k, v in env.items() if not k.startswith("W3D_RECORD_") and k != "W3D_DRAW_REWARD"}
+    out = {k: v for k, v in env.items()
+           if not k.startswith("W3D_RECORD_") and k not in ("W3D_DRAW_REWARD", "W3D_TIME_LIMIT_WIN")}
     out.update(W3D_SIDES=f"agent,{level}", W3D_REWARD="win", W3D_SEED=str(seed))
     return out
 
