@@ -64,10 +64,12 @@ def test_eval_plays_each_level_and_reports_intervals(tmp_path, duel_bin):
     res = json.loads(out.read_text())
     assert res["checkpoint"] == str(path)  # a run folder without best.pt: the latest checkpoint
     assert list(res["levels"]) == ["ai:easy", "ai:hard"]
-    for lvl, r in res["levels"].items():
-        assert r["games"] == 3 and r["wins"] + r["losses"] + r["draws"] + r["truncated"] == 3
-        assert 0 <= r["lo"] <= r["hi"] <= 1
-    assert "ai:easy" in p.stdout and "95% interval" in p.stdout and "Traceback" not in p.stderr
+    for lvl, r in res["levels"].items():  # a truncated game is no game (w3async/outcomes.py)
+        assert r["games"] + r["truncated"] == 3 and r["wins"] + r["losses"] + r["draws"] == r["games"]
+        assert r["decisive_wins"] + r["time_limit_wins"] == r["wins"] and r["time_limit_losses"] <= r["losses"]
+        assert 0 <= r["lo"] <= r["hi"] <= 1 and 0 <= r["decisive_lo"] <= r["decisive_hi"] <= 1
+    assert "ai:easy" in p.stdout and "95% interval" in p.stdout and "decisive" in p.stdout, p.stdout
+    assert "Traceback" not in p.stderr
 
 
 @pytest.mark.parametrize("case", ["missing", "not_a_checkpoint", "other_shape", "empty_folder", "bad_level"])
