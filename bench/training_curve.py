@@ -2,8 +2,10 @@
 
 Reads runs/<run>/episodes.jsonl (evaluation episodes only: fixed seeds, never trained
 on) and prints a markdown table of the win rate against each level over the last
---window episodes at every --every minutes; with --svg it also draws the curve as a
-small SVG (no plotting library needed).
+--window episodes at every --every minutes, each with its decisive share (wins before
+the time limit, w3async/outcomes.py: a log without `end` reads as decisive); with --svg
+it also draws the curves as a small SVG (no plotting library needed), the decisive
+share dashed.
 
     python bench/training_curve.py runs/fgself-main --svg docs/experiments/figures/fgself-curve.svg
 
@@ -28,8 +30,9 @@ def ts(x: dict) -> float:
     return datetime.fromisoformat(x["ts"].replace("Z", "+00:00")).timestamp()
 
 
-def load(run: Path) -> tuple[float, dict[str, list[tuple[float, float]]]]:
-    """(start time, {level: [(minutes, 1 win / 0 otherwise)]}) for the evaluation episodes."""
+def load(run: Path) -> tuple[float, dict[str, list[tuple[float, float, float]]]]:
+    """(start time, {level: [(minutes, 1 win / 0 otherwise, 1 decisive win / 0 otherwise)]})
+    for the evaluation episodes."""
     start = None
     for line in (run / "events.jsonl").read_text().splitlines():
         e = json.loads(line)
@@ -40,7 +43,9 @@ def load(run: Path) -> tuple[float, dict[str, list[tuple[float, float]]]]:
     for line in (run / "episodes.jsonl").read_text().splitlines():
         e = json.loads(line)
         if e.get("event") == "episode" and e.get("eval") and e.get("result") != "truncated":
-            out.setdefault(e["opponent"], []).append(((ts(e) - start) / 60, 1.0 if e["result"] == "win" else 0.0))
+            win = 1.0 if e["result"] == "win" else 0.0
+            out.setdefault(e["opponent"], []).append(((ts(e) - start) / 60, win,
+                                                     win if e.get("end", "decisive") == "decisive" else 0.0))
     return start, out
 
 
@@ -74,11 +79,12 @@ def selfplay_results(run: Path, start: float) -> list[tuple[float, str]]:
 
 def checks(eps: dict[str, list[tuple[float, float]]], selfplay: list[tuple[float, str]], t_max: float) -> dict:
     """Issue 12's figures (see the module docstring)."""
-    out: dict = {"last_100": {lv: curve(pts, 100, t_max) for lv, pts in sorted(eps.items())}}
+    out: dict = {"last_100": {lv: curve(pts, 100, t_max) for lv, pts in sorted(eps.items())},
+                 "last_100_decisive": {lv: curve(pts, 100, t_max, 2) for lv, pts in sorted(eps.items())}}
     easy = eps.get("ai:easy", [])
     reached = lowest = lowest_at = last_under_75 = None
     for i in range(len(easy)):
-        window = [w for _, w in easy[max(0, i - 49): i + 1]]
+        window = [p[1] for p in easy[max(0, i - 49): i + 1]]
         if len(window) < 50:
             continue
         rate = sum(window) / 50
@@ -98,13 +104,14 @@ def checks(eps: dict[str, list[tuple[float, float]]], selfplay: list[tuple[float
     return out
 
 
-def curve(points: list[tuple[float, float]], window: int, t: float) -> tuple[float | None, int]:
-    """The win rate over the last `window` episodes finished by minute t."""
-    done = [w for m, w in points if m <= t][-window:]
+def curve(points: list[tuple[float, float, float]], window: int, t: float, k: int = 1) -> tuple[float | None, int]:
+    """The win rate (k 1; k 2: the decisive rate) over the last `window` episodes finished by minute t."""
+    done = [p[k] for p in points if p[0] <= t][-window:]
     return (sum(done) / len(done) if done else None), len(done)
 
 
-def svg(series: dict[str, list[tuple[float, float]]], t_max: float, path: Path, title: str) -> None:
+def svg(series: dict[str, list[tuple[float, float]]], t_max: float, path: Path, title: str,
+        dashed: dict[str, list[tuple[float, float]]] | None = None) -> None:
     w, h, pad = 640, 300, 46
     def x(t): return pad + (w - 2 * pad) * t / max(t_max, 1e-9)
     def y(v): return h - pad - (h - 2 * pad) * v
@@ -124,6 +131,10 @@ def svg(series: dict[str, list[tuple[float, float]]], t_max: float, path: Path, 
         if pts:
             d = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in pts)
             parts.append(f'<polyline fill="none" stroke="{COLOURS.get(level, "#555")}" stroke-width="2" points="{d}"/>')
+        if dashed and dashed.get(level):
+            d = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in dashed[level])
+            parts.append(f'<polyline fill="none" stroke="{COLOURS.get(level, "#555")}" stroke-width="1.5" '
+                         f'stroke-dasharray="5 3" points="{d}"/>')
         parts.append(f'<text x="{w - pad - 140 + 70 * i}" y="{pad - 10}" fill="{COLOURS.get(level, "#555")}">{level}</text>')
     parts.append("</svg>")
     path.write_text("\n".join(parts) + "\n")
@@ -141,22 +152,24 @@ def main() -> int:
         print(f"{a.run}: no evaluation episodes", file=sys.stderr)
         return 2
     levels = sorted(eps)
-    t_max = max(m for pts in eps.values() for m, _ in pts)
-    print("| minutes | " + " | ".join(f"win rate vs {lv} (last {a.window})" for lv in levels) + " |")
+    t_max = max(p[0] for pts in eps.values() for p in pts)
+    print("| minutes | " + " | ".join(f"win rate vs {lv} (last {a.window}), decisive" for lv in levels) + " |")
     print("| ---: | " + " | ".join("---:" for _ in levels) + " |")
     t = a.every
     while t <= t_max + 1e-9 or t - a.every < t_max:
         cells = []
         for lv in levels:
             rate, n = curve(eps[lv], a.window, t)
-            cells.append("-" if rate is None else f"{rate:.0%} ({n})")
+            dec, _ = curve(eps[lv], a.window, t, 2)
+            cells.append("-" if rate is None else f"{rate:.0%}, {dec:.0%} ({n})")
         print(f"| {min(t, t_max):.0f} | " + " | ".join(cells) + " |")
         if t >= t_max:
             break
         t = min(t + a.every, t_max)
     c = checks(eps, selfplay_results(a.run, start), t_max)
     pct = lambda x: "-" if x is None else f"{x:.0%}"  # noqa: E731
-    print("\nchecks: " + "; ".join(f"{lv} last 100 {pct(r)} ({n})" for lv, (r, n) in c["last_100"].items()))
+    print("\nchecks: " + "; ".join(f"{lv} last 100 {pct(r)} ({n}), decisive {pct(c['last_100_decisive'][lv][0])}"
+                                  for lv, (r, n) in c["last_100"].items()))
     first = c["easy_first_85"]
     print(f"easy: last 50 first at 85% at minute {'-' if first is None else round(first, 1)}, "
           f"lowest after {pct(c['easy_lowest_after'])}"
@@ -165,9 +178,10 @@ def main() -> int:
           + f"; self-play draws over the last 10 minutes "
           f"{pct(c['selfplay_draws_last_10_min'][0])} of {c['selfplay_draws_last_10_min'][1]}")
     if a.svg:
-        series = {lv: [(m, curve(eps[lv], a.window, m)[0]) for m, _ in eps[lv] if curve(eps[lv], a.window, m)[1] >= 10]
-                  for lv in levels}
-        svg(series, t_max, a.svg, f"{a.run.name}: evaluation win rate (last {a.window} games) against time")
+        series, dashed = ({lv: [(p[0], curve(eps[lv], a.window, p[0], k)[0]) for p in eps[lv]
+                                if curve(eps[lv], a.window, p[0])[1] >= 10] for lv in levels} for k in (1, 2))
+        svg(series, t_max, a.svg, f"{a.run.name}: evaluation win rate (last {a.window} games; dashed: decisive)",
+            dashed)
         print(f"\n(curve: {a.svg})")
     return 0
 
