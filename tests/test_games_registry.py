@@ -219,6 +219,11 @@ async def test_a_declared_game_runs_through_the_supervisor(tmp_path, null_native
     saved = json.loads((run / "recipe.json").read_text())
     assert saved["game"] == "mine" and saved["spec"]["levels"]["bot:hard"]["args"][0] == "-level"
     games.unregister("mine")
+    # A later reader that never loaded the recipe (`w3async status` of the finished run)
+    # reads the run's levels from its recipe.json (before: every registered game's).
+    from w3async.observe.run_view import RunView
+
+    assert RunView(run).series.eval_levels == ("bot:easy", "bot:hard")
 
 
 async def test_a_declared_game_trains_and_plans_its_evaluation(tmp_path, null_native):

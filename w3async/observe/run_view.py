@@ -169,6 +169,26 @@ def _accounting(sample: dict | None) -> dict | None:
                        for k, v in sample["games"].items()})
 
 
+def run_levels(run_dir: Path) -> tuple[str, ...] | None:
+    """The evaluation levels of the run's game, from its recipe.json: the game's as the
+    registry knows it, or, for a game the recipe declared ([spec]) that this process has
+    not, the spec's levels (before: `w3async status` of a finished run of a declared game
+    showed no evaluation); None where recipe.json does not say: every registered game's."""
+    try:
+        rec = json.loads(RunFolder(run_dir).recipe.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(rec, dict):
+        return None
+    try:
+        return tuple(games.get(rec.get("game")).eval_levels) or None
+    except (games.UnknownGame, TypeError, AttributeError):
+        pass
+    spec = rec.get("spec")
+    levels = spec.get("levels") if isinstance(spec, dict) else None
+    return tuple(str(k) for k in levels) if isinstance(levels, dict) and levels else None
+
+
 class RunView:
     """A run's status from its files and, when live, snapshots of its StatusSource
     (`feed()`, or `sample()` on the source's own loop). One thread uses a view."""
@@ -180,7 +200,7 @@ class RunView:
         self.source = source
         self.live_source = source is not None if live is None else live  # counters come from snapshots
         self._snap: dict | None = None
-        self.series = RunSeries()
+        self.series = RunSeries(levels=run_levels(self.run_dir))
         self.files = RunFiles(self.run_dir, self.series, live_sampler=self.live_source)
         self.started_wall = time.time()
         self._rates = collections.deque(maxlen=61)  # (t, agent_steps, rounds), one a sample
