@@ -972,3 +972,22 @@ def test_a_zombie_supervisor_is_not_live(tmp_path):
         assert RunView(run).live()
     finally:
         child.wait()
+
+
+def test_a_resumed_run_reads_as_live_from_its_last_start():
+    """A run that ended (its shutdown event) and was resumed (a second run_start, its
+    supervisor holding run.lock): live, not ended, its uptime counted from the resume.
+    Before: ended, with a negative uptime, while it ran."""
+    import tempfile
+
+    run = Path(tempfile.mkdtemp()) / "run"
+    write_logs(run, seconds=30)
+    with open(run / "events.jsonl", "a") as f:
+        f.write(line(T0 + 60, "run_start", run=run.name, recipe="fake", pid=os.getpid(), shm="/w3a-y", rows=8, games=2,
+                     gather="c", policy="check"))
+    (run / "run.lock").write_text(json.dumps({"pid": os.getpid()}))
+    view = RunView(run)
+    view.refresh()
+    st = view.status()["run"]
+    assert st["live"] is True and st["ended"] is None and st["uptime_s"] > 0, st
+    assert st["started"].startswith(datetime.fromtimestamp(T0 + 60, timezone.utc).isoformat()[:19]), st

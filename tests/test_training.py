@@ -136,7 +136,11 @@ async def test_resume_is_exact(tmp_path, null_native):
         await sup.close()
     # and a real second run goes on from there
     data["stop"] = {"updates": ckpt["learner"]["version"] + 2, "seconds": 120}
-    await run(data, run_dir)
+    sup2, stats = await run(data, run_dir)
+    # rows a round over this start's steps and rounds (before: the whole run's steps over
+    # this start's rounds, 2-3x too many)
+    assert stats["resumed_steps"] == ckpt["counters"]["agent_steps"] and stats["rounds"] > 0
+    assert stats["rows_per_round"] == pytest.approx((stats["agent_steps"] - stats["resumed_steps"]) / stats["rounds"])
     resumed = [e for e in events(run_dir) if e["event"] == "resume"]
     assert resumed and resumed[-1]["updates"] == ckpt["learner"]["version"]
     assert resumed[-1]["agent_steps"] == ckpt["counters"]["agent_steps"]

@@ -185,8 +185,11 @@ def _run(args) -> int:
             return 2
         console(f"w3async: run {run_dir} stopped: {type(e).__name__}: {msg}")
         return 1
-    console(f"w3async: run {run_dir} ended: {stats['agent_steps']:,} agent steps in {stats['seconds']:.1f} s, "
-            f"{stats['rows_per_round']:.1f} rows a round, {sup.summary_games()}")
+    since = stats["agent_steps"] - stats.get("resumed_steps", 0)
+    steps = (f"{stats['agent_steps']:,} agent steps, {since:,} of them since the resume, in"
+             if stats.get("resumed_steps") else f"{since:,} agent steps in")
+    console(f"w3async: run {run_dir} ended: {steps} {stats['seconds']:.1f} s, {stats['rows_per_round']:.1f} rows "
+            f"a round, {sup.summary_games()}")
     return 0
 
 

@@ -68,7 +68,7 @@ def _restore_one(path: Path, learner, league, counters, tally, run_dir: Path, ga
         raise CheckpointLoadError(e.path, f"{e.cause} (named by the checkpoint {path})", e.errno) from e
     c = ckpt["counters"]
     try:
-        counters.agent_steps = int(c.get("agent_steps", 0))
+        counters.agent_steps = counters.resumed_steps = int(c.get("agent_steps", 0))
         tally.count = int(c.get("episodes", 0))
         tally.totals.clear()  # an earlier candidate's totals must not add to this one's
         for level, counts in c.get("eval_totals", {}).items():

@@ -141,7 +141,11 @@ class RunFiles:
         ev = rec.get("event")
         s = self.series
         if ev == "run_start":
+            # A resume's start: the run lives again, its life read from this start (the
+            # earlier shutdown said it ended: /status showed a running resume as ended,
+            # with a negative uptime). The earlier starts' records stay counted.
             self.run = dict(rec, started=t)
+            self.shutdown = None
             s.t0 = t
             if not self.live_sampler:  # the restarts line starts at 0 and ends at shutdown
                 s.add_sample(t, restarts=0)

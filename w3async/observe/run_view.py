@@ -402,7 +402,7 @@ class RunView:
                        stopped=states["stopped"], restarts=sum(restarts.values()), restarts_by_cause=restarts,
                        bad_rows=int(bad_rows)),
             inference=dict(rounds=int(rounds), rounds_per_s=_f(rounds_per_s, 1),
-                           rows_per_round=_f(agent_steps / rounds if rounds else None, 2),
+                           rows_per_round=_f((agent_steps - (st.get("resumed_steps") or 0)) / rounds if rounds else None, 2),
                            latency_ms_mean=lat, latency_ms_p95=_f(lr.get("latency_ms_p95")),
                            latency_ms_max=_f(lr.get("latency_ms_max")), compute_ms_mean=comp,
                            compute_share=_f(rounds_per_s * comp / 1000.0 if rounds_per_s and comp else None, 4),

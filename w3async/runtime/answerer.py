@@ -36,9 +36,10 @@ class RunFailure(RuntimeError):
 class Counters:
     """The run's counters: agent steps answered, rounds answered, bad rows seen."""
 
-    agent_steps: int = 0
-    rounds: int = 0
+    agent_steps: int = 0  # the whole run's, a resumed run's checkpoint included
+    rounds: int = 0  # this process's
     bad_rows: int = 0
+    resumed_steps: int = 0  # the agent steps a resume started from (rows a round: the steps since over the rounds)
 
 
 @dataclass(frozen=True)

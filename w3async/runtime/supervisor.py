@@ -273,7 +273,8 @@ class Supervisor:
         cpu = _cpu_s() - self._cpu0
         return dict(
             agent_steps=self.agent_steps, rounds=self.rounds,
-            rows_per_round=self.agent_steps / max(self.rounds, 1), seconds=time.monotonic() - self.started_monotonic,
+            rows_per_round=(self.agent_steps - self.counters.resumed_steps) / max(self.rounds, 1),
+            resumed_steps=self.counters.resumed_steps, seconds=time.monotonic() - self.started_monotonic,
             cpu_s=cpu, bad_rows=self.bad_rows,
             restarts=dict(sum((s.causes for s in self.slots), collections.Counter())),
             games={s.index: dict(pid=s.pid, state=s.state, restarts=s.restarts, recycles=s.recycles, causes=dict(s.causes))
