@@ -5,6 +5,7 @@ a close() that leaves nothing behind."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 
 import numpy as np
@@ -61,7 +62,7 @@ def _check_batch(env, obs, rew, term, trunc, infos) -> None:
     assert env.observation_space.contains(obs), {k: (v.dtype, v.shape) for k, v in obs.items()}
     assert rew.shape == term.shape == trunc.shape == (n,)
     assert rew.dtype == np.float32 and term.dtype == bool and trunc.dtype == bool
-    for k in ("cut", "episode", "step", "slot"):
+    for k in ("cut", "episode_id", "step", "slot"):
         assert infos[k].shape == (n,) and infos["_" + k].all()
     # every head allows a choice; none past the head's size
     for h, size in enumerate(env.single_action_space.nvec):
@@ -435,6 +436,63 @@ def test_parallel_api(name, sets):
     env = we.parallel_env(name, sets=sets)
     try:
         parallel_api_test(env, num_cycles=300)
+    finally:
+        env.close()
+
+
+def test_misuse_is_named_before_it_reaches_a_game():
+    """step() before reset() says to call reset(); an action outside its head's space
+    (999, -1, NaN, 2.5) names the env id or agent, the head and the value; a PettingZoo
+    step without every live agent's action names the missing one. Before: an
+    AttributeError on None, actions passed to the game as they were, a bare KeyError."""
+    env = we.make("env-null", sets=["games.count=1"])
+    try:
+        with pytest.raises(RuntimeError, match=r"step\(\) before reset\(\): call reset\(\) first"):
+            env.step(np.zeros((env.num_envs, len(env.single_action_space.nvec)), np.int64))
+        env.reset(seed=1)
+        good = np.zeros((env.num_envs, len(env.single_action_space.nvec)), np.int64)
+        for bad, why in ((999, "999 is outside 0.."), (-1, "-1 is outside 0.."), (np.nan, "nan is not a whole number"),
+                         (2.5, "2.5 is not a whole number")):
+            acts = good.astype(np.float64) if isinstance(bad, float) else good.copy()
+            acts[1, 2] = bad
+            with pytest.raises(ValueError, match=f"env id 1, head 2: {re.escape(why)}"):
+                env.step(acts)
+        env.step(good)  # the refused steps sent nothing: the env goes on
+    finally:
+        env.close()
+    penv = we.parallel_env("env-null", sets=["games.count=1"])
+    try:
+        with pytest.raises(RuntimeError, match="call reset"):
+            penv.step({})
+        penv.reset(seed=1)
+        first, *rest = penv.agents
+        heads = len(penv.action_space(first).nvec)
+        with pytest.raises(ValueError, match=f"no action for {rest[0]}"):
+            penv.step({first: np.zeros(heads, np.int64)})
+        with pytest.raises(ValueError, match=f"agent {first}, head 0: 999 is outside"):
+            penv.step({a: np.full(heads, 999 if a == first else 0) for a in penv.agents})
+    finally:
+        penv.close()
+
+
+def test_gymnasiums_episode_statistics_wrapper_records_episodes():
+    """gymnasium's RecordEpisodeStatistics (CleanRL's logging reads its info["episode"]
+    ["r"], ["l"]) over the vector env: it works, the episode's id being "episode_id".
+    Before: ValueError, the key "episode" already in info."""
+    from gymnasium.wrappers.vector import RecordEpisodeStatistics
+
+    env = RecordEpisodeStatistics(we.make("env-null", sets=["games.count=1", 'games.env.W3N_EPISODE_STEPS="20"']))
+    try:
+        obs, info = env.reset(seed=3)
+        rng = np.random.default_rng(0)
+        done = []
+        for _ in range(60):
+            obs, rew, term, trunc, info = env.step(sample_masked(obs["mask"], rng))
+            if "episode" in info:
+                done += [(float(r), int(n)) for r, n, m in zip(info["episode"]["r"], info["episode"]["l"],
+                                                                info["_episode"]) if m]
+        assert done and all(n in (19, 20) for _, n in done), done  # 20 posts an episode: 19 or 20 actions
+        assert "episode_id" in info
     finally:
         env.close()
 

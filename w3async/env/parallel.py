@@ -71,8 +71,17 @@ class W3ParallelEnv(ParallelEnv):
         return self._split(obs, rows), {a: self._info(st, k) for k, a in enumerate(self.agents)}
 
     def step(self, actions: dict):
+        if not self._started:
+            raise RuntimeError("step() before reset(): call reset() first (it starts the run's games)")
+        missing = [a for a in self.agents if a not in actions]
+        if missing:
+            raise ValueError(f"step(actions): no action for {', '.join(map(str, missing[:4]))}"
+                             f"{' and more' if len(missing) > 4 else ''}: give one for every agent in env.agents")
         live = np.array([self._row[a] for a in self.agents], np.int64)
-        acts = np.stack([np.asarray(actions[a], np.int64) for a in self.agents]) if len(live) else np.zeros((0, 4))
+        heads = self.run.spec.head_sizes
+        names = self.agents
+        acts = (sp.checked_actions(np.stack([np.asarray(actions[a]).reshape(-1) for a in names]), len(live), heads,
+                                lambda k: f"agent {names[k]}") if len(live) else np.zeros((0, len(heads)), np.int64))
         self.run.bridge.give(live, acts)
         self.run.wait_rows(live, self.step_timeout_s)
         with self.run.bridge.lock:
@@ -92,7 +101,7 @@ class W3ParallelEnv(ParallelEnv):
 
     @staticmethod
     def _info(st: dict, k: int) -> dict:
-        return {"cut": bool(st["cut"][k]), "episode": int(st["episode"][k]), "step": int(st["step"][k]),
+        return {"cut": bool(st["cut"][k]), "episode_id": int(st["episode"][k]), "step": int(st["step"][k]),
                 "slot": int(st["slot"][k])}
 
     def close(self):

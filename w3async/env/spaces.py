@@ -31,3 +31,30 @@ def observation_space(spec: GameSpec, seed: int | None = None) -> spaces.Dict:
 
 def action_space(spec: GameSpec, seed: int | None = None) -> spaces.MultiDiscrete:
     return spaces.MultiDiscrete(np.array(spec.head_sizes, np.int64), seed=seed)
+
+
+def checked_actions(actions, n: int, head_sizes, who) -> np.ndarray:
+    """actions as an (n, heads) int64 array, each a choice of its head: a ValueError names
+    who(k) (the k-th action's env id or agent), the head and the value of the first that
+    is not (999, -1, NaN, 2.5: the game would get a choice past its head, or a float cut
+    to one). Costs a comparison per action when all is well."""
+    a = np.asarray(actions)
+    heads = len(head_sizes)
+    if a.shape != (n, heads):
+        raise ValueError(f"actions of shape {a.shape}: expected ({n}, {heads}), one choice per action head for each "
+                         f"env id")
+    if a.dtype.kind not in "iu":
+        whole = a.dtype.kind in "fb" and np.isfinite(a.astype(np.float64)).all() and (a == np.round(a)).all()
+        if not whole:
+            bad = np.argwhere(~np.isfinite(a.astype(np.float64)) | (a != np.round(a)))
+            k, h = (bad[0] if len(bad) else (0, 0))
+            raise ValueError(f"actions: {who(int(k))}, head {int(h)}: {float(a[k, h])!r} is not a whole number "
+                             f"(choices are integers 0..n-1 of each head)")
+        a = a.astype(np.int64)
+    sizes = np.asarray(head_sizes, np.int64)
+    out = (a < 0) | (a >= sizes)
+    if out.any():
+        k, h = np.argwhere(out)[0]
+        raise ValueError(f"actions: {who(int(k))}, head {int(h)}: {int(a[k, h])} is outside 0..{int(sizes[h]) - 1} "
+                         f"(the head's action space, Discrete({int(sizes[h])}))")
+    return a.astype(np.int64, copy=False)

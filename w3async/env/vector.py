@@ -25,6 +25,11 @@ from w3async.env import spaces as sp
 from w3async.env.run import EnvRun, env_recipe
 
 
+# infos' keys and the row fields they come from: the episode's id is "episode_id", so that
+# gymnasium's RecordEpisodeStatistics (and CleanRL's logging after it) may write "episode".
+INFO_KEYS = {"cut": "cut", "episode_id": "episode", "step": "step", "slot": "slot"}
+
+
 class W3VectorEnv(VectorEnv):
     """The recipe's games as a vector env (make() builds it; close() ends the run)."""
 
@@ -84,6 +89,7 @@ class W3VectorEnv(VectorEnv):
         return obs, self._infos(st)
 
     def step(self, actions):
+        self._need_reset("step()")
         b = self.run.bridge
         if self._all_ready is None:
             self._all_ready = self.run.all_ready(self._rows)
@@ -101,19 +107,22 @@ class W3VectorEnv(VectorEnv):
     def send(self, actions, env_ids=None) -> None:
         """Answer these sub-envs (default: all) with these actions, one row of
         `len(head_sizes)` choices each. Returns at once."""
+        self._need_reset("send()")
         ids = self._all if env_ids is None else np.asarray(env_ids, np.int64)
-        self.run.bridge.give(self._rows[ids], self._actions(actions, len(ids)))
+        self.run.bridge.give(self._rows[ids], self._actions(actions, len(ids), ids))
 
-    def _actions(self, actions, n: int) -> np.ndarray:
-        a = np.asarray(actions)
-        if a.shape != (n, len(self.spec_.head_sizes)):
-            raise ValueError(f"actions of shape {a.shape}: expected ({n}, {len(self.spec_.head_sizes)}), "
-                             f"one choice per action head for each env id")
-        return a
+    def _need_reset(self, call: str) -> None:
+        if not self._started:
+            raise RuntimeError(f"{call} before reset(): call reset() first (it starts the run's games)")
+
+    def _actions(self, actions, n: int, ids: np.ndarray | None = None) -> np.ndarray:
+        ids = self._all if ids is None else ids
+        return sp.checked_actions(actions, n, self.spec_.head_sizes, lambda k: f"env id {int(ids[k])}")
 
     def recv(self, timeout_s: float | None = None):
         """The next `batch_size` sub-envs that are ready, oldest first: (obs, rewards,
         terminations, truncations, infos), infos["env_id"] their ids."""
+        self._need_reset("recv()")
         b = self.run.bridge
         b.wait(lambda: b.copies.ready() >= self.batch_size, timeout_s or self.step_timeout_s)
         with b.lock:
@@ -133,7 +142,7 @@ class W3VectorEnv(VectorEnv):
         return obs, st["reward"], st["terminated"], st["truncated"], self._infos(st, ids)
 
     def _infos(self, st: dict, ids: np.ndarray | None = None) -> dict:
-        info = {k: st[k] for k in ("cut", "episode", "step", "slot")}
+        info = {k: st[s] for k, s in INFO_KEYS.items()}
         if ids is not None:
             info["env_id"] = ids.astype(np.int64)
         every = np.empty((len(info), len(st["cut"])), bool)  # every "_key" mask: rows of one array
