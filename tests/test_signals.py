@@ -101,3 +101,42 @@ def test_signals_in_any_order_end_the_run_cleanly(tmp_path, null_native, sigs, s
     assert not [e["pid"] for e in evs if e["event"] == "game_start" and alive(e["pid"])]
     shm = [e for e in evs if e["event"] == "run_start"][0]["shm"]
     assert not [s for s in list_segments() if s.startswith(shm)]
+
+
+def _child_running(pid: int, needle: str) -> bool:
+    """A child of any thread of pid whose command line holds needle."""
+    kids = [c for t in Path(f"/proc/{pid}/task").iterdir() for c in (t / "children").read_text().split()]
+    for c in kids:
+        try:
+            if needle in Path(f"/proc/{c}/cmdline").read_text():
+                return True
+        except OSError:
+            pass
+    return False
+
+
+def test_ctrl_c_at_a_terminal_prints_no_traceback(tmp_path, null_native):
+    """Ctrl-C at a terminal is SIGINT to the whole foreground process group: the
+    accounting's /proc reader (a child process) got it too and printed a
+    KeyboardInterrupt traceback (also while still importing). Now it runs in a session of
+    its own and ends when the supervisor closes its stdin."""
+    import os
+
+    runs = tmp_path / "runs"
+    p = subprocess.Popen([sys.executable, "-m", "w3async", "run", "null", "--run", "cc", "--runs-dir", str(runs),
+                          "--set", "stop.seconds=60", "--set", "games.count=2", "--set", "supervisor.accounting_s=0.2",
+                          "--set", "supervisor.progress_s=0"],
+                         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _wait(runs / "cc", "running", 2, time.time() + 60, p.pid)
+        deadline = time.time() + 30  # the reader runs once a sample has been asked for (by the accounting thread)
+        while time.time() < deadline and not _child_running(p.pid, "proc_sampler"):
+            time.sleep(0.05)
+        assert _child_running(p.pid, "proc_sampler"), "the accounting's reader never started"
+        os.killpg(p.pid, INT)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0 and "Traceback" not in err and "KeyboardInterrupt" not in err, err

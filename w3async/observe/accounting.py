@@ -107,9 +107,12 @@ class Accounting:
                         f.close()
                     except OSError:  # a write it never read (BrokenPipeError at the flush)
                         pass
+            # A session of its own: a Ctrl-C at the terminal (SIGINT to the foreground
+            # process group) is the supervisor's to act on; the reader got it too and
+            # printed a KeyboardInterrupt traceback. It ends when its stdin closes.
             r = self._reader = subprocess.Popen(
                 python_child("w3async.observe.proc_sampler"), stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, text=True, close_fds=True)
+                stdout=subprocess.PIPE, text=True, close_fds=True, start_new_session=True)
         r.stdin.write(json.dumps(request) + "\n")
         r.stdin.flush()
         line = r.stdout.readline()
