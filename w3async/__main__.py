@@ -52,7 +52,7 @@ from w3async.recipes import REPO_ROOT, RecipeError, load_recipe, resolve_recipe_
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="w3async", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="w3async", description=HELP)
     sub = p.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a recipe")
     run.add_argument("recipe", help="a recipe name (recipes/NAME.toml) or a path")
@@ -68,6 +68,11 @@ def _parser() -> argparse.ArgumentParser:
 
     add_arguments(sub.add_parser("eval", help="play a checkpoint against each evaluation level"))
     return p
+
+
+HELP = ("Run a recipe's games and learner (run), summarise a run from its folder (status), play a checkpoint "
+        "against each evaluation level (eval). Set-up: make setup (the virtual environment and the C parts); "
+        "the manual: README.md and docs/.")
 
 
 def main(argv: list[str] | None = None) -> int:
