@@ -227,7 +227,9 @@ def test_two_threads_step_their_own_games(gather_here, monkeypatch):
             try:
                 rng = np.random.default_rng(int(ids[0]))
                 step = infos["step"][ids].copy()
-                mask = np.ones((len(ids), layout.N_HEADS, layout.HEAD_MAX), np.uint8)
+                mask = np.zeros((len(ids), layout.N_HEADS, layout.HEAD_MAX), np.uint8)
+                for h, size in enumerate(env.single_action_space.nvec):  # the first step: any choice of each head
+                    mask[:, h, :size] = 1
                 for _ in range(300):
                     env.send(sample_masked(mask, rng), ids)
                     obs, rew, term, trunc, inf = env.recv_rows(ids)
