@@ -130,3 +130,32 @@ async def test_a_run_keeps_best_pt_shows_it_and_a_resume_keeps_a_better_one(tmp_
     assert (ck / "latest").read_text() != latest  # it went on from the last checkpoint
     assert _sha(ck / "best.pt") == before
     assert bestmod.BEST_JSON == "best.json" and (ck / "best.json").exists()
+
+
+def test_the_live_tally_keeps_each_levels_mean_return_truncated_episodes_too():
+    """A game scored by points (Snake) is read by its evaluation returns: the live tally
+    (TensorBoard's eval/mean_return, the evaluation line) keeps the last window of every
+    ended evaluation episode's return, cut ones too, beside the win rate of those with a
+    result; training episodes stay out of it."""
+    import numpy as np  # noqa: PLC0415
+
+    from w3async.learn.tallies import EpisodeTally  # noqa: PLC0415
+    from w3async.sync import layout  # noqa: PLC0415
+    from w3async.sync.gather import Batch  # noqa: PLC0415
+
+    t = EpisodeTally(n_rows=2, eval_window=2)
+    t.log = type("Log", (), {"info": lambda *a, **k: None})()
+    b = Batch(capacity=2)
+    b.n = 2
+    rows = np.arange(2)
+    for ret, flags, result in [(3.0, layout.FLAG_DONE, "loss"), (5.0, layout.FLAG_TRUNCATED, "truncated"),
+                               (-1.0, layout.FLAG_DONE, "loss")]:
+        b.flags[:2] = layout.FLAG_FIRST
+        b.reward[:2] = ret
+        t.add_rewards(b, rows)
+        b.flags[:2] = flags
+        t.finish(0, b, 0, "solo", 0, True, 1, result)
+        t.finish(1, b, 1, "solo", 0, False, 1, result)
+    solo = t.win_rates()["solo"]
+    assert solo["mean_return"] == 2.0 and solo["n"] == 1 and solo["rate"] == 0.0  # the window: 5 (cut) and -1
+    assert t.count == 6

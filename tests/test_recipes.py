@@ -500,3 +500,13 @@ def test_the_main_jobs_variants_train_what_it_trains(variant):
         return out
 
     assert lanes(other) == lanes(main)
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parent.parent / "recipes").glob("*.toml")),
+                         ids=lambda p: p.stem)
+def test_every_shipped_recipe_loads(path):
+    """Each recipe in recipes/ loads and passes every check that needs no machine (its
+    spec file, relative to the recipe, included): a recipe the README or a doc names
+    cannot be broken by a change to the checks."""
+    recipe = load_recipe(path)
+    assert recipe.name == path.stem and recipe.games

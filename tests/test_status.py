@@ -58,7 +58,8 @@ SUB_KEYS = {
     "episodes": {"total", "eval", "train", "last_eval_replay"},
 }
 TALLY_KEYS = {"games", "wins", "decisive_wins", "time_limit_wins", "losses", "time_limit_losses", "draws", "win_rate",
-              "decisive_rate", "recent_games", "recent_win_rate", "recent_decisive_rate"}
+              "decisive_rate", "recent_games", "recent_win_rate", "recent_decisive_rate", "mean_return",
+              "recent_mean_return"}
 
 
 # ---- a run folder written the way docs/logs.md says --------------------------------
@@ -472,6 +473,20 @@ def test_truncated_episodes_count_but_not_in_win_rates():
     s.add_episode(T0 + 1, "ai:easy", True, "truncated")
     s.add_episode(T0 + 2, "self", False, "truncated")
     assert len(s.episodes) == 3 and s.evaluation()["ai:easy"]["games"] == 1 and s.train.games == 0
+
+
+def test_mean_returns_count_truncated_episodes_too():
+    """A game scored by points (Snake: every game ends in a loss, or is cut by a hunger
+    limit) is read by its returns: every ended episode's, with a result or without."""
+    s = RunSeries()
+    for k, (result, ret) in enumerate([("loss", 2.0), ("truncated", 7.0), ("loss", -1.0)]):
+        s.add_episode(T0 + k, "ai:easy", True, result, ret=ret)
+    s.add_episode(T0 + 3, "self", False, "truncated", ret=4.0)
+    ev = s.evaluation()["ai:easy"]
+    assert ev["games"] == 2 and ev["win_rate"] == 0.0 and ev["mean_return"] == ev["recent_mean_return"] == 2.6667
+    assert s.train.as_dict()["mean_return"] == 4.0 and s.train.games == 0
+    assert "(3, return 2.7)" in progress_line({"run": {}, "steps": {"agent_steps": 1}, "games": {"alive": 1, "total": 1, "restarts": 0},
+                                               "evaluation": {"solo": dict(ev, games=3)}})
 
 
 def test_replay_view_errors(tmp_path):

@@ -5,7 +5,7 @@
                                      staleness, update and wait time, ...)
     loop thread, once a second    -> run/* (agent steps/s, restarts, updates), rounds/*
                                      (the round latency and compute the dashboard plots),
-                                     eval/win_rate/<level>
+                                     eval/win_rate|decisive_rate|mean_return/<level>
     its own thread, every N min   -> videos/eval-<agent steps>.mp4 and eval/video
 
 Both only enqueue (observe/tensorboard.py's thread writes). Every step is the run's
@@ -99,6 +99,7 @@ class Board:
         for level, w in h.win_rates().items():
             vals[f"eval/win_rate/{level}"] = w.get("rate")
             vals[f"eval/decisive_rate/{level}"] = w.get("decisive")
+            vals[f"eval/mean_return/{level}"] = w.get("mean_return")
         self.tb.scalars(self._step("run"), vals)
 
     def _video_made(self, path, replay, info: dict) -> None:

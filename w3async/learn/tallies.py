@@ -46,6 +46,9 @@ class EpisodeTally:
             lambda: collections.deque(maxlen=eval_window))
         self.totals: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
         self.since_checkpoint: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+        # every ended evaluation episode's return, truncated ones too (a game scored by points)
+        self.returns: dict[str, collections.deque] = collections.defaultdict(
+            lambda: collections.deque(maxlen=eval_window))
         self.log: JsonLog | None = None
 
     def add_rewards(self, b: Batch, rows: np.ndarray) -> None:
@@ -85,6 +88,7 @@ class EpisodeTally:
                       discarded=int(self.row_discarded[row]))
         self.ended_discarded.append(int(self.row_discarded[row]))
         if is_eval:
+            self.returns[label].append(float(self.row_return[row]))
             kind = outcomes.outcome(result, end)
             self.window[label].append(kind)  # best.py's rule reads the outcomes
             self.totals[label][kind] += 1
@@ -96,11 +100,14 @@ class EpisodeTally:
 
     def win_rates(self) -> dict:
         """{label: win rate and decisive rate over the window (outcomes.py's definition),
-        its games, the run's totals by kind} of each evaluation opponent."""
+        its games, the run's totals by kind, the mean return of its last window of ended
+        episodes} of each evaluation opponent."""
         out = {}
-        for k, v in sorted(self.window.items()):
-            t = outcomes.tally(v)
-            out[k] = dict(rate=t["win_rate"], decisive=t["decisive_rate"], n=t["games"], totals=dict(self.totals[k]))
+        for k in sorted(set(self.window) | set(self.returns)):
+            t = outcomes.tally(self.window.get(k, ()))
+            rets = self.returns.get(k) or ()
+            out[k] = dict(rate=t["win_rate"], decisive=t["decisive_rate"], n=t["games"], totals=dict(self.totals[k]),
+                          mean_return=round(sum(rets) / len(rets), 4) if rets else None)
         return out
 
     def progress(self) -> str:

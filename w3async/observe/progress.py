@@ -27,7 +27,9 @@ def progress_line(st: dict) -> str:
     ev = st.get("evaluation") or {}
     if ev:
         parts.append("eval " + " ".join(
-            f"{lvl.split(':', 1)[-1]} {_pct(e.get('recent_win_rate'))} ({e['games']})" for lvl, e in ev.items()))
+            f"{lvl.split(':', 1)[-1]} {_pct(e.get('recent_win_rate'))} ({e['games']}"
+            + (f", return {e['recent_mean_return']:.1f})" if e.get("recent_mean_return") is not None else ")")
+            for lvl, e in ev.items()))
     le = st.get("learner") or {}
     if le.get("updates"):
         parts.append(f"update {le['update_s']:.2f} s wait {le['wait_s'] or 0:.2f} s (#{le.get('update') or le['updates']})")

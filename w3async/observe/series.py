@@ -32,6 +32,11 @@ class LevelTally:
 
     counts: collections.Counter = field(default_factory=collections.Counter)  # outcomes.KINDS -> games
     recent: collections.deque = field(default_factory=lambda: collections.deque(maxlen=RECENT))
+    # Returns of every ended episode, truncated ones too: a game scored by points and not
+    # by wins (Snake: its score - 1) is read here.
+    return_sum: float = 0.0
+    returns: int = 0
+    recent_returns: collections.deque = field(default_factory=lambda: collections.deque(maxlen=RECENT))
 
     @property
     def games(self) -> int:
@@ -46,12 +51,22 @@ class LevelTally:
         self.counts.update({k: int(c) for k, c in zip(outcomes.KINDS, counts) if c})
         self.recent.extend(outcomes.KINDS[c] for c in code[-RECENT:].tolist())
 
+    def add_returns(self, rets: np.ndarray) -> None:
+        """Ended episodes' returns (with a result or truncated; NaN, a line without one, skipped)."""
+        rets = rets[np.isfinite(rets)]
+        self.return_sum += float(rets.sum())
+        self.returns += len(rets)
+        self.recent_returns.extend(rets[-RECENT:].tolist())
+
     def as_dict(self) -> dict:
         t = outcomes.tally_counts(self.counts)
         r = outcomes.tally(self.recent)
+        recent = self.recent_returns
         return dict({k: t[k] for k in ("games", "wins", "decisive_wins", "time_limit_wins", "draws", "losses",
                                        "time_limit_losses", "win_rate", "decisive_rate")},
-                    recent_games=r["games"], recent_win_rate=r["win_rate"], recent_decisive_rate=r["decisive_rate"])
+                    recent_games=r["games"], recent_win_rate=r["win_rate"], recent_decisive_rate=r["decisive_rate"],
+                    mean_return=round(self.return_sum / self.returns, 4) if self.returns else None,
+                    recent_mean_return=round(sum(recent) / len(recent), 4) if recent else None)
 
 
 
@@ -166,14 +181,20 @@ class RunSeries:
         score = (r == 1).astype(np.float64)  # the win rate's (outcomes.py): a draw is not a win
         decisive = ((r == 1) & ~tl).astype(np.float64)
         decided = r != NO_RESULT  # a "truncated" episode has no result: not in the win rates
+        rets = np.asarray(rets, dtype=np.float64)
         for k, lvl in enumerate(self.eval_levels):
-            m = ev & (level == k) & decided
+            ended = ev & (level == k)
+            if ended.any():
+                self.levels.setdefault(lvl, LevelTally()).add_returns(rets[ended])
+            m = ended & decided
             if m.any():
-                self.levels.setdefault(lvl, LevelTally()).add_many(r[m], tl[m])
+                self.levels[lvl].add_many(r[m], tl[m])
                 self.episode_bins.add_many(t[m], **{f"score:{lvl}": score[m], f"decisive:{lvl}": decisive[m],
                                                     f"n:{lvl}": np.ones(int(m.sum()))})
         if discarded is not None:  # bins pass NaN over
             self.episode_bins.add_many(t, discarded=np.asarray(discarded, np.float64))
+        if (~ev).any():
+            self.train.add_returns(rets[~ev])
         m = ~ev & decided
         if m.any():
             self.train.add_many(r[m], tl[m])

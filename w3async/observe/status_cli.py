@@ -42,7 +42,9 @@ def summary(st: dict, games: list[dict]) -> list[str]:
         lines.append(f"eval     vs {lvl}: {e['wins']}-{e['draws']}-{e['losses']} (w-d-l; {e['decisive_wins']} wins "
                      f"decisive, {e['time_limit_wins']} at the time limit) in {e['games']} games, win rate "
                      f"{e['win_rate']} (decisive {e['decisive_rate']}), last {e['recent_games']}: "
-                     f"{e['recent_win_rate']} ({e['recent_decisive_rate']})")
+                     f"{e['recent_win_rate']} ({e['recent_decisive_rate']})"
+                     + (f"; mean return {e['mean_return']} (recent {e['recent_mean_return']})"
+                        if e.get("mean_return") is not None else ""))
     ep = st["episodes"]
     if ep["total"]:
         sp = ep["train"]

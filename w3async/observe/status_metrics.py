@@ -69,6 +69,9 @@ class StatusCollector:
         yield _m("eval_decisive_rate", "gauge", "evaluation decisive wins (before the time limit) / games by level",
                  [({"level": k, "window": w}, v.get(f)) for k, v in ev.items()
                   for w, f in (("all", "decisive_rate"), ("recent", "recent_decisive_rate"))])
+        yield _m("eval_mean_return", "gauge", "the mean return of evaluation episodes by level (a game scored by "
+                 "points, not wins)", [({"level": k, "window": w}, v.get(f)) for k, v in ev.items()
+                                       for w, f in (("all", "mean_return"), ("recent", "recent_mean_return"))])
         yield _m("episodes_total", "counter", "finished episodes", [({}, st["episodes"]["total"])])
         yield _m("checkpoint_age_seconds", "gauge", "seconds since the latest checkpoint",
                  [({}, ck["age_s"] if ck else None)])

@@ -29,6 +29,10 @@
  * arrow key tapped (WM_KEYDOWN then WM_KEYUP, host->key). A death is the episode's
  * DONE row (reward -1; +1 a food); after its answer the adapter presses N.
  *
+ * SNAKE_HUNGER, ticks (default 0: none): a game whose snake has eaten nothing for that
+ * many ticks is cut, its row TRUNCATED (no death, no result), and the adapter presses N:
+ * a policy that learned to circle safely would otherwise play one game for ever.
+ *
  * SNAKE_TRACE, a folder: each step appends "step games ticks next_dir dir score hash
  * action reward flags"
  * to SNAKE_TRACE/snake-lane<L>.trace. */
@@ -59,6 +63,7 @@ static struct {
     uint64_t steps, wall0, game0; /* steps made; interrupt time (100 ns), game time (ms) at attach */
     int posted;
     int last_games, last_ticks, last_dead, last_score;
+    int hunger, fed_tick; /* SNAKE_HUNGER; the tick of the last food (or of the game's start) */
     uint32_t step;
     FILE *trace;
 } sa;
@@ -109,6 +114,13 @@ W3A_EXPORT int w3a_attach(const w3h_host *host, char *err, size_t errlen)
     }
     if (w3a_kit_check_step_ms(host, SA_TICK_MS, "snake", "tick", err, errlen))
         return -1;
+    const char *hunger = getenv("SNAKE_HUNGER");
+    char *end = NULL;
+    sa.hunger = hunger && *hunger ? (int)strtol(hunger, &end, 10) : 0;
+    if ((hunger && *hunger && *end) || sa.hunger < 0) {
+        snprintf(err, errlen, "snake adapter: SNAKE_HUNGER=\"%s\" must be a whole number of ticks (0: none)", hunger);
+        return -1;
+    }
     sa.wall0 = w3a_kit_wall_100ns();
     sa.game0 = host->game_time_ms();
     return w3a_kit_open_trace(host, "SNAKE_TRACE", "snake", &sa.trace, err, errlen);
@@ -128,11 +140,15 @@ W3A_EXPORT void w3a_observe(w3s_row *row, uint32_t i)
     memcpy(&s, (const void *)sa.g, sizeof(s));
     int first = !sa.posted || s.games != sa.last_games;
     if (first)
-        sa.step = 0, sa.last_score = 0;
+        sa.step = 0, sa.last_score = 0, sa.fed_tick = s.ticks;
+    if (s.score != sa.last_score)
+        sa.fed_tick = s.ticks;
     row->lane = sa.host->row0 + i;
     row->side = 0;
     row->episode = (uint64_t)s.games;
     row->flags = (first ? W3S_FLAG_FIRST : 0) | (s.dead ? W3S_FLAG_DONE : 0);
+    if (!s.dead && sa.hunger && s.ticks - sa.fed_tick >= sa.hunger)
+        row->flags |= W3S_FLAG_TRUNCATED;
     row->step = sa.step++;
     row->reward = first ? 0.0f : (float)(s.score - sa.last_score) - (s.dead ? 1.0f : 0.0f);
     row->discarded = 0;
@@ -175,7 +191,9 @@ W3A_EXPORT void w3a_act(const w3s_row *row, uint32_t i)
     int32_t a = row->action[0] % 5;
     if (a < 0)
         a = -a;
-    if (a && !(row->flags & W3S_FLAG_DONE))
+    if (row->flags & W3S_FLAG_TRUNCATED)
+        sa_tap('N'); /* cut: the next game at once */
+    else if (a && !(row->flags & W3S_FLAG_DONE))
         sa_tap(VK[a]);
     sa.steps++;
     if (sa.trace) {
