@@ -524,6 +524,10 @@ def test_single_game_env_checkers(name):
         for _ in range(400):
             mask = obs["mask"] if obs["mask"].ndim == 3 else obs["mask"][None]
             act = sample_masked(mask, rng).reshape(env.action_space.shape)
+            # MaskablePPO's view: each head's choices, flat; the sampled action allowed in it
+            flat, nvec = env.action_masks(), np.tile(env.env.single_action_space.nvec, act.size // env._heads)
+            assert flat.dtype == bool and flat.shape == (int(nvec.sum()),)
+            assert flat[np.concatenate([[0], np.cumsum(nvec)[:-1]]) + act.reshape(-1)].all()
             obs, rew, term, trunc, info = env_step_passive_checker(env, act)
             assert env.observation_space.contains(obs)
             if term or trunc:

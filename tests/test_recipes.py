@@ -24,6 +24,7 @@ from w3async.recipes import (
     _learning_sections,
     _SECTIONS,
     load_recipe,
+    recipe_from_dict,
 )
 from w3async.sync.table import list_segments
 
@@ -357,8 +358,8 @@ def _cli_bad(tmp_path: Path, args: list[str], runs: Path | None = None) -> str:
     (["games.count.x=1", "games.0=1", "games=5", "nosuch.key=1", "=3", "a..b=1", "noequals"],
      ["--set 'games.count.x=1'", "--set 'games.0=1'", "--set 'games=5'", "--set 'nosuch.key=1'", "--set '=3'",
       "--set 'a..b=1'", "--set 'noequals'"]),
-    (["games.binary=recipes"],
-     [f"games[0].binary = 'recipes': {REPO}/recipes is a folder, not a game binary"]),
+    (["games.binary=."],  # from the recipe's folder, recipes/ (a --set value too)
+     [f"games[0].binary = '{REPO}/recipes': {REPO}/recipes is a folder, not a game binary"]),
     (["inference.device=cuda:64"], ["inference.device = 'cuda:64': "]),
     (["runtime.cache_dir=/sys/w3async-cache"], ["runtime.cache_dir = '/sys/w3async-cache'", "cannot write in /sys"]),
 ])
@@ -510,3 +511,26 @@ def test_every_shipped_recipe_loads(path):
     cannot be broken by a change to the checks."""
     recipe = load_recipe(path)
     assert recipe.name == path.stem and recipe.games
+
+
+def test_relative_paths_are_from_the_recipe_files_folder(tmp_path):
+    """A recipe file's relative paths (binary, the inject paths, cache_dir; a --set value
+    too) are from its folder, whatever the working folder, and held absolute (a run's
+    recipe.json then means the same files); a recipe given as a table keeps them, from
+    the repository root."""
+    folder = tmp_path / "my game"
+    folder.mkdir()
+    (folder / "r.toml").write_text(
+        'name = "r"\n[runtime]\ncache_dir = "cache"\n[[games]]\nbinary = "bin/game.exe"\nruntime = "wine"\n'
+        '[games.inject]\nadapter = "../adapters/a.dll"\naddresses_file = "a.toml"\ncwd = "."\n'
+        '[[games]]\nbinary = "/opt/abs/game"\n')
+    r = load_recipe(folder / "r.toml", ["games.1.env.X=bin/not-a-path"])
+    g, h = r.games
+    assert g.binary == str(folder / "bin/game.exe") and r.binary_path(g) == folder / "bin/game.exe"
+    assert g.inject.adapter == str(tmp_path / "adapters/a.dll") and g.inject.addresses_file == str(folder / "a.toml")
+    assert g.inject.cwd == str(folder) and r.runtime.cache_dir == str(folder / "cache")
+    assert h.binary == "/opt/abs/game" and h.env == {"X": "bin/not-a-path"}  # env values are the game's business
+    assert load_recipe(folder / "r.toml", ["games.1.binary=other"]).games[1].binary == str(folder / "other")
+    table = recipe_from_dict({"name": "t", "games": [{"binary": "build/native/null_game"}]})
+    assert table.games[0].binary == "build/native/null_game"
+    assert table.binary_path(table.games[0]) == REPO / "build/native/null_game"

@@ -45,6 +45,12 @@ async def test_scalars_read_back_and_a_resume_continues_them(tmp_path, null_nati
     ckpt = load_latest(run_dir)
     saved_steps = ckpt["counters"]["agent_steps"]
     assert first == sorted(set(first)) and first[-1] <= saved_steps
+    # CleanRL's names: charts/SPS beside run/steps_per_s; the training episodes' mean
+    # return and length (the null game's episodes are all one length)
+    assert [e.value for e in acc.Scalars("charts/SPS")] == [e.value for e in acc.Scalars("run/steps_per_s")]
+    lengths = {e["steps"] for e in lines(run_dir / "episodes.jsonl", "episode") if not e["eval"]}
+    assert len(lengths) == 1 and {e.value for e in acc.Scalars("charts/episodic_length")} == lengths
+    assert all(0.0 <= e.value <= max(lengths) for e in acc.Scalars("charts/episodic_return"))  # reward 0 or 1 a step
 
     # A killed run's tail: events beyond the checkpoint's step that a resume must drop.
     with SummaryWriter(str(run_dir / TB_DIR)) as w:

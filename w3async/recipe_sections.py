@@ -59,13 +59,14 @@ class InjectSection:
 
     adapter: Str = ""
     """The adapter DLL (w3h.h): reads the game's state into rows, gives it the orders.
-    Relative paths are from the repository root."""
+    A relative path is from the recipe file's folder (recipes.from_recipe_folder)."""
     args: list[Str] = Field(default_factory=list)
     """The game's command line. "{seed}" (new at every start), "{lane}" (the global
     number of the group's first lane in this process), "{slot}" and "{run_dir_windows}"
     are filled in."""
     cwd: Str = ""
-    """The game's working folder ('': the .exe's folder)."""
+    """The game's working folder ('': the .exe's folder; relative: from the recipe file's
+    folder)."""
     step_point: Str = "Sleep"
     """Where a step happens (docs/hooking.md, "Finding the step point"): an imported call
     the game makes once a frame (Sleep, SleepEx, a timed wait, SwapBuffers, BitBlt,
@@ -97,7 +98,7 @@ class InjectSection:
     """A TOML file of more such names (name = "module+0xoffset"), read at every start:
     offsets a tool found in the game, written by the build (e.g.
     build/win64/pong.addresses.toml, games/symbol_offsets.sh). A name in addresses
-    wins. Relative paths are from the repository root."""
+    wins. A relative path is from the recipe file's folder."""
     timeout_s: Float = Field(20.0, gt=0, le=3600)
     """How long loading each DLL into the game may take before the start fails."""
     step_deadline_s: Float = Field(10.0, ge=0, le=86400)
@@ -124,8 +125,9 @@ class GameGroup:
     """A group of identical game processes ([[games]]; a recipe may mix groups)."""
 
     binary: Str = "build/native/null_game"
-    """The game: a Linux executable, or a Windows .exe for runtime = "wine". Relative
-    paths are from the repository root."""
+    """The game: a Linux executable, or a Windows .exe for runtime = "wine". A relative
+    path is from the recipe file's folder (a recipe given as a table: the repository
+    root); unset: the repository's null game."""
     runtime: Annotated[Str, _one_of("games", "runtime")] = "native"
     """"native" (eventfd doorbells) or "wine" (FIFO doorbells, the table through Z:)."""
     count: Int = Field(1, ge=1)

@@ -297,10 +297,35 @@ def load_recipe(path: str | os.PathLike, overrides: list[str] | None = None) -> 
     if problem:
         raise RecipeError(path, [problem])
     problems = apply_overrides(data, overrides or [], path)
+    from_recipe_folder(data, os.path.dirname(os.path.abspath(path)))
     recipe = _build(data, path, problems)
     if problems:
         raise RecipeError(path, problems)
     return recipe
+
+
+# The keys that name a file or folder: (section or None for a game group, key).
+PATH_KEYS = ((None, "binary"), ("inject", "adapter"), ("inject", "addresses_file"), ("inject", "cwd"))
+
+
+def from_recipe_folder(data: dict, folder: str) -> None:
+    """A recipe file's relative paths (its games' binaries, adapters, addresses files and
+    working folders, runtime.cache_dir; a --set value too) made absolute from the
+    recipe's folder, in place: a recipe and its game can move together, in or outside
+    the repository. The spec file is read the same way (recipe_spec.inline). A recipe
+    given as a table (recipe_from_dict: the Python API, a run's recipe.json, whose paths
+    are absolute already) keeps its paths, a relative one from the repository root."""
+
+    def fix(table, key: str) -> None:
+        v = table.get(key) if isinstance(table, dict) else None
+        if isinstance(v, str) and v and "\0" not in v and not os.path.isabs(v):
+            table[key] = os.path.normpath(os.path.join(folder, v))
+
+    groups = data.get("games")
+    for g in groups if isinstance(groups, list) else []:
+        for section, key in PATH_KEYS:
+            fix(g.get(section) if section and isinstance(g, dict) else g, key)
+    fix(data.get("runtime"), "cache_dir")
 
 
 def recipe_from_dict(data: dict, path: str = "<dict>") -> Recipe:

@@ -8,7 +8,8 @@ are the row's (w3async.env.spaces); with several they are batched and the reward
 their sum. A reset after an episode's end is the game's own: its ended lane's answer,
 then the next episode's first step (no process restart); the first reset starts the run,
 and a reset with a seed restarts the game with that seed (same seed, same actions: the
-same episode).
+same episode). `action_masks()` gives the allowed choices of the last observation as
+sb3-contrib's MaskablePPO wants them.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
+from w3async.env.spaces import flat_masks
 from w3async.env.vector import make
 
 
@@ -29,8 +31,17 @@ class GameEnv(gym.Env):
         self.action_space = self.env.action_space if k > 1 else self.env.single_action_space
         self._k, self._started = k, False
         self._heads = len(self.env.single_action_space.nvec)
+        self._mask = None  # the last observation's masks
+
+    def action_masks(self) -> np.ndarray:
+        """The last observation's allowed choices, flat: each head's choices in order (of
+        each row, rows in order, with several), bool, sum(action_space.nvec) of them."""
+        if self._mask is None:
+            raise RuntimeError("action_masks() before reset(): call reset() first")
+        return flat_masks(self._mask, self.env.single_action_space.nvec).reshape(-1)
 
     def _one(self, obs):
+        self._mask = obs["mask"]
         return obs if self._k > 1 else {key: (v[0] if key != "n_ent" else int(v[0])) for key, v in obs.items()}
 
     def reset(self, *, seed=None, options=None):

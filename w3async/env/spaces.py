@@ -58,3 +58,12 @@ def checked_actions(actions, n: int, head_sizes, who) -> np.ndarray:
         raise ValueError(f"actions: {who(int(k))}, head {int(h)}: {int(a[k, h])} is outside 0..{int(sizes[h]) - 1} "
                          f"(the head's action space, Discrete({int(sizes[h])}))")
     return a.astype(np.int64, copy=False)
+
+
+def flat_masks(mask: np.ndarray, head_sizes) -> np.ndarray:
+    """A row's (..., heads, HEAD_MAX) masks as one flat bool vector per row: each head's
+    first `size` choices, heads in order; what sb3-contrib's MaskablePPO takes for a
+    MultiDiscrete(head_sizes) action (`action_masks()`)."""
+    m = np.asarray(mask).astype(bool, copy=False)
+    return np.concatenate([m[..., h, :n] for h, n in enumerate(head_sizes)], axis=-1)
+

@@ -3,7 +3,9 @@
 
     learner thread, each update   -> learner/* (losses, entropy, KL, clip fraction,
                                      staleness, update and wait time, ...)
-    loop thread, once a second    -> run/* (agent steps/s, restarts, updates), rounds/*
+    loop thread, once a second    -> run/* (agent steps/s, restarts, updates), charts/SPS,
+                                     charts/episodic_return and _length (CleanRL's names:
+                                     training episodes ended since the last), rounds/*
                                      (the round latency and compute the dashboard plots),
                                      eval/win_rate|decisive_rate|mean_return/<level>
     its own thread, every N min   -> videos/eval-<agent steps>.mp4 and eval/video
@@ -93,9 +95,14 @@ class Board:
                          "rounds/latency_ms_max": rounds.get("latency_ms_max"),
                          "rounds/compute_ms_mean": rounds.get("compute_ms_mean"),
                          "rounds/rows_per_round": rounds.get("rows_per_round")})
-        ended, h.tally.ended_discarded = h.tally.ended_discarded, []
+        vals["charts/SPS"] = vals["run/steps_per_s"]  # the names CleanRL's scripts write
+        ended, h.tally.ended_since = h.tally.ended_since, []
         if ended:
-            vals["run/discarded_per_episode"] = sum(ended) / len(ended)
+            vals["run/discarded_per_episode"] = sum(e[0] for e in ended) / len(ended)
+        train = [e for e in ended if not e[3]]
+        if train:  # training episodes only, as CleanRL logs its rollouts' episodes
+            vals["charts/episodic_return"] = sum(e[1] for e in train) / len(train)
+            vals["charts/episodic_length"] = sum(e[2] for e in train) / len(train)
         for level, w in h.win_rates().items():
             vals[f"eval/win_rate/{level}"] = w.get("rate")
             vals[f"eval/decisive_rate/{level}"] = w.get("decisive")

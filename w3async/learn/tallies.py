@@ -41,7 +41,9 @@ class EpisodeTally:
         self.count = 0  # episodes finished in the run (a checkpoint keeps it)
         self.row_return = np.zeros(n_rows, np.float64)
         self.row_discarded = np.zeros(n_rows, np.int64)  # orders the game discarded this episode (shim's `discarded`)
-        self.ended_discarded: list[int] = []  # of episodes ended since board.py last took them (TensorBoard)
+        # (discarded orders, return, length, evaluation) of each episode ended since board.py
+        # last took them (TensorBoard's run/discarded_per_episode and charts/episodic_*)
+        self.ended_since: list[tuple[int, float, int, bool]] = []
         self.window: dict[str, collections.deque] = collections.defaultdict(
             lambda: collections.deque(maxlen=eval_window))
         self.totals: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
@@ -86,7 +88,7 @@ class EpisodeTally:
                       eval=is_eval, result=result, end=end, steps=int(b.step[k]),
                       **{"return": round(float(self.row_return[row]), 4)}, policy_version=version,
                       discarded=int(self.row_discarded[row]))
-        self.ended_discarded.append(int(self.row_discarded[row]))
+        self.ended_since.append((int(self.row_discarded[row]), float(self.row_return[row]), int(b.step[k]), is_eval))
         if is_eval:
             self.returns[label].append(float(self.row_return[row]))
             kind = outcomes.outcome(result, end)

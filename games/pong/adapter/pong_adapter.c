@@ -35,7 +35,11 @@
  * compares them). PONG_REPEAT, 1..16 (default 1): frames an answer holds its key, a step
  * every that many frames (the match's last frame is always a step): a learner decides at
  * a quarter of the rate with 4 and sees a point's cause within fewer decisions. The
- * reward of a step is every point of the frames since the last. */
+ * reward of a step is every point of the frames since the last. PONG_HIT_REWARD, a number
+ * (default 0): added to a step's reward when your paddle sent the ball back since the
+ * last step (its vx turned from left to right: only your paddle does that). A learner
+ * paid for points alone meets a reward only when a point ends, and a new policy rarely
+ * returns a ball; the last reward of a match is still its last point's. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,7 +67,9 @@ static struct {
     uint64_t wall0, game0; /* interrupt time (100 ns) and game time (ms) at attach */
     int posted, last_frame, score[2];
     uint32_t step, held;
-    int repeat; /* PONG_REPEAT */
+    int repeat;        /* PONG_REPEAT */
+    float hit_reward;  /* PONG_HIT_REWARD */
+    int ball_vx;       /* at the last step */
     FILE *trace;
 } pa;
 
@@ -112,6 +118,13 @@ W3A_EXPORT int w3a_attach(const w3h_host *host, char *err, size_t errlen)
         snprintf(err, errlen, "pong adapter: PONG_REPEAT=\"%s\" must be a whole number of frames, 1..16", rep);
         return -1;
     }
+    const char *hit = getenv("PONG_HIT_REWARD");
+    end = NULL;
+    pa.hit_reward = hit && *hit ? strtof(hit, &end) : 0.0f;
+    if ((hit && *hit && *end) || !(pa.hit_reward >= -10.0f && pa.hit_reward <= 10.0f)) {
+        snprintf(err, errlen, "pong adapter: PONG_HIT_REWARD=\"%s\" must be a number, -10..10", hit);
+        return -1;
+    }
     pa.wall0 = w3a_kit_wall_100ns();
     pa.game0 = host->game_time_ms();
     return w3a_kit_open_trace(host, "PONG_TRACE", "pong", &pa.trace, err, errlen);
@@ -141,6 +154,8 @@ W3A_EXPORT void w3a_observe(w3s_row *row, uint32_t i)
         row->flags |= W3S_FLAG_DONE;
     row->step = pa.step++;
     row->reward = pa.posted ? (float)((s.score[0] - pa.score[0]) - (s.score[1] - pa.score[1])) : 0.0f;
+    if (pa.posted && pa.ball_vx < 0 && s.ball_vx > 0)
+        row->reward += pa.hit_reward; /* your paddle returned the ball */
     row->discarded = 0;
     row->state_hash = w3a_kit_hash(&s, sizeof(s));
     memset(row->glob, 0, sizeof(row->glob));
@@ -163,6 +178,7 @@ W3A_EXPORT void w3a_observe(w3s_row *row, uint32_t i)
     pa.posted = 1;
     pa.last_frame = s.frame;
     pa.score[0] = s.score[0], pa.score[1] = s.score[1];
+    pa.ball_vx = s.ball_vx;
     if (pa.trace)
         fprintf(pa.trace, "%u %d %d %d %d %016llx ", row->step, s.frame, s.pad_y[0], s.score[0], s.score[1],
                 (unsigned long long)row->state_hash);
