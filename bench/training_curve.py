@@ -1,9 +1,11 @@
-"""The learning curve of a run: evaluation win rate against the built-in AI over time.
+"""The learning curve of a run: evaluation win rate against each level over time.
 
 Reads runs/<run>/episodes.jsonl (evaluation episodes only: fixed seeds, never trained
 on) and prints a markdown table of the win rate against each level over the last
 --window episodes at every --every minutes, each with its decisive share (wins before
-the time limit, w3async/outcomes.py: a log without `end` reads as decisive); with --svg
+the time limit, w3async/outcomes.py: a log without `end` reads as decisive) and the mean
+return of the last --window ended episodes (truncated ones too: a game scored by
+points, as Snake is); with --svg
 it also draws the curves as a small SVG (no plotting library needed), the decisive
 share dashed.
 
@@ -47,6 +49,17 @@ def load(run: Path) -> tuple[float, dict[str, list[tuple[float, float, float]]]]
             out.setdefault(e["opponent"], []).append(((ts(e) - start) / 60, win,
                                                      win if e.get("end", "decisive") == "decisive" else 0.0))
     return start, out
+
+
+def eval_returns(run: Path, start: float) -> dict[str, list[tuple[float, float]]]:
+    """{level: [(minutes, return)]} of every ended evaluation episode, truncated ones too:
+    the figure of a game scored by points (Snake's return is its score - 1)."""
+    out: dict[str, list[tuple[float, float]]] = {}
+    for line in (run / "episodes.jsonl").read_text().splitlines():
+        e = json.loads(line)
+        if e.get("event") == "episode" and e.get("eval") and isinstance(e.get("return"), (int, float)):
+            out.setdefault(e["opponent"], []).append(((ts(e) - start) / 60, float(e["return"])))
+    return out
 
 
 def relabel_draws(episodes: list[dict]) -> list[dict]:
@@ -152,8 +165,10 @@ def main() -> int:
         print(f"{a.run}: no evaluation episodes", file=sys.stderr)
         return 2
     levels = sorted(eps)
+    rets = eval_returns(a.run, start)
     t_max = max(p[0] for pts in eps.values() for p in pts)
-    print("| minutes | " + " | ".join(f"win rate vs {lv} (last {a.window}), decisive" for lv in levels) + " |")
+    print("| minutes | " + " | ".join(f"vs {lv} (last {a.window}): win rate, decisive (games); mean return (episodes)"
+                                     for lv in levels) + " |")
     print("| ---: | " + " | ".join("---:" for _ in levels) + " |")
     t = a.every
     while t <= t_max + 1e-9 or t - a.every < t_max:
@@ -161,7 +176,9 @@ def main() -> int:
         for lv in levels:
             rate, n = curve(eps[lv], a.window, t)
             dec, _ = curve(eps[lv], a.window, t, 2)
-            cells.append("-" if rate is None else f"{rate:.0%}, {dec:.0%} ({n})")
+            done = [r for m, r in rets.get(lv, []) if m <= t][-a.window:]
+            cells.append(("-" if rate is None else f"{rate:.0%}, {dec:.0%} ({n})")
+                         + (f"; {sum(done) / len(done):.2f} ({len(done)})" if done else ""))
         print(f"| {min(t, t_max):.0f} | " + " | ".join(cells) + " |")
         if t >= t_max:
             break
@@ -171,12 +188,14 @@ def main() -> int:
     print("\nchecks: " + "; ".join(f"{lv} last 100 {pct(r)} ({n}), decisive {pct(c['last_100_decisive'][lv][0])}"
                                   for lv, (r, n) in c["last_100"].items()))
     first = c["easy_first_85"]
-    print(f"easy: last 50 first at 85% at minute {'-' if first is None else round(first, 1)}, "
-          f"lowest after {pct(c['easy_lowest_after'])}"
-          + (f" at minute {c['easy_lowest_at']:.1f}" if c["easy_lowest_at"] is not None else "")
-          + (f", last under 75% at minute {c['easy_last_under_75']:.1f}" if c["easy_last_under_75"] is not None else "")
-          + f"; self-play draws over the last 10 minutes "
-          f"{pct(c['selfplay_draws_last_10_min'][0])} of {c['selfplay_draws_last_10_min'][1]}")
+    if "ai:easy" in eps:  # issue 12's figures: the duel's
+        print(f"easy: last 50 first at 85% at minute {'-' if first is None else round(first, 1)}, "
+              f"lowest after {pct(c['easy_lowest_after'])}"
+              + (f" at minute {c['easy_lowest_at']:.1f}" if c["easy_lowest_at"] is not None else "")
+              + (f", last under 75% at minute {c['easy_last_under_75']:.1f}" if c["easy_last_under_75"] is not None
+                 else "")
+              + f"; self-play draws over the last 10 minutes "
+              f"{pct(c['selfplay_draws_last_10_min'][0])} of {c['selfplay_draws_last_10_min'][1]}")
     if a.svg:
         series, dashed = ({lv: [(p[0], curve(eps[lv], a.window, p[0], k)[0]) for p in eps[lv]
                                 if curve(eps[lv], a.window, p[0])[1] >= 10] for lv in levels} for k in (1, 2))

@@ -706,3 +706,28 @@ def test_an_env_killed_by_a_signal_is_cleaned_by_the_next_env(sig):
         assert env.run.run_dir.parent.exists()  # a live env's own folder is not swept
     finally:
         env.close()
+
+
+def test_gymnasium_ids_make_a_game_env():
+    """`import w3async.env` registers a gymnasium id per shipped env recipe;
+    gymnasium.make(id) is that recipe's GameEnv (gymnasium's wrappers around it: the
+    order enforcer, the passive checker), keywords passed on."""
+    import gymnasium
+
+    assert set(we.ENV_IDS) <= set(gymnasium.registry)
+    env = gymnasium.make("w3async/Null-v0", sets=["games.env.W3N_EPISODE_STEPS=5"])
+    try:
+        obs, _ = env.reset(seed=3)
+        assert env.observation_space.contains(obs)
+        ends = 0
+        for _ in range(12):
+            mask = obs["mask"] if obs["mask"].ndim == 3 else obs["mask"][None]
+            obs, _, term, trunc, _ = env.step(sample_masked(mask, np.random.default_rng(0)).reshape(
+                env.action_space.shape))
+            ends += bool(term or trunc)
+            if term or trunc:
+                obs, _ = env.reset()
+        assert ends >= 2  # episodes of 5 steps
+        assert type(env.unwrapped).__name__ == "GameEnv"
+    finally:
+        env.close()

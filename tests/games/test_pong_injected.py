@@ -134,3 +134,45 @@ def test_a_missing_or_malformed_addresses_file_is_one_line_before_anything_start
         problems = inject.check(recipe_from_dict(data))
         assert len(problems) == 1 and problems[0].startswith("games[0].inject.addresses_file = ") and says in problems[0], \
             problems
+
+
+async def test_a_repeat_holds_each_answer_for_frames_and_the_hit_reward_pays_each_return(tmp_path, built):
+    """pong-learn's settings: PONG_REPEAT=4 makes a step every 4th frame (a match's last
+    frame is always one); each step's reward is its frames' points won minus lost, plus
+    PONG_HIT_REWARD for a ball the paddle sent back since the last step. The check
+    policy's paddle at seed 7 returns some balls."""
+    run = tmp_path / "run"
+    (run / "trace").mkdir(parents=True)
+    data = pong_recipe(1, 1500, policy="check", seed="7",
+                       env={"PONG_TRACE": "{run_dir_windows}\\trace", "PONG_REPEAT": "4", "PONG_HIT_REWARD": "0.5"})
+    sup, stats = await run_recipe(data, run)
+    assert stats["bad_rows"] == 0
+    assert_nothing_left(sup, run)
+    (rows,) = traces(run).values()
+    hits = 0
+    for cur, nxt in zip(rows, rows[1:]):
+        if int(nxt[0]) != int(cur[0]) + 1:
+            continue  # the next match
+        frames = int(nxt[1]) - int(cur[1])
+        points = (int(nxt[3]) - int(cur[3])) - (int(nxt[4]) - int(cur[4]))
+        extra = float(nxt[7]) - points
+        assert frames == 4 or (int(nxt[8]) & 2 and 0 < frames < 4), (cur, nxt)
+        assert extra in (0.0, 0.5), (cur, nxt)
+        hits += extra == 0.5
+    assert hits > 0 and len(rows) >= 1000
+
+
+async def test_a_malformed_pong_setting_fails_the_start_naming_it(tmp_path, built):
+    from w3async.recipes import recipe_from_dict
+    from w3async.runtime.runfolder import RunError
+    from w3async.runtime.supervisor import Supervisor
+
+    data = pong_recipe(1, 100, env={"PONG_REPEAT": "4x"})
+    data["supervisor"].update(max_start_failures=2)
+    sup = Supervisor(recipe_from_dict(data), tmp_path / "run")
+    with pytest.raises(RunError) as e:
+        await sup.run()
+    assert 'PONG_REPEAT="4x" must be a whole number of frames, 1..16' in str(e.value) or any(
+        'PONG_REPEAT=\\"4x\\"' in p.read_text(errors="replace") or 'PONG_REPEAT="4x"' in p.read_text(errors="replace")
+        for p in (tmp_path / "run" / "games").glob("*.log")), str(e.value)
+    assert_nothing_left(sup, tmp_path / "run")

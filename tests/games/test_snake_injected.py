@@ -115,3 +115,30 @@ async def test_the_same_epoch_and_answers_play_the_same_games_and_the_keys_turn_
             turns += want != dir_ and want ^ 1 != dir_
     assert turns > 100
     assert max(int(x[5]) for rows in got[0].values() for x in rows) >= 1  # food eaten
+
+
+async def test_a_hungry_snake_is_cut_and_the_next_game_starts(tmp_path, built):
+    """SNAKE_HUNGER=10 (snake-learn's limit is 200): a game whose snake has eaten nothing
+    for 10 ticks is TRUNCATED (not DONE: no death, no result) at exactly that tick, and
+    the next row is a new game's first."""
+    run = tmp_path / "run"
+    (run / "trace").mkdir(parents=True)
+    env = {"SNAKE_TRACE": "{run_dir_windows}\\trace", "SNAKE_HUNGER": "10"}
+    sup, stats = await run_recipe(snake_recipe(1, 3000, policy="check", env=env, epoch_s=1_700_000_000), run)
+    assert stats["bad_rows"] == 0
+    assert_nothing_left(sup, run)
+    (rows,) = traces(run).values()
+    cuts, fed = 0, None
+    for k, x in enumerate(rows):
+        games, ticks, score, flags = int(x[1]), int(x[2]), int(x[5]), int(x[9])
+        if flags & 1:
+            fed = (ticks, score)
+        elif score != fed[1]:
+            fed = (ticks, score)
+        hungry = not flags & 2 and ticks - fed[0] >= 10
+        assert bool(flags & 4) == hungry, (k, x, fed)
+        if flags & 4:
+            cuts += 1
+            if k + 1 < len(rows):
+                assert int(rows[k + 1][9]) & 1 and int(rows[k + 1][1]) == games + 1, (x, rows[k + 1])
+    assert cuts > 0
