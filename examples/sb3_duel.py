@@ -1,8 +1,12 @@
 """Stable-Baselines3's PPO on the same env (w3async.env.make("env-duel")), through a
-small VecEnv adapter.
+small VecEnv adapter; with --maskable, sb3-contrib's MaskablePPO, which takes the game's
+masks from the adapter's action_masks().
 
-    .venv/bin/pip install -e '.[examples]'     # stable-baselines3; torch 2.13 already satisfies it
-    .venv/bin/python examples/sb3_duel.py --timesteps 20000
+    .venv/bin/pip install -e '.[examples]'     # stable-baselines3, sb3-contrib; torch 2.13 satisfies them
+    .venv/bin/python examples/sb3_duel.py --timesteps 20000 [--maskable]
+
+Each ended episode's info has SB3's Monitor record, {"r": return, "l": length, "t":
+seconds since the start}, so SB3's logger shows rollout/ep_rew_mean and ep_len_mean.
 
 SB3's VecEnv resets a sub-env in the step that ends it (the terminal observation in
 info["terminal_observation"]); w3async.env's autoreset is NEXT_STEP, so the adapter
@@ -28,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import w3async.env as we  # noqa: E402
 from w3async import games  # noqa: E402
+from w3async.env.spaces import flat_masks  # noqa: E402
 
 
 class W3SB3VecEnv(VecEnv):
@@ -40,22 +45,36 @@ class W3SB3VecEnv(VecEnv):
         self.results: list[str] = []
         super().__init__(env.num_envs, env.single_observation_space, env.single_action_space)
         self._actions = None
+        self._obs = None
+        self._ret = np.zeros(env.num_envs)
+        self._len = np.zeros(env.num_envs, np.int64)
+        self._t0 = time.monotonic()
 
     def reset(self):
         obs, _ = self.env.reset()
+        self._obs = obs
         return obs
+
+    def action_masks(self) -> np.ndarray:
+        """(num_envs, sum(head sizes)) bools: what MaskablePPO samples under."""
+        return flat_masks(self._obs["mask"], self.env.single_action_space.nvec)
 
     def step_async(self, actions):
         self._actions = np.asarray(actions, np.int64)
 
     def step_wait(self):
         obs, rew, term, trunc, info = self.env.step(self._actions)
+        self._ret += rew
+        self._len += 1
         ended = np.flatnonzero(term | trunc)
         infos = [{} for _ in range(self.num_envs)]
         if len(ended):
             for i in ended:
                 infos[i]["terminal_observation"] = {k: v[i] for k, v in obs.items()}
                 infos[i]["TimeLimit.truncated"] = bool(trunc[i])
+                infos[i]["episode"] = {"r": float(self._ret[i]), "l": int(self._len[i]),
+                                       "t": round(time.monotonic() - self._t0, 6)}  # SB3's Monitor record
+                self._ret[i], self._len[i] = 0.0, 0
                 if term[i]:
                     self.results.append(self.game.result_of(float(rew[i]), self.genv))
             zeros = np.zeros((len(ended), len(self.env.single_action_space.nvec)), np.int64)
@@ -63,6 +82,7 @@ class W3SB3VecEnv(VecEnv):
             first, *_ = self.env.recv_rows(ended)
             for k in obs:
                 obs[k][ended] = first[k]
+        self._obs = obs
         return obs, rew, term | trunc, infos
 
     def close(self):
@@ -75,7 +95,10 @@ class W3SB3VecEnv(VecEnv):
         setattr(self, attr_name, value)
 
     def env_method(self, method_name, *args, indices=None, **kwargs):
-        return [None] * len(self._get_indices(indices))
+        idx = list(self._get_indices(indices))
+        if method_name == "action_masks":  # sb3-contrib's get_action_masks() asks each sub-env
+            return list(self.action_masks()[idx])
+        return [None] * len(idx)
 
     def env_is_wrapped(self, wrapper_class, indices=None):
         return [False] * len(self._get_indices(indices))
@@ -88,16 +111,22 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--recipe", default="env-duel")
     p.add_argument("--timesteps", type=int, default=20000)
+    p.add_argument("--maskable", action="store_true", help="sb3-contrib's MaskablePPO, under the game's masks")
     a = p.parse_args()
     th.set_num_threads(1)  # this machine's cores are shared; more threads only contend
     # one lane a process: the adapter's extra step of an ended sub-env must not wait on
     # the other lanes of its process (a process posts when all its rows are answered)
     venv = W3SB3VecEnv(we.make(a.recipe, games__count=8, games__lanes=1, supervisor__progress_s=0))
-    model = PPO("MultiInputPolicy", venv, n_steps=128, batch_size=256, learning_rate=3e-4, verbose=0, device="cpu")
+    algo = PPO
+    if a.maskable:
+        from sb3_contrib import MaskablePPO  # noqa: PLC0415 (only with --maskable)
+
+        algo = MaskablePPO
+    model = algo("MultiInputPolicy", venv, n_steps=128, batch_size=256, learning_rate=3e-4, verbose=0, device="cpu")
     t0 = time.monotonic()
     model.learn(total_timesteps=a.timesteps)
     last = venv.results[-100:]
-    print(f"sb3 PPO: {a.timesteps} steps in {time.monotonic() - t0:.0f} s, {len(venv.results)} games, "
+    print(f"sb3 {algo.__name__}: {a.timesteps} steps in {time.monotonic() - t0:.0f} s, {len(venv.results)} games, "
           f"win rate (last {len(last)}) {sum(r == 'win' for r in last) / max(len(last), 1):.2f}")
     venv.close()
     return 0

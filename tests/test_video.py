@@ -69,6 +69,29 @@ def test_the_maker_writes_a_video_per_new_replay(tmp_path):
     assert mk.make_one() is None and "no 'map'" in mk.errors[-1], mk.errors  # the child's last line, named
 
 
+def test_the_first_video_comes_with_the_first_replay_not_after_every_s(tmp_path, monkeypatch):
+    """A run's first video is made once a replay exists (a look every FIRST_POLL_S), not
+    after video_minutes: a run shorter than that has one too."""
+    from w3async.observe import video
+
+    monkeypatch.setattr(video, "FIRST_POLL_S", 0.05)
+    replays = tmp_path / "replays"
+    replays.mkdir()
+    mk = VideoMaker(tmp_path, every_s=3600, latest=lambda: newest_file(replays, (".json",)), step=lambda: 7)
+    mk.start()
+    try:
+        mk._stop.wait(0.3)
+        assert not mk.made  # no replay yet: nothing, and the maker keeps looking
+        (replays / "a.json").write_text(json.dumps(a_view(6)))
+        for _ in range(600):
+            if mk.made:
+                break
+            mk._stop.wait(0.05)
+    finally:
+        mk.stop()
+    assert [p.name for p in mk.made] == ["eval-000000000007.mp4"], mk.errors
+
+
 def test_a_duel_learning_run_makes_videos_and_counts_discarded_orders(tmp_path, duel_bin):  # noqa: F811
     """A short learning run on the duel, its eval game recording every replay, a video every
     1.2 s: videos/ holds mp4s of the viewer's frames, events.jsonl a `video` line each, and

@@ -317,8 +317,9 @@ class EvaluationSection:
     window: Int = Field(50, ge=1)
     """Win rates are over each level's last `window` evaluation episodes."""
     video_minutes: Float = Field(10.0, ge=0, le=year_in("minutes"))
-    """Every this many minutes of a learning run, the latest evaluation replay as a video
-    in runs/<run>/videos/ and TensorBoard (observe/video.py); 0: none."""
+    """The first evaluation replay of a learning run as a video as soon as it exists, then
+    every this many minutes the latest, in runs/<run>/videos/ and TensorBoard
+    (observe/video.py); 0: none."""
 
 
 @dataclass(config=CONFIG)

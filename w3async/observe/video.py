@@ -126,8 +126,12 @@ def make_video(replay: Path, out: Path, game: str | None = None, gif: Path | Non
     return dict(frames=int(frames.shape[0]), height=int(frames.shape[1]), width=int(frames.shape[2]))
 
 
+FIRST_POLL_S = 5.0  # until the first video: how often VideoMaker looks for a replay
+
+
 class VideoMaker:
-    """Every `every_s`, the newest replay that `latest()` names (when it is new) made into
+    """The first replay that `latest()` names as soon as there is one, then every
+    `every_s` the newest (when it is new), made into
     runs/<run>/videos/eval-<step()>.mp4 by a child process (`python -m
     w3async.observe.video`, at nice 10: rendering and encoding take seconds of CPU, and in
     this process they would hold the GIL the event loop needs), and its GIF to `tb`.
@@ -160,7 +164,9 @@ class VideoMaker:
             self._thread.join()
 
     def _run(self) -> None:
-        while not self._stop.wait(self.every_s):
+        # The first video as soon as there is a replay (a look every FIRST_POLL_S), then
+        # one every every_s: a short run has one too.
+        while not self._stop.wait(self.every_s if self.made else min(self.every_s, FIRST_POLL_S)):
             self.make_one()
 
     def make_one(self) -> Path | None:
