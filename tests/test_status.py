@@ -388,6 +388,29 @@ async def test_port_in_use_is_a_clear_error_and_port_0_picks_one(tmp_path):
         await StatusServer(FakeSource(tmp_path / "run"), host="no.such.host.invalid").start()
 
 
+async def test_a_video_is_served_whole_and_by_range(tmp_path):
+    """/videos/NAME answers a Range request (a browser's seek) with that part, 206 and
+    its Content-Range; a range past the end 416; a name that is no video 404."""
+    from w3async.observe.video import VIDEO_DIR
+
+    run = tmp_path / "run"
+    write_logs(run, finished=False)
+    (run / VIDEO_DIR).mkdir()
+    data = bytes(range(256)) * 4
+    (run / VIDEO_DIR / "eval-000000000100.mp4").write_bytes(data)
+    url = "/videos/eval-000000000100.mp4"
+    async with Serving(StatusServer(FakeSource(run))) as client:
+        r = await client.get(url)
+        assert r.status == 200 and await r.read() == data and r.headers["Accept-Ranges"] == "bytes"
+        for rng, want in (("bytes=10-19", (10, 20)), ("bytes=1000-", (1000, 1024)), ("bytes=-24", (1000, 1024))):
+            r = await client.get(url, headers={"Range": rng})
+            assert r.status == 206 and await r.read() == data[want[0]:want[1]], rng
+            assert r.headers["Content-Range"] == f"bytes {want[0]}-{want[1] - 1}/1024", rng
+        r = await client.get(url, headers={"Range": "bytes=5000-"})
+        assert r.status == 416 and r.headers["Content-Range"] == "bytes */1024"
+        assert (await client.get("/videos/other.mp4")).status == 404
+
+
 async def test_replay_route_json_duel_and_missing(tmp_path, duel_replay):
     run = tmp_path / "run"
     write_logs(run, finished=False)

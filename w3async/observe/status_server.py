@@ -365,7 +365,20 @@ class HttpThread:
         if not VIDEO_NAME.fullmatch(name) or path.is_symlink() or not path.is_file():
             return _error(f"no video {name!r}")
         body = await asyncio.get_running_loop().run_in_executor(None, path.read_bytes)
-        return web.Response(body=body, headers={"Content-Type": "video/mp4"})
+        headers = {"Content-Type": "video/mp4", "Accept-Ranges": "bytes"}
+        # A Range request (a browser's seek) gets that part, 206: without it a seek played
+        # from the start. A video is at most a few MiB: read whole, then cut.
+        try:
+            part = request.http_range
+        except ValueError:  # malformed, or more than one range
+            part = None
+        if part is None or (part.start is None and part.stop is None):
+            return web.Response(body=body, headers=headers)
+        start, stop, _ = part.indices(len(body))
+        if start >= stop:
+            return web.Response(status=416, headers={"Content-Range": f"bytes */{len(body)}"})
+        headers["Content-Range"] = f"bytes {start}-{stop - 1}/{len(body)}"
+        return web.Response(status=206, body=body[start:stop], headers=headers)
 
     async def _replay_route(self, request: web.Request) -> web.Response:
         key = self._replay_key
