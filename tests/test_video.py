@@ -38,6 +38,19 @@ def test_a_video_decodes_to_frames_of_the_expected_size_and_count(tmp_path):
     assert np.abs(back.astype(int) - frames.astype(int)).mean() < 8  # lossy, but the same pictures
 
 
+def test_each_frame_says_its_step_and_the_last_ones_the_outcome():
+    """The caption: a frame's step top-left, and the viewer's result on the last tenth of
+    the frames; the picture below the caption is untouched."""
+    plain = a_view(20)
+    won = dict(plain, meta={"result": "win"})
+    a, b = render_frames(plain, max_side_px=240), render_frames(won, max_side_px=240)
+    corner = a[:, :14, :60].astype(int).sum(-1)
+    assert ((corner > 600).sum((1, 2)) > 10).all() and ((corner == 0).sum((1, 2)) > 100).all()  # white on black
+    assert (a[3, :14] != a[4, :14]).any()  # "step 3", "step 4"
+    assert (a[:, 20:] == b[:, 20:]).all()  # below the caption: the same picture
+    assert (a[:18] == b[:18]).all() and (a[18:] != b[18:]).any()  # the result on the last 2 of 20 frames
+
+
 def test_a_long_replay_is_sampled_down_and_sizes_are_even():
     view = a_view(1250, w=31, h=17)
     assert frame_stride(1250, 600) == 3

@@ -2,7 +2,8 @@
 dashboard's viewer draws) rasterised into RGB frames and encoded to mp4 with PyAV (`av`,
 FFmpeg in its wheel).
 
-    render_frames(view)        -> (T, H, W, 3) uint8: the map, fog, units by owner
+    render_frames(view)        -> (T, H, W, 3) uint8: the map, fog, units by owner, each
+                                  frame's step and at the end the outcome written on it
     encode_mp4(frames, path)   -> H.264 (yuv420p) at `fps`, written whole or not at all
     make_video(replay, out)    -> both, and an animated GIF for TensorBoard
     VideoMaker                 -> its own thread, "w3s-video": every `every_s`, the newest
@@ -75,7 +76,26 @@ def render_frames(view: dict, max_frames: int = MAX_FRAMES, max_side_px: int = M
                 if lost > 0 and r >= 2:
                     frame[y0 + 1:y1 - 1, x0 + 1:x1 - 1] = (np.array(frame[y0, x0], np.float32) * (1 - 0.6 * lost))
         out[k] = frame
+    caption(out, steps, (view.get("meta") or {}).get("result"))
     return out
+
+
+def caption(frames: np.ndarray, steps: list[dict], result: str | None) -> None:
+    """In place, each frame's step in its top-left corner (white on black), and on the
+    last tenth of the frames (the last one at least) the outcome the viewer's meta gives
+    (`result`: "win", "loss", "draw" from the viewer's side), so a clip says where it is
+    and how the game ended."""
+    from PIL import Image, ImageDraw  # noqa: PLC0415 (tensorboard's dependency; only where a video is made)
+
+    tail = len(steps) - max(1, len(steps) // 10)
+    for k, st in enumerate(steps):
+        text = f"step {st.get('step', k)}" + (f"  {result}" if result and k >= tail else "")
+        img = Image.fromarray(frames[k])
+        draw = ImageDraw.Draw(img)
+        x0, y0, x1, y1 = draw.textbbox((2, 1), text)
+        draw.rectangle((0, 0, x1 + 2, y1 + 2), fill=(0, 0, 0))
+        draw.text((2, 1), text, fill=(255, 255, 255))
+        frames[k] = np.asarray(img)
 
 
 def encode_mp4(frames: np.ndarray, path: Path, fps: float = 10.0) -> Path:

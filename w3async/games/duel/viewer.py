@@ -71,4 +71,6 @@ def replay_view(path: Path) -> dict | None:
                 orders=DUEL_ORDERS, steps=steps,
                 meta=dict(game="duel", seed=str(hd.seed),  # a u64: past what a JS number holds
                           lane=hd.lane, episode=hd.episode, sides=list(hd.sides),
-                          winner=end.winner if end else None, steps=len(steps)))
+                          winner=end.winner if end else None, steps=len(steps),
+                          result=None if not end or end.winner < 0 else "draw" if end.winner == 2
+                          else "win" if end.winner == side else "loss"))
