@@ -20,7 +20,7 @@ from w3async.env.spaces import sample_masked
 from w3async.sync import layout
 from w3async.sync.table import list_segments
 
-from .conftest import SHM_PREFIX
+from .conftest import REPO, SHM_PREFIX
 
 RECIPES = ["env-null", "env-duel"]
 
@@ -731,3 +731,20 @@ def test_gymnasium_ids_make_a_game_env():
         assert type(env.unwrapped).__name__ == "GameEnv"
     finally:
         env.close()
+
+
+def test_a_training_recipes_evaluation_groups_are_no_sub_envs(tmp_path):
+    """A recipe with `role = "eval"` groups behind the env: only its other groups run, so
+    every sub-env is a training row; a recipe of evaluation groups alone is refused."""
+    null = REPO / "build" / "native" / "null_game"
+    group = f'[[games]]\nbinary = "{null}"\ncount = 1\nlanes = 1\nsides = 2\nenv = {{ W3N_CHECK = "0" }}\n'
+    (tmp_path / "r.toml").write_text('name = "r"\n' + group + group + 'role = "eval"\n')
+    env = we.make(str(tmp_path / "r.toml"))
+    try:
+        assert env.num_envs == 2 and len(env.run.recipe.games) == 1
+        env.reset(seed=1)
+    finally:
+        env.close()
+    (tmp_path / "e.toml").write_text('name = "e"\n' + group + 'role = "eval"\n')
+    with pytest.raises(ValueError, match="only evaluation groups"):
+        we.make(str(tmp_path / "e.toml"))

@@ -20,8 +20,9 @@ from w3async.runtime.slots import ASKED
 
 def env_recipe(recipe, sets=(), **overrides):
     """A recipe (a name in recipes/, a path, or a Recipe) with its --set style overrides
-    (`sets`, and keywords with `__` for the dots: games__count=2), and no stop condition
-    unless one is set: the env's caller decides when the run ends (close())."""
+    (`sets`, and keywords with `__` for the dots: games__count=2), without its evaluation
+    groups, and no stop condition unless one is set: the env's caller decides when the run
+    ends (close())."""
     from w3async.recipes import Recipe, load_recipe, recipe_from_dict, recipe_to_dict, resolve_recipe_path  # noqa: PLC0415
 
     sets = list(sets) + [f"{k.replace('__', '.')}={_toml(v)}" for k, v in overrides.items()]
@@ -36,6 +37,11 @@ def env_recipe(recipe, sets=(), **overrides):
     data = recipe_to_dict(r)
     if not own_stop:
         data["stop"] = {}
+    # A training recipe's evaluation groups are the harness's own measure (a learner's
+    # fixed seeds, never trained on); behind an env they would be sub-envs like the rest.
+    data["games"] = [g for g in data["games"] if g.get("role") != "eval"]
+    if not data["games"]:
+        raise ValueError(f"recipe {r.name!r} has only evaluation groups (role = \"eval\"): an env runs the others")
     data = {k: v for k, v in data.items() if v is not None and k != "path"}
     return recipe_from_dict(_no_nones(data), r.path)
 
