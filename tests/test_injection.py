@@ -452,3 +452,21 @@ async def test_the_launcher_or_the_game_killed_ends_both_and_restarts(tmp_path, 
     starts = [e for e in events(run) if e["event"] == "game_start"]
     assert len(starts) >= 2  # restarted
     assert_nothing_left(sup, run)
+
+
+@pytest.mark.parametrize("args,says", [
+    (["--timeout-ms", "20abc"], "--timeout-ms 20abc: not a whole number of milliseconds, 1..86400000"),
+    (["--timeout-ms", "-5"], "--timeout-ms -5: not a whole number of milliseconds"),
+    (["--timeout-ms", "0"], "--timeout-ms 0: not a whole number of milliseconds"),
+    (["--hook", "Z:\\" + "d" * 300 + "\\w3hook.dll"], "more than the 259 this launcher takes"),
+])
+def test_the_launcher_refuses_a_malformed_argument_naming_it(probe, args, says):
+    """The launcher's own arguments: a number with garbage after it (taken as 20 before),
+    a path too long for its buffers (cut before, naming another file): exit 2, one line."""
+    from w3async.runtime.wine import WineConfig, acquire_prefix
+
+    with acquire_prefix(WineConfig()) as prefix:
+        hook = [] if "--hook" in args else ["--hook", str(HOOK)]
+        r = prefix.run(prefix.command(str(LAUNCHER), [*args, *hook, "--", str(probe["game"])]),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and says in r.stderr, (r.returncode, r.stderr[-2000:])

@@ -111,15 +111,14 @@ static LONG CALLBACK on_exception(EXCEPTION_POINTERS *ep)
 
 /* ---- settings ---- */
 
+/* A setting from the environment: the shim's parser (one for the game side and the
+ * hook), then the hook's range; either failure ends the start, naming the setting. */
 static long env_long(const char *name, long dflt, long lo, long hi)
 {
-    const char *s = getenv(name);
-    if (!s || !*s)
-        return dflt;
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (*end || v < lo || v > hi)
-        hk_fatal(W3S_EXIT_INJECT, "setting %s=%s: expected an integer in %ld..%ld", name, s, lo, hi);
+    char err[256];
+    long v = dflt;
+    if (w3s_env_int(name, dflt, &v, err, sizeof(err)) || v < lo || v > hi)
+        hk_fatal(W3S_EXIT_INJECT, "setting %s=%s: expected an integer in %ld..%ld", name, getenv(name), lo, hi);
     return v;
 }
 
@@ -259,9 +258,13 @@ static void setup(void)
      * game's own, said at once; Wine's debugger would hold it seconds, then "step point
      * not reached". A filter the game sets later replaces it. */
     SetUnhandledExceptionFilter(w3s_on_crash);
-    HANDLE t = c->step_deadline_ms ? CreateThread(NULL, 0, deadline_watch, NULL, 0, NULL) : NULL;
-    if (t)
+    if (c->step_deadline_ms) { /* without its watch, a step point never reached would hang unseen */
+        HANDLE t = CreateThread(NULL, 0, deadline_watch, NULL, 0, NULL);
+        if (!t)
+            hk_fatal(W3S_EXIT_INJECT, "cannot start the step deadline's watch thread (Windows error %lu)",
+                     (unsigned long)GetLastError());
         CloseHandle(t);
+    }
 }
 
 /* ---- the adapter and the step ---- */
@@ -329,7 +332,8 @@ static void attach(void)
     if (rc)
         hk_fatal(rc, "%s", err);
     long row0 = 0;
-    w3s_env_int("W3S_ROW0", 0, &row0, err, sizeof(err));
+    if (w3s_env_int("W3S_ROW0", 0, &row0, err, sizeof(err)))
+        hk_fatal(W3S_EXIT_ATTACH, "%s", err); /* w3s_attach read it too: not reached */
     g_host = (w3h_host){
         .abi = W3H_ABI,
         .nrows = w3s_nrows(g_conn),

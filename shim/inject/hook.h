@@ -98,8 +98,8 @@ void hk_set_step_thread(DWORD tid);
 /* Whether name is the step point and the calling thread makes the steps: the first
  * thread to call the step point makes every step after. */
 int hk_claim_step_thread(const char *name);
-/* The step point (hook.c): one step, or a frame that is not a decision point. Returns
- * the game time it covered (step_ms). */
+/* The step point (hook.c): one step, or a frame that is not a decision point (the
+ * adapter's w3a_ready said 0); either way game time then advances step_ms (hk_advance). */
 void hk_step(void);
 /* Whether name is the configured step point. */
 int hk_is_step_point(const char *name);

@@ -77,11 +77,21 @@ static void utf8(char *dst, size_t n, const wchar_t *src)
     WideCharToMultiByte(CP_UTF8, 0, src, -1, dst, (int)n, NULL, NULL);
 }
 
-/* A full path: the game resolves a relative path against its own directory, not ours. */
+/* A full path: the game resolves a relative path against its own directory, not ours.
+ * One longer than MAX_PATH is refused (cut, it would name another file). */
 static void full_path(wchar_t *dst, const wchar_t *src)
 {
-    if (!GetFullPathNameW(src, MAX_PATH, dst, NULL))
+    DWORD n = GetFullPathNameW(src, MAX_PATH, dst, NULL);
+    if (n >= MAX_PATH) {
+        char name[MAX_PATH];
+        utf8(name, sizeof(name), src);
+        die(2, "path %s...: its full path has %lu characters, more than the %d this launcher takes", name,
+            (unsigned long)n, MAX_PATH - 1);
+    }
+    if (!n) {
         wcsncpy(dst, src, MAX_PATH - 1);
+        dst[MAX_PATH - 1] = 0;
+    }
 }
 
 /* Whether a DLL the given one imports can be found the way the game's loader would
@@ -261,9 +271,11 @@ int wmain(int argc, wchar_t **argv)
         if (i + 1 >= argc)
             die(2, "option %ls needs a value", a);
         if (!wcscmp(a, L"--timeout-ms")) {
-            timeout_ms = (DWORD)wcstoul(argv[++i], NULL, 10);
-            if (!timeout_ms)
-                die(2, "--timeout-ms %ls: not a positive integer", argv[i]);
+            wchar_t *end = NULL;
+            unsigned long v = wcstoul(argv[++i], &end, 10);
+            if (end == argv[i] || *end || !v || v > 86400000ul || argv[i][0] == L'-')
+                die(2, "--timeout-ms %ls: not a whole number of milliseconds, 1..86400000", argv[i]);
+            timeout_ms = (DWORD)v;
         } else if (!wcscmp(a, L"--cwd")) {
             cwd = argv[++i];
         } else if (!wcscmp(a, L"--own-desktop")) {
@@ -300,22 +312,28 @@ int wmain(int argc, wchar_t **argv)
 
     /* The job ends the game when the launcher ends, even by SIGKILL: Wine closes the
      * launcher's handles and the last handle to the job kills what is in it. */
+    /* Without the job a game would outlive a killed launcher, unseen: no job, no start. */
     HANDLE job = CreateJobObjectW(NULL, NULL);
-    if (job) {
-        JOBOBJECT_EXTENDED_LIMIT_INFORMATION lim;
-        memset(&lim, 0, sizeof(lim));
-        lim.BasicLimitInformation.LimitFlags = JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE;
-        SetInformationJobObject(job, JobObjectExtendedLimitInformation, &lim, sizeof(lim));
-    }
+    if (!job)
+        die(W3S_EXIT_INJECT, "cannot make the job that ends the game with the launcher: CreateJobObjectW failed "
+            "(Windows error %lu)", (unsigned long)GetLastError());
+    JOBOBJECT_EXTENDED_LIMIT_INFORMATION lim;
+    memset(&lim, 0, sizeof(lim));
+    lim.BasicLimitInformation.LimitFlags = JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE;
+    if (!SetInformationJobObject(job, JobObjectExtendedLimitInformation, &lim, sizeof(lim)))
+        die(W3S_EXIT_INJECT, "cannot make the job end the game with the launcher: SetInformationJobObject failed "
+            "(Windows error %lu)", (unsigned long)GetLastError());
     /* The hook sets this event when the game exits by itself (or when asked to stop): a
-     * game killed from outside (SIGKILL under Wine) ends with code 0 and the event unset. */
+     * game killed from outside (SIGKILL under Wine) ends with code 0 and the event unset.
+     * Without it a kill could not be told from an exit: no event, no start. */
     SECURITY_ATTRIBUTES inherit = {sizeof(inherit), NULL, TRUE};
     HANDLE clean = CreateEventW(&inherit, TRUE, FALSE, NULL);
-    if (clean) {
-        wchar_t v[32];
-        swprintf(v, 32, L"%llu", (unsigned long long)(ULONG_PTR)clean);
-        SetEnvironmentVariableW(L"W3H_CLEAN_EVENT", v);
-    }
+    if (!clean)
+        die(W3S_EXIT_INJECT, "cannot make the game's exit event: CreateEventW failed (Windows error %lu)",
+            (unsigned long)GetLastError());
+    wchar_t ev[32];
+    swprintf(ev, 32, L"%llu", (unsigned long long)(ULONG_PTR)clean);
+    SetEnvironmentVariableW(L"W3H_CLEAN_EVENT", ev);
     STARTUPINFOW si;
     memset(&si, 0, sizeof(si));
     si.cb = sizeof(si);
@@ -364,8 +382,12 @@ int wmain(int argc, wchar_t **argv)
         utf8(name, sizeof(name), game);
         die(W3S_EXIT_INJECT, "cannot start %s: CreateProcess failed (Windows error %lu)", name, (unsigned long)err);
     }
-    if (job)
-        AssignProcessToJobObject(job, pi.hProcess);
+    if (!AssignProcessToJobObject(job, pi.hProcess)) {
+        DWORD e = GetLastError();
+        TerminateProcess(pi.hProcess, W3S_EXIT_INJECT); /* still suspended: it never ran */
+        die(W3S_EXIT_INJECT, "cannot put the game in the launcher's job: AssignProcessToJobObject failed (Windows "
+            "error %lu)", (unsigned long)e);
+    }
     for (int k = 0; k < n_dlls; k++)
         load_into(&pi, &dlls[k], timeout_ms, game_dir);
     ResumeThread(pi.hThread);
@@ -373,7 +395,7 @@ int wmain(int argc, wchar_t **argv)
     WaitForSingleObject(pi.hProcess, INFINITE);
     DWORD code = 0;
     GetExitCodeProcess(pi.hProcess, &code);
-    if (code == 0 && clean && WaitForSingleObject(clean, 0) != WAIT_OBJECT_0) {
+    if (code == 0 && WaitForSingleObject(clean, 0) != WAIT_OBJECT_0) {
         fprintf(stderr, "w3inject: the game ended without exiting (killed from outside: a signal, or another "
                         "process's TerminateProcess)\n");
         code = W3S_EXIT_KILLED;
