@@ -43,6 +43,10 @@ from w3async.learn.network import Network, Obs
 from w3async.learn.trajectories import TrajBatch
 from w3async.recipe_learning import LearnerConfig  # the recipe's [learner] section
 
+LOSS_SLOTS = ("pg_loss", "v_loss", "entropy", "approx_kl", "clip_frac", "grad_norm")
+"""The per-minibatch figures an update sums on the device and reads back once, as means
+(UpdateStats' fields of the same names)."""
+
 
 @dataclass
 class UpdateStats:
@@ -231,7 +235,7 @@ class Learner:
                 b["v_target"], b["v_old"] = b["ret"], value
         plan = [mb for _ in range(cfg.update_epochs) for mb in minibatch_plan(tb.n_ent, cfg.minibatch_seqs, self.rng, cfg.entity_pad)]
         planned = len(plan)
-        sums = torch.zeros(6, device=self.device)  # pg, v, entropy, kl, clip_frac, grad norm
+        sums = torch.zeros(len(LOSS_SLOTS), device=self.device)  # summed on the device, read once
         bad = torch.full((), len(plan), device=self.device)  # index of the first non-finite loss
         pause_s = 0.0
         net.train()
@@ -252,7 +256,7 @@ class Learner:
             grad_norm = nn.utils.clip_grad_norm_(net.parameters(), cfg.max_grad_norm)
             self.opt.step()
             with torch.no_grad():
-                sums += torch.stack([pg, v, ent, kl, clip_frac, grad_norm.to(pg)]).detach()
+                sums += torch.stack([pg, v, ent, kl, clip_frac, grad_norm.to(pg)]).detach()  # LOSS_SLOTS' order
                 bad = torch.where(torch.isfinite(loss) | (bad < k), bad, torch.full_like(bad, k))
             if cfg.target_kl is not None and ppo.kl_exceeded(float(kl), cfg.target_kl):  # a host read: only with a limit
                 plan = plan[: k + 1]
@@ -271,10 +275,11 @@ class Learner:
             y, res = b["ret"], b["ret"] - value
             ev = 1.0 - res.var(unbiased=False) / y.var(unbiased=False).clamp_min(1e-8)
             out = torch.cat([sums / len(plan), ev[None], bad[None].float()]).cpu().numpy()  # the one host read
-        if out[-1] < len(plan):
+        got = dict(zip(LOSS_SLOTS + ("explained_var", "bad"), (float(x) for x in out)))
+        if got["bad"] < len(plan):
             net.load_state_dict(before[0])
             self.opt.load_state_dict(before[1])
-            k = int(out[-1])
+            k = int(got["bad"])
             if cfg.norm_value:
                 self.ret_norm.load_state_dict(ret_norm_before)
             raise NonFiniteLossError(
@@ -288,8 +293,7 @@ class Learner:
         n_real = float(tb.n_ent.sum()) * len(plan) / planned * cfg.update_epochs  # of the minibatches that ran
         return UpdateStats(
             version=self.version, steps=int(tb.reward.size), minibatches=len(plan),
-            pg_loss=float(out[0]), v_loss=float(out[1]), entropy=float(out[2]), approx_kl=float(out[3]),
-            clip_frac=float(out[4]), grad_norm=float(out[5]), explained_var=float(out[6]),
+            **{k: got[k] for k in LOSS_SLOTS}, explained_var=got["explained_var"],
             update_s=time.perf_counter() - t_start, pause_s=pause_s, staleness_mean=float(stale.mean()),
             staleness_max=int(stale.max()),
             padding_mean=(padding - n_real) / (tb.reward.size * cfg.update_epochs * len(plan) / planned),
