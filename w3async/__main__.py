@@ -127,6 +127,7 @@ def _run(args) -> int:
         signal.signal(sig, _note_signal)
     from w3async.runtime.preflight import preflight  # noqa: PLC0415 (fast --help)
     from w3async import compose  # noqa: PLC0415 (fast --help)
+    from w3async import eventloop  # noqa: PLC0415
     from w3async.runtime.supervisor import RunError  # noqa: PLC0415
 
     path = resolve_recipe_path(args.recipe)
@@ -153,12 +154,7 @@ def _run(args) -> int:
     problems = preflight(recipe, run_dir, runs_dir)
     if problems:
         return _error(path, problems)
-    try:
-        import uvloop  # noqa: PLC0415
-
-        new_loop = uvloop.new_event_loop
-    except ImportError:
-        new_loop = asyncio.new_event_loop
+    new_loop = eventloop.new_loop
     if recipe.cluster is not None and importlib.util.find_spec("ray") is None:  # game hosts through Ray
         return _error(path, ["[cluster] needs Ray, the package's cluster extra: pip install -e '.[cluster]' "
                              "(make run installs it for a recipe with [cluster])"])

@@ -40,6 +40,7 @@ import time
 
 import numpy as np
 
+from w3async import eventloop
 from w3async.env.rowcopies import row_copies
 from w3async.runtime.answerer import QuietAnswerer, Ticket
 from w3async.sync.gather import Batch
@@ -376,13 +377,7 @@ class SupervisorThread:
         from w3async.runtime.supervisor import RunError  # noqa: PLC0415
 
         try:
-            import uvloop  # noqa: PLC0415
-
-            runner = uvloop.run
-        except ImportError:
-            runner = asyncio.run
-        try:
-            self.stats = runner(self.sup.run())
+            self.stats = eventloop.run(self.sup.run())
             self.error = None
         except RunError as e:
             self.error = str(e)

@@ -39,7 +39,6 @@ naming the file and why, exit status 2, before any game is played or folder made
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import math
 import shutil
@@ -49,13 +48,12 @@ from pathlib import Path
 
 import numpy as np
 
-from w3async import games
+from w3async import eventloop, games
 from w3async.files import atomic_write_text, describe
 from w3async.learn.best import level_record
 from w3async.outcomes import end_of, outcome
 from w3async.learn.eval_policy import EvalError, against, load_policy, resolve
 from w3async.learn.tallies import episode_result
-from w3async.run_folder import RunFolder
 from w3async.sync import layout
 from w3async.sync.gather import Batch
 
@@ -322,15 +320,9 @@ def _play(args, path: Path, data: dict, levels: list[str], net, version: int, co
         made.append(EvalAnswerer(control, net, version, quota, level, greedy=args.greedy, opponent=opponent))
         return made[0]
 
-    try:
-        import uvloop  # noqa: PLC0415
-
-        runner = uvloop.run
-    except ImportError:
-        runner = asyncio.run
     sup = Supervisor(recipe, run_dir, answerer=answerer)
     try:
-        runner(sup.run())
+        eventloop.run(sup.run())
     except RunError as e:
         console(f"w3async: eval {path} stopped: {e}")
         return 1

@@ -34,6 +34,7 @@ from pathlib import Path
 from aiohttp import web
 
 from w3async.files import atomic_write_text, discard
+from w3async import eventloop
 from w3async.observe.http_limits import Limits, RateGate, inside, target_authority
 from w3async.observe.replay_view import ReplayError, replay_view
 from w3async.observe.run_view import SCHEMA
@@ -166,11 +167,7 @@ class HttpThread:
 
     def _main(self, sock, ready: threading.Event, failed: list) -> None:
         self.native_id = threading.get_native_id()  # /proc/self/task/<id>: the thread's CPU time (bench)
-        try:
-            import uvloop  # noqa: PLC0415
-            loop = uvloop.new_event_loop()
-        except ImportError:
-            loop = asyncio.new_event_loop()
+        loop = eventloop.new_loop()
         self.loop = loop
         asyncio.set_event_loop(loop)
         try:
