@@ -159,3 +159,24 @@ def test_the_live_tally_keeps_each_levels_mean_return_truncated_episodes_too():
     solo = t.win_rates()["solo"]
     assert solo["mean_return"] == 2.0 and solo["n"] == 1 and solo["rate"] == 0.0  # the window: 5 (cut) and -1
     assert t.count == 6
+
+
+def test_a_game_scored_by_points_keeps_best_pt_by_its_mean_return(tmp_path):
+    """A declared game with result = "score" (Snake: no winner): its episodes have no
+    result, and best.pt goes by the mean over levels of each level's mean return over a
+    full window; a higher mean replaces it, a full window is needed first."""
+    from w3async import games
+    from w3async.recipes import recipe_from_dict
+
+    recipe_from_dict({"name": "s", "game": "scored_by_points", "spec": {"result": "score"},
+                      "games": [{"binary": "build/native/null_game"}]})
+    game = games.get("scored_by_points")
+    assert game.scored_by == "return" and game.result_of(-1.0, {}) == "none"
+    keeper = BestKeeper(tmp_path, levels=("solo",), window=3, by="return")
+    assert keeper.candidate({}, 1, 10, {"solo": [1.0, 2.0]}) is None  # not a full window
+    rec = keeper.candidate({}, 2, 20, {"solo": [0.0, 1.0, 2.0, 3.0]})
+    assert rec["score"] == 2.0 and rec["by"] == "return" and rec["levels"]["solo"] == {"games": 3, "mean_return": 2.0}
+    keeper.best = rec
+    assert keeper.candidate({}, 3, 30, {"solo": [2.0, 2.0, 2.0]}) is None  # not above 2.0
+    assert keeper.candidate({}, 4, 40, {"solo": [2.0, 2.0, 3.0]})["score"] == 2.3333
+    assert keeper.score_now({}, {"solo": [5.0, 5.0, 5.0]}) == 5.0

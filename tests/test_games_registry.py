@@ -191,7 +191,7 @@ def test_a_spec_file_beside_the_recipe_and_every_problem_at_once(tmp_path):
     bad = str(tmp_path / "specs" / "bad.toml")
     assert sorted(e.value.problems) == sorted([
         f"{bad}: n_types = 0: must be in 1..32767",
-        f"{bad}: result = 'median': must be one of 'sign', 'nearest'",
+        f"{bad}: result = 'median': must be one of 'sign', 'nearest', 'score'",
         f"{bad}: unknown key 'colour' (known: draw_reward, draw_within, head_sizes, levels, loss_reward, n_types, "
         f"noop, opponent_default, opponent_env, parity, pointer_head, replay_dir, replay_suffixes, replay_view, "
         f"result, seed_env, win_reward)",

@@ -59,7 +59,7 @@ SUB_KEYS = {
 }
 TALLY_KEYS = {"games", "wins", "decisive_wins", "time_limit_wins", "losses", "time_limit_losses", "draws", "win_rate",
               "decisive_rate", "recent_games", "recent_win_rate", "recent_decisive_rate", "mean_return",
-              "recent_mean_return"}
+              "recent_mean_return", "episodes"}
 
 
 # ---- a run folder written the way docs/logs.md says --------------------------------
@@ -508,6 +508,10 @@ def test_mean_returns_count_truncated_episodes_too():
     ev = s.evaluation()["ai:easy"]
     assert ev["games"] == 2 and ev["win_rate"] == 0.0 and ev["mean_return"] == ev["recent_mean_return"] == 2.6667
     assert s.train.as_dict()["mean_return"] == 4.0 and s.train.games == 0
+    solo = {"games": 0, "episodes": 12, "recent_win_rate": None, "recent_mean_return": 8.25}  # scored by points
+    assert "eval solo return 8.2 (12)" in progress_line({"run": {}, "steps": {"agent_steps": 1},
+                                                         "games": {"alive": 1, "total": 1, "restarts": 0},
+                                                         "evaluation": {"solo": solo}})
     assert "(3, return 2.7)" in progress_line({"run": {}, "steps": {"agent_steps": 1}, "games": {"alive": 1, "total": 1, "restarts": 0},
                                                "evaluation": {"solo": dict(ev, games=3)}})
 

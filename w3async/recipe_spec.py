@@ -71,9 +71,11 @@ class SpecSection:
     seed_env: Str = ""
     """The environment variable that gets eval's base seed ("": none: the game's own
     W3S_SEED, new at every start, is its only seed)."""
-    result: Annotated[Str, choice(lambda: ("sign", "nearest"))] = "sign"
+    result: Annotated[Str, choice(lambda: ("sign", "nearest", "score"))] = "sign"
     """How an ended episode's last reward reads: "sign" (above draw_within a win, below
-    -draw_within a loss, else a draw) or "nearest" (of win_reward, loss_reward, draw_reward)."""
+    -draw_within a loss, else a draw), "nearest" (of win_reward, loss_reward, draw_reward),
+    or "score": a game with no winner (Snake), scored by its return: no episode is a win
+    or a loss, the evaluation reports each level's mean return and best.pt goes by it."""
     draw_within: Float = Field(0.0, ge=0)
     """"sign": a last reward within this of 0 is a draw."""
     win_reward: Float = 1.0

@@ -65,7 +65,12 @@ class Game:
     file is not this game's. Raises ValueError/OSError for a file of this game that is broken."""
     result_of: Callable[[float, dict], str] = sign_result
     """(the last reward of an episode that ended, the group's environment) -> "win",
-    "loss" or "draw": how episodes.jsonl and the evaluation tallies read an outcome."""
+    "loss" or "draw" (or "none" for a game scored by points): how episodes.jsonl and the
+    evaluation tallies read an outcome."""
+    scored_by: str = "outcome"
+    """What its evaluation and best.pt go by: "outcome" (the win rate's score,
+    w3async/outcomes.py) or "return" (a game with no winner, scored by points: the mean
+    return of each level's last window of episodes; its episodes' result is "none")."""
     eval_env: Callable[[dict, str, int], dict] | None = None
     """(a group's environment, an evaluation level, a base seed) -> the environment of a
     group that plays that level at fixed seeds (`python -m w3async eval`); None: the game

@@ -44,7 +44,10 @@ def make_game(name: str, *, n_types: int, head_sizes: tuple[int, ...], pointer_h
 
     def result_of(reward: float, env: dict) -> str:
         """"sign": a win above draw_within, a loss below -draw_within, a draw between;
-        "nearest": the result whose reward (win, loss, draw) is nearest the last one."""
+        "nearest": the result whose reward (win, loss, draw) is nearest the last one;
+        "score": none (no winner: the return is the score)."""
+        if result == "score":
+            return "none"
         if result == "nearest":
             return min(("win", "loss", "draw"), key=lambda k: abs(reward - rewards[k]))
         return "win" if reward > draw_within else "loss" if reward < -draw_within else "draw"
@@ -67,6 +70,7 @@ def make_game(name: str, *, n_types: int, head_sizes: tuple[int, ...], pointer_h
 
     return Game(name=name, spec=spec, opponent_of=opponent_of, eval_levels=tuple(levels),
                 replay_dir=replay_dir or None, replay_suffixes=replay_suffixes, replay_view=replay_view,
-                result_of=result_of, eval_env=eval_env if levels else None,
+                result_of=result_of, scored_by="return" if result == "score" else "outcome",
+                eval_env=eval_env if levels else None,
                 eval_args=eval_args if any(lv.args is not None for lv in levels.values()) else None,
                 parity=parity or None)

@@ -85,11 +85,34 @@ def score(windows: Mapping[str, Iterable[str]], levels: Iterable[str], window: i
                 games=games, wins=wins, decisive_wins=decisive, lo=round(lo, 4), hi=round(hi, 4))
 
 
-class BestKeeper:
-    """The best score so far of one run and the rule that replaces it."""
+def return_score(returns: Mapping[str, Iterable[float]], levels: Iterable[str], window: int) -> dict | None:
+    """A game scored by points (Game.scored_by "return"): the mean over levels of each
+    level's mean return over its last `window` ended episodes, {score, levels: {label:
+    {games, mean_return}}, games, by: "return"}; None unless every level has a full window."""
+    levels = tuple(levels)
+    if not levels:
+        return None
+    per = {}
+    for lvl in levels:
+        rets = list(returns.get(lvl, ()))[-window:]
+        if len(rets) < window:
+            return None
+        per[lvl] = dict(games=len(rets), mean_return=round(sum(rets) / len(rets), 4))
+    return dict(score=round(sum(r["mean_return"] for r in per.values()) / len(per), 4), window=window, levels=per,
+                games=sum(r["games"] for r in per.values()), by="return")
 
-    def __init__(self, run_dir: Path | str, levels: Iterable[str], window: int):
+
+RULE_RETURN = ("mean over the evaluation levels of each level's mean return over its last `window` episodes, once "
+               "every level has a full window (a game scored by points)")
+
+
+class BestKeeper:
+    """The best score so far of one run and the rule that replaces it: by outcome (the
+    win score of outcomes.py), or by return for a game scored by points."""
+
+    def __init__(self, run_dir: Path | str, levels: Iterable[str], window: int, by: str = "outcome"):
         self.run_dir, self.levels, self.window = Path(run_dir), tuple(levels), int(window)
+        self.by = by  # Game.scored_by: "outcome" or "return"
         self.best: dict | None = None  # the record of best.pt (None: none yet)
 
     @property
@@ -113,17 +136,27 @@ class BestKeeper:
         self.best = rec
         return rec
 
-    def score_now(self, windows: Mapping[str, Iterable[str]]) -> float | None:
-        """The rule's score of the current windows (None until every level has a full one)."""
-        s = score(windows, self.levels, self.window)
+    def _score(self, windows, returns) -> dict | None:
+        if self.by == "return":
+            return return_score(returns or {}, self.levels, self.window)
+        return score(windows, self.levels, self.window)
+
+    def score_now(self, windows: Mapping[str, Iterable[str]], returns: Mapping[str, Iterable[float]] | None = None
+                  ) -> float | None:
+        """The rule's score of the current windows (outcomes; `returns`, each level's
+        ended episodes' returns, for a game scored by them); None until every level has a
+        full one."""
+        s = self._score(windows, returns)
         return None if s is None else s["score"]
 
-    def candidate(self, windows: Mapping[str, Iterable[str]], version: int, agent_steps: int) -> dict | None:
+    def candidate(self, windows: Mapping[str, Iterable[str]], version: int, agent_steps: int,
+                  returns: Mapping[str, Iterable[float]] | None = None) -> dict | None:
         """The record for the current policy when its score beats the best so far, else None."""
-        s = score(windows, self.levels, self.window)
+        s = self._score(windows, returns)
         if s is None or (self.best is not None and not s["score"] > self.best["score"]):
             return None
-        return dict(s, updates=int(version), agent_steps=int(agent_steps), rule=RULE, saved_at=time.time(),
+        return dict(s, updates=int(version), agent_steps=int(agent_steps),
+                    rule=RULE_RETURN if self.by == "return" else RULE, saved_at=time.time(),
                     previous_score=None if self.best is None else self.best["score"])
 
     def accept(self, rec: dict) -> None:

@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from w3async import games
 from w3async.run_folder import RunFolder
 from w3async.sync import layout
 from w3async.learn.best import BestKeeper
@@ -109,7 +110,8 @@ class Training:
         for s in control.games:
             if s.group.role == "train" and s.group.sides == 2:
                 self.row_league[s.row0 + 1:s.row0 + s.nrows:2] = True
-        self.best = BestKeeper(self.run_dir, self.book.levels, r.evaluation.window)  # best.pt by evaluation (best.py)
+        self.best = BestKeeper(self.run_dir, self.book.levels, r.evaluation.window,  # best.pt by evaluation (best.py)
+                               by=games.get(r.game).scored_by)
         self.round_tally = RoundTally()
         self.last_checkpoint: str | None = None
         self.nonfinite_outputs = 0  # rounds whose network output was not finite (must stay 0)
@@ -244,9 +246,11 @@ class Training:
         if best is not None:  # the policy of this checkpoint beats best.pt's by the rule
             save_best(self.run_dir, **parts, best=best)
             self.best.accept(best)
+            by_return = best.get("by") == "return"  # a game scored by points: each level's mean return
             self._event("info", "best", updates=version, score=best["score"], previous=best["previous_score"],
-                        levels={k: v["win_rate"] for k, v in best["levels"].items()},
-                        decisive={k: v["decisive_rate"] for k, v in best["levels"].items()}, games=best["games"])
+                        levels={k: v["mean_return" if by_return else "win_rate"] for k, v in best["levels"].items()},
+                        decisive=None if by_return else {k: v["decisive_rate"] for k, v in best["levels"].items()},
+                        games=best["games"])
         return path
 
     def _capture(self, version: int) -> tuple[dict, dict | None]:
@@ -256,9 +260,9 @@ class Training:
         the best so far (best.py's rule over the same windows). Runs on the loop thread
         (or with no loop)."""
         self.flush_round_stats()
-        best = self.best.candidate(self.tally.window, version, self.counts.agent_steps)
+        best = self.best.candidate(self.tally.window, version, self.counts.agent_steps, self.tally.returns)
         self.tally.evaluation_line(version, str(RunFolder(self.run_dir).checkpoints / f"ckpt-{version:08d}.pt"),
-                                   score=self.best.score_now(self.tally.window))
+                                   score=self.best.score_now(self.tally.window, self.tally.returns))
         c = self.counters()
         c["logs"] = {}
         for name in LOGS:

@@ -26,10 +26,7 @@ def progress_line(st: dict) -> str:
     parts.append(f"{rate:,.0f} steps/s" if rate is not None else "– steps/s")
     ev = st.get("evaluation") or {}
     if ev:
-        parts.append("eval " + " ".join(
-            f"{lvl.split(':', 1)[-1]} {_pct(e.get('recent_win_rate'))} ({e['games']}"
-            + (f", return {e['recent_mean_return']:.1f})" if e.get("recent_mean_return") is not None else ")")
-            for lvl, e in ev.items()))
+        parts.append("eval " + " ".join(_level(lvl, e) for lvl, e in ev.items()))
     le = st.get("learner") or {}
     if le.get("updates"):
         parts.append(f"update {le['update_s']:.2f} s wait {le['wait_s'] or 0:.2f} s (#{le.get('update') or le['updates']})")
@@ -38,3 +35,13 @@ def progress_line(st: dict) -> str:
     detail = ", ".join(f"{c} {n}" for c, n in sorted(causes.items(), key=lambda kv: -kv[1]))
     parts.append(f"{g['restarts']} restarts" + (f" ({detail})" if detail else ""))
     return " | ".join(parts)
+
+
+def _level(lvl: str, e: dict) -> str:
+    """A level's words: "easy 71% (40)" with its recent mean return where there is one;
+    a level without results (a game scored by points) "solo return 8.3 (120)"."""
+    name, ret = lvl.split(":", 1)[-1], e.get("recent_mean_return")
+    if e.get("games") == 0 and ret is not None:
+        return f"{name} return {ret:.1f} ({e.get('episodes', 0)})"
+    return f"{name} {_pct(e.get('recent_win_rate'))} ({e['games']}" + (f", return {ret:.1f})" if ret is not None else ")")
+

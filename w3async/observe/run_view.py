@@ -139,9 +139,10 @@ def _best(ck: Path) -> dict | None:
     levels = rec.get("levels") if isinstance(rec.get("levels"), dict) else {}
     return dict(path=str(ck / "best.pt"), updates=rec.get("updates"), agent_steps=rec.get("agent_steps"),
                 score=_f(rec.get("score"), 4), games=rec.get("games"), wins=rec.get("wins"), lo=_f(rec.get("lo"), 4),
-                hi=_f(rec.get("hi"), 4), window=rec.get("window"),
+                hi=_f(rec.get("hi"), 4), window=rec.get("window"), by=rec.get("by") or "outcome",
                 levels={k: {f: v.get(f) for f in ("games", "wins", "decisive_wins", "time_limit_wins", "losses",
-                                                  "draws", "win_rate", "decisive_rate", "score", "lo", "hi")}
+                                                  "draws", "win_rate", "decisive_rate", "score", "lo", "hi",
+                                                  "mean_return")}
                         for k, v in levels.items() if isinstance(v, dict)},
                 saved_at=_iso(st.st_mtime), age_s=_f(time.time() - st.st_mtime, 1), bytes=st.st_size)
 

@@ -65,6 +65,7 @@ class LevelTally:
         return dict({k: t[k] for k in ("games", "wins", "decisive_wins", "time_limit_wins", "draws", "losses",
                                        "time_limit_losses", "win_rate", "decisive_rate")},
                     recent_games=r["games"], recent_win_rate=r["win_rate"], recent_decisive_rate=r["decisive_rate"],
+                    episodes=self.returns,  # ended, with a result or not
                     mean_return=round(self.return_sum / self.returns, 4) if self.returns else None,
                     recent_mean_return=round(sum(recent) / len(recent), 4) if recent else None)
 

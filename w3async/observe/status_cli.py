@@ -54,7 +54,11 @@ def summary(st: dict, games: list[dict]) -> list[str]:
         ck = st["checkpoint"]
         lines.append(f"ckpt     {ck['name']} saved {ck['saved_at']} ({ck['age_s']} s ago)")
     b = st.get("best")
-    if b:
+    if b and b.get("by") == "return":  # a game scored by points
+        lv = ", ".join(f"{k} {e['mean_return']}" for k, e in b["levels"].items())
+        lines.append(f"best     best.pt of update {b['updates']}: mean return {b['score']} over the last "
+                     f"{b['window']} episodes a level ({lv})")
+    elif b:
         lv = ", ".join(f"{k} {e['win_rate']} [{e['lo']}, {e['hi']}]" for k, e in b["levels"].items())
         lines.append(f"best     best.pt of update {b['updates']}: score {b['score']} over the last {b['window']} "
                      f"games a level ({lv}; 95% Wilson)")

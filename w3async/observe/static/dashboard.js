@@ -118,7 +118,10 @@ function showStatus(st) {
   }
   if (st.checkpoint) cards.push(["checkpoint", `${st.checkpoint.name} (${fmtTime(st.checkpoint.age_s)} ago)`]);
   const b = st.best;
-  if (b) {
+  if (b && b.by === "return") {  // a game scored by points: each level's mean return
+    const lv = Object.entries(b.levels || {}).map(([l, e]) => `${l.split(":").pop()} ${fmt(e.mean_return, 2)}`).join(", ");
+    cards.push([`best.pt (update ${b.updates}, last ${b.window} episodes a level)`, `mean return ${fmt(b.score, 2)}: ${lv}`]);
+  } else if (b) {
     const lv = Object.entries(b.levels || {}).map(([l, e]) =>
       `${l.split(":").pop()} ${fmt(100 * e.win_rate, 0)}% [${fmt(100 * e.lo, 0)}-${fmt(100 * e.hi, 0)}]` +
       (e.decisive_rate === undefined ? "" : ` (${fmt(100 * e.decisive_rate, 0)}% decisive)`)).join(", ");
