@@ -58,6 +58,17 @@ def test_a_long_replay_is_sampled_down_and_sizes_are_even():
     assert frames.shape == (417, 52, 94, 3)  # ceil(1250 / 3) frames; 17*3=51 and 31*3=93 padded to even
 
 
+def wait_for_a_video(mk: VideoMaker) -> None:
+    """Until the started maker has made a video (at most 30 s), then stop it."""
+    try:
+        for _ in range(600):
+            if mk.made:
+                break
+            mk._stop.wait(0.05)
+    finally:
+        mk.stop()
+
+
 def test_the_maker_writes_a_video_per_new_replay(tmp_path):
     replays = tmp_path / "replays"
     replays.mkdir()
@@ -66,13 +77,7 @@ def test_the_maker_writes_a_video_per_new_replay(tmp_path):
     assert mk.make_one() is None  # no replay yet
     (replays / "a.json").write_text(json.dumps(a_view(12)))
     mk.start()
-    try:
-        for _ in range(600):
-            if mk.made:
-                break
-            mk._stop.wait(0.05)
-    finally:
-        mk.stop()
+    wait_for_a_video(mk)
     assert [p.name for p in mk.made] == ["eval-000000000100.mp4"], mk.errors
     assert decode_frames(mk.made[0]).shape[0] == 12
     assert mk.make_one() is None  # the same replay is not made again
@@ -92,16 +97,10 @@ def test_the_first_video_comes_with_the_first_replay_not_after_every_s(tmp_path,
     replays.mkdir()
     mk = VideoMaker(tmp_path, every_s=3600, latest=lambda: newest_file(replays, (".json",)), step=lambda: 7)
     mk.start()
-    try:
-        mk._stop.wait(0.3)
-        assert not mk.made  # no replay yet: nothing, and the maker keeps looking
-        (replays / "a.json").write_text(json.dumps(a_view(6)))
-        for _ in range(600):
-            if mk.made:
-                break
-            mk._stop.wait(0.05)
-    finally:
-        mk.stop()
+    mk._stop.wait(0.3)
+    assert not mk.made  # no replay yet: nothing, and the maker keeps looking
+    (replays / "a.json").write_text(json.dumps(a_view(6)))
+    wait_for_a_video(mk)
     assert [p.name for p in mk.made] == ["eval-000000000007.mp4"], mk.errors
 
 

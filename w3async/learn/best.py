@@ -64,19 +64,25 @@ def level_record(results: Iterable[str]) -> dict:
     return dict(t, lo=round(lo, 4), hi=round(hi, 4), decisive_lo=round(dlo, 4), decisive_hi=round(dhi, 4))
 
 
+def _per_level(windows: Mapping[str, Iterable], levels: Iterable[str], window: int, record) -> dict | None:
+    """{level: record(its last `window` entries)}; None unless every level (one at
+    least) has a full window."""
+    per = {}
+    for lvl in levels:
+        last = list(windows.get(lvl, ()))[-window:]
+        if len(last) < window:
+            return None
+        per[lvl] = record(last)
+    return per or None
+
+
 def score(windows: Mapping[str, Iterable[str]], levels: Iterable[str], window: int) -> dict | None:
     """The rule's score of the current windows: {score, levels: {label: level_record},
     games, wins, lo, hi (the pooled games' Wilson interval)}; None unless every level has
     a full window (or when there are no levels)."""
-    levels = tuple(levels)
-    if not levels:
+    per = _per_level(windows, levels, window, level_record)
+    if per is None:
         return None
-    per = {}
-    for lvl in levels:
-        res = list(windows.get(lvl, ()))[-window:]
-        if len(res) < window:
-            return None
-        per[lvl] = level_record(res)
     games = sum(r["games"] for r in per.values())
     wins = sum(r["wins"] for r in per.values())
     decisive = sum(r["decisive_wins"] for r in per.values())
@@ -89,15 +95,10 @@ def return_score(returns: Mapping[str, Iterable[float]], levels: Iterable[str], 
     """A game scored by points (Game.scored_by "return"): the mean over levels of each
     level's mean return over its last `window` ended episodes, {score, levels: {label:
     {games, mean_return}}, games, by: "return"}; None unless every level has a full window."""
-    levels = tuple(levels)
-    if not levels:
+    per = _per_level(returns, levels, window,
+                     lambda rets: dict(games=len(rets), mean_return=round(sum(rets) / len(rets), 4)))
+    if per is None:
         return None
-    per = {}
-    for lvl in levels:
-        rets = list(returns.get(lvl, ()))[-window:]
-        if len(rets) < window:
-            return None
-        per[lvl] = dict(games=len(rets), mean_return=round(sum(rets) / len(rets), 4))
     return dict(score=round(sum(r["mean_return"] for r in per.values()) / len(per), 4), window=window, levels=per,
                 games=sum(r["games"] for r in per.values()), by="return")
 
