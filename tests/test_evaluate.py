@@ -121,3 +121,20 @@ def test_resolve_prefers_best_then_latest(tmp_path):
     assert resolve(tmp_path) == ck / "ckpt-00000004.pt"
     (ck / "best.pt").write_bytes(b"")
     assert resolve(tmp_path) == ck / "best.pt" and resolve(ck) == ck / "best.pt"
+
+
+def test_an_injected_games_evaluation_keeps_its_lanes_and_plays_each_levels_args():
+    """eval of an injected game (pong-learn: the adapter takes one player a process) keeps
+    the group's lanes (it gave 4 lanes a process: every start failed, the adapter naming
+    its rows) unless --lanes says otherwise, and its level's command line at eval's seed;
+    a game built for w3async gets one game a lane."""
+    from w3async.learn.evaluate import plan
+    from w3async.recipes import load_recipe
+
+    data, _ = plan(load_recipe(REPO / "recipes/pong-learn.toml"), ["cpu"], 20, 2, 9001, {})
+    (g,) = data["games"]
+    assert g["lanes"] == 1 and g["count"] == 2 and g["inject"]["args"] == ["--seed", "9001", "--points", "11"]
+    assert plan(load_recipe(REPO / "recipes/pong-learn.toml"), ["cpu"], 20, 2, 9001, {}, lanes=3)[0]["games"][0][
+        "lanes"] == 3
+    data, _ = plan(load_recipe(REPO / "recipes/fgself.toml"), ["ai:easy"], 20, 2, 9001, {})
+    assert data["games"][0]["lanes"] == 10

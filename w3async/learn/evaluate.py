@@ -80,12 +80,13 @@ def _levels(game, recipe, wanted: list[str] | None) -> list[str]:
 def plan(recipe, levels: list[str], n_games: int, parallel: int, seed: int, env: dict[str, str],
          lanes: int | None = None) -> tuple[dict, list[str]]:
     """The eval run's recipe (a dict) and each group's level: `parallel` processes a
-    level, `lanes` lanes each (default: enough for one game a lane, at most 16)."""
+    level, `lanes` lanes each (default: enough for one game a lane, at most 16; an
+    injected game's own, its adapter's: Pong's is one player a process)."""
     from w3async.recipes import recipe_to_dict  # noqa: PLC0415
 
     game = games.get(recipe.game)
     rd = recipe_to_dict(recipe)
-    lanes = lanes or max(1, min(16, math.ceil(n_games / parallel)))
+    many = max(1, min(16, math.ceil(n_games / parallel)))
     groups = []
     for lvl in levels:
         base = next((g for g in rd["games"] if g["role"] == "eval" and game.opponent_of(g["env"]) == lvl), None)
@@ -93,7 +94,8 @@ def plan(recipe, levels: list[str], n_games: int, parallel: int, seed: int, env:
         base = base or next((g for g in rd["games"] if g["role"] == "eval"), rd["games"][0])
         if lvl.startswith("vs:"):  # --against: a self-play group, both sides agents
             base, own, lvl = next(g for g in rd["games"] if g["sides"] == 2), True, "agent"
-        g = dict(base, count=parallel, lanes=lanes, role="eval", sides=base["sides"] if own else 1)
+        own_lanes = base["lanes"] if base.get("inject") is not None else many
+        g = dict(base, count=parallel, lanes=lanes or own_lanes, role="eval", sides=base["sides"] if own else 1)
         g["env"] = dict(game.eval_env(base["env"], lvl, seed) if game.eval_env else base["env"], **env)
         if g.get("inject") is None:
             g.pop("inject", None)
@@ -234,7 +236,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--levels", default="", help="comma-separated levels (default: the game's evaluation levels)")
     p.add_argument("--seed", type=int, default=9001, help="the games' base seed (default 9001)")
     p.add_argument("--parallel", type=int, default=2, help="game processes per level (default 2)")
-    p.add_argument("--lanes", type=int, default=0, help="lanes per process (default: one game a lane, at most 16)")
+    p.add_argument("--lanes", type=int, default=0,
+                   help="lanes per process (default: one game a lane, at most 16; an injected game: its group's)")
     p.add_argument("--recipe", default="", help="the network and games of this recipe, not the checkpoint's")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                    help="extra environment for every game, e.g. W3D_TIME_LIMIT=6000 (repeatable)")
