@@ -172,7 +172,5 @@ async def test_a_malformed_pong_setting_fails_the_start_naming_it(tmp_path, buil
     sup = Supervisor(recipe_from_dict(data), tmp_path / "run")
     with pytest.raises(RunError) as e:
         await sup.run()
-    assert 'PONG_REPEAT="4x" must be a whole number of frames, 1..16' in str(e.value) or any(
-        'PONG_REPEAT=\\"4x\\"' in p.read_text(errors="replace") or 'PONG_REPEAT="4x"' in p.read_text(errors="replace")
-        for p in (tmp_path / "run" / "games").glob("*.log")), str(e.value)
+    assert 'PONG_REPEAT="4x" must be a whole number of frames, 1..16' in str(e.value), str(e.value)
     assert_nothing_left(sup, tmp_path / "run")
