@@ -1033,3 +1033,15 @@ def test_a_resumed_run_reads_as_live_from_its_last_start():
     st = view.status()["run"]
     assert st["live"] is True and st["ended"] is None and st["uptime_s"] > 0, st
     assert st["started"].startswith(datetime.fromtimestamp(T0 + 60, timezone.utc).isoformat()[:19]), st
+
+
+def test_an_evaluation_group_without_a_declared_level_is_still_evaluated(tmp_path):
+    """The kit's recipe declares no [spec.levels] but has a `role = "eval"` group (its
+    opponent "bot"): the run's status shows that group's evaluation (it showed none)."""
+    from w3async.observe.run_view import run_levels
+    from w3async.recipes import load_recipe, recipe_to_dict
+
+    recipe = load_recipe(REPO / "examples" / "mygame" / "mygame.toml")
+    (tmp_path / "recipe.json").write_text(json.dumps(recipe_to_dict(recipe)))
+    assert run_levels(tmp_path) == ("bot",)
+    assert run_levels(tmp_path / "none") is None

@@ -174,7 +174,9 @@ def run_levels(run_dir: Path) -> tuple[str, ...] | None:
     """The evaluation levels of the run's game, from its recipe.json: the game's as the
     registry knows it, or, for a game the recipe declared ([spec]) that this process has
     not, the spec's levels (before: `w3async status` of a finished run of a declared game
-    showed no evaluation); None where recipe.json does not say: every registered game's."""
+    showed no evaluation); then the labels of its `role = "eval"` groups that are no
+    level (the kit's "bot": evaluated, but declared no level); None where recipe.json
+    does not say: every registered game's."""
     try:
         rec = json.loads(RunFolder(run_dir).recipe.read_text())
     except (OSError, ValueError):
@@ -182,7 +184,15 @@ def run_levels(run_dir: Path) -> tuple[str, ...] | None:
     if not isinstance(rec, dict):
         return None
     try:
-        return tuple(games.get(rec.get("game")).eval_levels) or None
+        game = games.get(rec.get("game"))
+        levels = list(game.eval_levels)
+        groups = rec.get("games") if isinstance(rec.get("games"), list) else []
+        for g in groups:
+            if isinstance(g, dict) and g.get("role") == "eval" and isinstance(g.get("env"), dict):
+                label = game.opponent_of(g["env"])
+                if label not in levels:
+                    levels.append(label)
+        return tuple(levels) or None
     except (games.UnknownGame, TypeError, AttributeError):
         pass
     spec = rec.get("spec")
