@@ -47,6 +47,13 @@ def outcome(result: str, end: str) -> str:
     return f"{result}:time_limit" if end == "time_limit" and result != "draw" else result
 
 
+def mean_return(returns: Iterable[float]) -> float | None:
+    """The mean of episodes' returns, rounded as every report shows it; None for none:
+    the figure of a game scored by points (a spec's result = "score")."""
+    r = list(returns)
+    return round(sum(r) / len(r), 4) if r else None
+
+
 def tally(outcomes: Iterable[str]) -> dict:
     """Counts by kind and the rates of the module's definition, over outcome strings (a
     bare result, as older logs have, counts as decisive)."""

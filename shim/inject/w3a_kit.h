@@ -47,6 +47,17 @@ static inline int w3a_kit_check_step_ms(const w3h_host *host, unsigned want_ms, 
     return -1;
 }
 
+/* The number in the environment variable `name` (the group's env), or dflt when it is unset
+ * or empty: 0, or -1 when it is set to something that is not a number (the adapter says
+ * which values it takes). */
+static inline int w3a_kit_env_number(const char *name, double dflt, double *out)
+{
+    const char *s = getenv(name);
+    char *end = NULL;
+    *out = s && *s ? strtod(s, &end) : dflt;
+    return s && *s && (end == s || *end) ? -1 : 0;
+}
+
 /* The per-lane trace file `<folder of env var>\<game>-lane<row0>.trace`, opened for append,
  * when that environment variable (the group's env) names a folder; *out stays NULL when it is
  * unset. 0, or -1 with the path in err when the file cannot be opened. */

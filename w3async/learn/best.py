@@ -96,7 +96,7 @@ def return_score(returns: Mapping[str, Iterable[float]], levels: Iterable[str], 
     level's mean return over its last `window` ended episodes, {score, levels: {label:
     {games, mean_return}}, games, by: "return"}; None unless every level has a full window."""
     per = _per_level(returns, levels, window,
-                     lambda rets: dict(games=len(rets), mean_return=round(sum(rets) / len(rets), 4)))
+                     lambda rets: dict(games=len(rets), mean_return=outcomes.mean_return(rets)))
     if per is None:
         return None
     return dict(score=round(sum(r["mean_return"] for r in per.values()) / len(per), 4), window=window, levels=per,

@@ -98,11 +98,11 @@ class Board:
         vals["charts/SPS"] = vals["run/steps_per_s"]  # the names CleanRL's scripts write
         ended, h.tally.ended_since = h.tally.ended_since, []
         if ended:
-            vals["run/discarded_per_episode"] = sum(e[0] for e in ended) / len(ended)
-        train = [e for e in ended if not e[3]]
+            vals["run/discarded_per_episode"] = sum(e.discarded for e in ended) / len(ended)
+        train = [e for e in ended if not e.is_eval]
         if train:  # training episodes only, as CleanRL logs its rollouts' episodes
-            vals["charts/episodic_return"] = sum(e[1] for e in train) / len(train)
-            vals["charts/episodic_length"] = sum(e[2] for e in train) / len(train)
+            vals["charts/episodic_return"] = sum(e.ret for e in train) / len(train)
+            vals["charts/episodic_length"] = sum(e.steps for e in train) / len(train)
         for level, w in h.win_rates().items():
             vals[f"eval/win_rate/{level}"] = w.get("rate")
             vals[f"eval/decisive_rate/{level}"] = w.get("decisive")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import collections
 import functools
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -23,6 +23,15 @@ from w3async.sync import layout
 from w3async.sync.gather import Batch
 
 TRAIN, EVAL = 0, 1  # a row's role: its group's
+
+
+class Ended(NamedTuple):
+    """An ended episode as TensorBoard's per-second figures read it (board.py)."""
+
+    discarded: int  # orders its game discarded
+    ret: float
+    steps: int
+    is_eval: bool
 
 
 def episode_result(b: Batch, k: int, read) -> str:
@@ -41,9 +50,9 @@ class EpisodeTally:
         self.count = 0  # episodes finished in the run (a checkpoint keeps it)
         self.row_return = np.zeros(n_rows, np.float64)
         self.row_discarded = np.zeros(n_rows, np.int64)  # orders the game discarded this episode (shim's `discarded`)
-        # (discarded orders, return, length, evaluation) of each episode ended since board.py
-        # last took them (TensorBoard's run/discarded_per_episode and charts/episodic_*)
-        self.ended_since: list[tuple[int, float, int, bool]] = []
+        # each episode ended since board.py last took them (TensorBoard's
+        # run/discarded_per_episode and charts/episodic_*)
+        self.ended_since: list[Ended] = []
         self.window: dict[str, collections.deque] = collections.defaultdict(
             lambda: collections.deque(maxlen=eval_window))
         self.totals: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
@@ -88,7 +97,8 @@ class EpisodeTally:
                       eval=is_eval, result=result, end=end, steps=int(b.step[k]),
                       **{"return": round(float(self.row_return[row]), 4)}, policy_version=version,
                       discarded=int(self.row_discarded[row]))
-        self.ended_since.append((int(self.row_discarded[row]), float(self.row_return[row]), int(b.step[k]), is_eval))
+        self.ended_since.append(Ended(int(self.row_discarded[row]), float(self.row_return[row]), int(b.step[k]),
+                                      is_eval))
         if is_eval:
             self.returns[label].append(float(self.row_return[row]))
             kind = outcomes.outcome(result, end)
@@ -107,9 +117,8 @@ class EpisodeTally:
         out = {}
         for k in sorted(set(self.window) | set(self.returns)):
             t = outcomes.tally(self.window.get(k, ()))
-            rets = self.returns.get(k) or ()
             out[k] = dict(rate=t["win_rate"], decisive=t["decisive_rate"], n=t["games"], totals=dict(self.totals[k]),
-                          mean_return=round(sum(rets) / len(rets), 4) if rets else None)
+                          mean_return=outcomes.mean_return(self.returns.get(k, ())))
         return out
 
     def progress(self) -> str:

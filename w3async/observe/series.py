@@ -35,7 +35,7 @@ class LevelTally:
     # Returns of every ended episode, truncated ones too: a game scored by points and not
     # by wins (Snake: its score - 1) is read here.
     return_sum: float = 0.0
-    returns: int = 0
+    n_returns: int = 0
     recent_returns: collections.deque = field(default_factory=lambda: collections.deque(maxlen=RECENT))
 
     @property
@@ -55,19 +55,18 @@ class LevelTally:
         """Ended episodes' returns (with a result or truncated; NaN, a line without one, skipped)."""
         rets = rets[np.isfinite(rets)]
         self.return_sum += float(rets.sum())
-        self.returns += len(rets)
+        self.n_returns += len(rets)
         self.recent_returns.extend(rets[-RECENT:].tolist())
 
     def as_dict(self) -> dict:
         t = outcomes.tally_counts(self.counts)
         r = outcomes.tally(self.recent)
-        recent = self.recent_returns
         return dict({k: t[k] for k in ("games", "wins", "decisive_wins", "time_limit_wins", "draws", "losses",
                                        "time_limit_losses", "win_rate", "decisive_rate")},
                     recent_games=r["games"], recent_win_rate=r["win_rate"], recent_decisive_rate=r["decisive_rate"],
-                    episodes=self.returns,  # ended, with a result or not
-                    mean_return=round(self.return_sum / self.returns, 4) if self.returns else None,
-                    recent_mean_return=round(sum(recent) / len(recent), 4) if recent else None)
+                    episodes=self.n_returns,  # ended, with a result or not
+                    mean_return=round(self.return_sum / self.n_returns, 4) if self.n_returns else None,
+                    recent_mean_return=outcomes.mean_return(self.recent_returns))
 
 
 

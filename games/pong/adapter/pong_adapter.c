@@ -111,20 +111,18 @@ W3A_EXPORT int w3a_attach(const w3h_host *host, char *err, size_t errlen)
     }
     if (w3a_kit_check_step_ms(host, PA_FRAME_MS, "pong", "frame", err, errlen))
         return -1;
-    const char *rep = getenv("PONG_REPEAT");
-    char *end = NULL;
-    pa.repeat = rep && *rep ? (int)strtol(rep, &end, 10) : 1;
-    if ((rep && *rep && *end) || pa.repeat < 1 || pa.repeat > 16) {
-        snprintf(err, errlen, "pong adapter: PONG_REPEAT=\"%s\" must be a whole number of frames, 1..16", rep);
+    double rep, hit;
+    if (w3a_kit_env_number("PONG_REPEAT", 1, &rep) || !(rep >= 1 && rep <= 16) || rep != (int)rep) {
+        snprintf(err, errlen, "pong adapter: PONG_REPEAT=\"%s\" must be a whole number of frames, 1..16",
+                 getenv("PONG_REPEAT"));
         return -1;
     }
-    const char *hit = getenv("PONG_HIT_REWARD");
-    end = NULL;
-    pa.hit_reward = hit && *hit ? strtof(hit, &end) : 0.0f;
-    if ((hit && *hit && *end) || !(pa.hit_reward >= -10.0f && pa.hit_reward <= 10.0f)) {
-        snprintf(err, errlen, "pong adapter: PONG_HIT_REWARD=\"%s\" must be a number, -10..10", hit);
+    if (w3a_kit_env_number("PONG_HIT_REWARD", 0, &hit) || !(hit >= -10 && hit <= 10)) {
+        snprintf(err, errlen, "pong adapter: PONG_HIT_REWARD=\"%s\" must be a number, -10..10",
+                 getenv("PONG_HIT_REWARD"));
         return -1;
     }
+    pa.repeat = (int)rep, pa.hit_reward = (float)hit;
     pa.wall0 = w3a_kit_wall_100ns();
     pa.game0 = host->game_time_ms();
     return w3a_kit_open_trace(host, "PONG_TRACE", "pong", &pa.trace, err, errlen);

@@ -114,13 +114,13 @@ W3A_EXPORT int w3a_attach(const w3h_host *host, char *err, size_t errlen)
     }
     if (w3a_kit_check_step_ms(host, SA_TICK_MS, "snake", "tick", err, errlen))
         return -1;
-    const char *hunger = getenv("SNAKE_HUNGER");
-    char *end = NULL;
-    sa.hunger = hunger && *hunger ? (int)strtol(hunger, &end, 10) : 0;
-    if ((hunger && *hunger && *end) || sa.hunger < 0) {
-        snprintf(err, errlen, "snake adapter: SNAKE_HUNGER=\"%s\" must be a whole number of ticks (0: none)", hunger);
+    double hunger;
+    if (w3a_kit_env_number("SNAKE_HUNGER", 0, &hunger) || !(hunger >= 0 && hunger <= 1e9) || hunger != (int)hunger) {
+        snprintf(err, errlen, "snake adapter: SNAKE_HUNGER=\"%s\" must be a whole number of ticks (0: none)",
+                 getenv("SNAKE_HUNGER"));
         return -1;
     }
+    sa.hunger = (int)hunger;
     sa.wall0 = w3a_kit_wall_100ns();
     sa.game0 = host->game_time_ms();
     return w3a_kit_open_trace(host, "SNAKE_TRACE", "snake", &sa.trace, err, errlen);
