@@ -26,6 +26,12 @@ setup: $(VENV)/.installed build
 $(VENV)/.cluster: $(VENV)/.installed
 	$(PY) -m pip install -q -e '.[cluster]'
 	touch $@
+# Stable-Baselines3 and sb3-contrib (the `examples` extra): examples/sb3_duel.py, which
+# the test suite runs (tests/test_examples.py).
+$(VENV)/.examples: $(VENV)/.installed
+	$(PY) -m pip install -q -e '.[examples]'
+	touch $@
+
 CLUSTER := $(shell grep -qs '^\[cluster\]' recipes/$(RECIPE).toml && echo $(VENV)/.cluster)
 
 # The shim (and the null game), then every game folder with a Makefile: a new game's C
@@ -37,7 +43,7 @@ build:
 run: setup $(CLUSTER)
 	$(PY) -m w3async run recipes/$(RECIPE).toml $(if $(RUN),--run $(RUN)) $(ARGS)
 
-test: setup $(VENV)/.cluster
+test: setup $(VENV)/.cluster $(VENV)/.examples
 	$(PY) -m pytest -q $(TESTS)
 
 # Each benchmark prints a table; docs/performance.md records what they measured.

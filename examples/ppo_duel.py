@@ -1,19 +1,32 @@
 """PPO on the duel against its easy AI, CleanRL-style in one file, over w3async.env.
 
     .venv/bin/python examples/ppo_duel.py --minutes 20 --csv /tmp/ppo_duel.csv
+    .venv/bin/python examples/ppo_duel.py --minutes 12 --save-model       # runs/ppo_duel__1__<time>/
+    .venv/bin/python examples/ppo_duel.py --play runs/ppo_duel__1__<time>/ppo_duel.model --games 100
 
 The env is `w3async.env.make("env-duel")`: 4 game processes of 2 lanes, one agent row a
 lane (8 sub-envs), NEXT_STEP autoreset. The agent: entities (features + a type
 embedding) through a small MLP, mean- and max-pooled over the first n_ent, with the
 global features; three choice heads and a pointer head (a score per entity), each
 masked by the observation's `mask`. Prints (and writes to --csv) the win rate against
-ai:easy over the last 100 finished games, every update.
+ai:easy over the last 100 finished games, every update, and the part won decisively (the
+base destroyed, not the tie-break at the time limit: info["time_limit"]).
+
+Logging as CleanRL's ppo.py does it: the env wrapped in gymnasium's
+RecordEpisodeStatistics, each finished episode's info["episode"]["r"] and ["l"] written
+to TensorBoard as charts/episodic_return and charts/episodic_length, with charts/SPS,
+charts/learning_rate and losses/* (value_loss, policy_loss, entropy, approx_kl,
+clipfrac), under runs/<exp-name>__<seed>__<unix time>/ (--tb-dir; "" for none), beside
+charts/win_rate and charts/decisive_win_rate. --save-model writes the agent's weights and
+settings there (ppo_duel.model); --play MODEL plays a saved model, greedy, against the
+recipe's opponent and prints its win rate.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import os
 import sys
 import time
 from collections import deque
@@ -22,6 +35,8 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn as nn
+from gymnasium.wrappers.vector import RecordEpisodeStatistics
+from torch.utils.tensorboard import SummaryWriter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -47,6 +62,11 @@ def parse():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--csv", default="")
+    p.add_argument("--exp-name", default="ppo_duel")
+    p.add_argument("--tb-dir", default="runs", help="TensorBoard runs under here ('': none)")
+    p.add_argument("--save-model", action="store_true", help="save the agent in its TensorBoard run's folder")
+    p.add_argument("--play", default="", help="play this saved model (greedy) instead of training")
+    p.add_argument("--games", type=int, default=100, help="--play: finished games to play")
     return p.parse_args()
 
 
@@ -81,14 +101,14 @@ class Agent(nn.Module):
         logits.append(torch.einsum("bd,bed->be", self.query(h), e) + self.pointer_bias)  # a score per entity
         return logits, self.value(h).squeeze(-1)
 
-    def act(self, o, action=None):
+    def act(self, o, action=None, greedy: bool = False):
         logits, value = self(o)
         mask = o["mask"].bool()
         logps, ents, acts = [], [], []
         for k, lg in enumerate(logits):
             lg = lg.masked_fill(~mask[:, k, : lg.shape[1]], -1e8)
             dist = torch.distributions.Categorical(logits=lg)
-            a = dist.sample() if action is None else action[:, k]
+            a = (lg.argmax(1) if greedy else dist.sample()) if action is None else action[:, k]
             acts.append(a)
             logps.append(dist.log_prob(a))
             ents.append(dist.entropy())
@@ -99,6 +119,27 @@ def to_t(obs):
     return {k: torch.as_tensor(np.asarray(v)) for k, v in obs.items()}
 
 
+def play(a, env, game, genv) -> int:
+    """--play: the saved agent, greedy, until --games games finished; their win rate."""
+    saved = torch.load(a.play, map_location="cpu", weights_only=True)
+    agent = Agent(env.run.spec.n_types, env.single_action_space.nvec, env.run.spec.noop, a.noop_bias)
+    agent.load_state_dict(saved["agent"])
+    obs, _ = env.reset(seed=a.seed)
+    results = []
+    while len(results) < a.games:
+        with torch.no_grad():
+            act, *_ = agent.act(to_t(obs), greedy=True)
+        obs, rew, term, trunc, info = env.step(act.numpy())
+        results += [(game.result_of(float(rew[i]), genv), bool(info["time_limit"][i])) for i in np.flatnonzero(term)]
+    results = results[: a.games]
+    wins = sum(r == "win" for r, _ in results)
+    decisive = sum(r == "win" and not tl for r, tl in results)
+    print(f"{a.play}: {len(results)} games, {wins} won ({decisive} decisively, {wins - decisive} at the time limit), "
+          f"win rate {wins / len(results):.2f}")
+    env.close()
+    return 0
+
+
 def main():
     a = parse()
     torch.manual_seed(a.seed)
@@ -107,8 +148,15 @@ def main():
     env = we.make(a.recipe, supervisor__progress_s=0)
     game = games.get(env.recipe.game)
     genv = env.recipe.games[0].env
+    if a.play:
+        return play(a, env, game, genv)
+    env = RecordEpisodeStatistics(env)  # CleanRL's: info["episode"] at each finished episode
+    run_name = f"{a.exp_name}__{a.seed}__{int(time.time())}"
+    writer = SummaryWriter(os.path.join(a.tb_dir, run_name)) if a.tb_dir else None
+    if writer:
+        writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(a).items()))
     n, T = env.num_envs, a.num_steps
-    agent = Agent(env.run.spec.n_types, env.single_action_space.nvec, env.run.spec.noop, a.noop_bias)
+    agent = Agent(env.unwrapped.run.spec.n_types, env.single_action_space.nvec, env.unwrapped.run.spec.noop, a.noop_bias)
     opt = torch.optim.Adam(agent.parameters(), lr=a.lr, eps=1e-5)
     obs, _ = env.reset(seed=a.seed)
     buf_obs = {k: torch.zeros((T, n, *v.shape[1:]), dtype=torch.as_tensor(v).dtype) for k, v in obs.items()}
@@ -120,7 +168,7 @@ def main():
     csv_file = open(a.csv, "w", newline="") if a.csv else None
     out = csv.writer(csv_file) if csv_file else None
     if out:
-        out.writerow(["minutes", "agent_steps", "games", "win_rate_last100"])
+        out.writerow(["minutes", "agent_steps", "games", "win_rate_last100", "decisive_win_rate_last100"])
     t0, steps, update, n_games = time.monotonic(), 0, 0, 0
     while time.monotonic() - t0 < a.minutes * 60:
         for t in range(T):
@@ -138,9 +186,13 @@ def main():
             rews[t] = torch.as_tensor(rew)
             next_done = torch.as_tensor(ended, dtype=torch.float32)
             for i in np.flatnonzero(term):
-                results.append(game.result_of(float(rew[i]), genv) == "win")
+                results.append((game.result_of(float(rew[i]), genv) == "win", bool(info["time_limit"][i])))
                 n_games += 1
             steps += n
+            if writer and "episode" in info:  # CleanRL's logging loop
+                for i in np.flatnonzero(info["_episode"]):
+                    writer.add_scalar("charts/episodic_return", info["episode"]["r"][i], steps)
+                    writer.add_scalar("charts/episodic_length", info["episode"]["l"][i], steps)
         with torch.no_grad():
             _, next_v = agent(to_t(obs))
             adv = torch.zeros((T, n))
@@ -158,12 +210,17 @@ def main():
         b_act, b_logp, b_adv, b_ret = acts.reshape(-1, 4), logps.reshape(-1), adv.reshape(-1), ret.reshape(-1)
         idx_all = np.flatnonzero(keep.numpy())
         mb = max(1, len(idx_all) // a.num_minibatches)
+        clipfracs, kls = [], []
         for _ in range(a.update_epochs):
             shuffler.shuffle(idx_all)
             for s in range(0, len(idx_all) - mb + 1, mb):
                 idx = torch.as_tensor(idx_all[s:s + mb])
                 _, newlogp, ent, newv = agent.act({k: v[idx] for k, v in flat.items()}, b_act[idx])
-                ratio = (newlogp - b_logp[idx]).exp()
+                logratio = newlogp - b_logp[idx]
+                ratio = logratio.exp()
+                with torch.no_grad():
+                    kls.append(((ratio - 1) - logratio).mean().item())
+                    clipfracs.append(((ratio - 1.0).abs() > a.clip_coef).float().mean().item())
                 ad = b_adv[idx]
                 ad = (ad - ad.mean()) / (ad.std() + 1e-8)
                 pg = torch.max(-ad * ratio, -ad * ratio.clamp(1 - a.clip_coef, 1 + a.clip_coef)).mean()
@@ -175,12 +232,30 @@ def main():
                 opt.step()
         update += 1
         mins = (time.monotonic() - t0) / 60
-        wr = float(np.mean(results)) if results else float("nan")
+        wr = float(np.mean([w for w, _ in results])) if results else float("nan")
+        dwr = float(np.mean([w and not tl for w, tl in results])) if results else float("nan")
         print(f"update {update} {mins:5.1f} min {steps} steps {n_games} games win rate (last {len(results)}) "
-              f"{wr:.2f}", flush=True)
+              f"{wr:.2f}, decisive {dwr:.2f}", flush=True)
         if out:
-            out.writerow([f"{mins:.2f}", steps, n_games, f"{wr:.3f}"])
+            out.writerow([f"{mins:.2f}", steps, n_games, f"{wr:.3f}", f"{dwr:.3f}"])
             csv_file.flush()  # the curve survives a stopped run
+        if writer:
+            for tag, v in (("charts/learning_rate", opt.param_groups[0]["lr"]), ("losses/value_loss", vloss.item()),
+                           ("losses/policy_loss", pg.item()), ("losses/entropy", ent.mean().item()),
+                           ("losses/approx_kl", float(np.mean(kls))), ("losses/clipfrac", float(np.mean(clipfracs))),
+                           ("charts/SPS", steps / (time.monotonic() - t0))):
+                writer.add_scalar(tag, v, steps)
+            if results:
+                writer.add_scalar("charts/win_rate", wr, steps)
+                writer.add_scalar("charts/decisive_win_rate", dwr, steps)
+        if a.save_model and writer:  # after every update: a stopped run keeps its last
+            path = os.path.join(a.tb_dir, run_name, f"{a.exp_name}.model")
+            torch.save({"agent": agent.state_dict(), "args": vars(a)}, path + ".tmp")
+            os.replace(path + ".tmp", path)
+    if a.save_model and writer:
+        print(f"saved {os.path.join(a.tb_dir, run_name, a.exp_name + '.model')}")
+    if writer:
+        writer.close()
     env.close()
     return 0
 

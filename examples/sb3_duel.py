@@ -4,6 +4,13 @@ masks from the adapter's action_masks().
 
     .venv/bin/pip install -e '.[examples]'     # stable-baselines3, sb3-contrib; torch 2.13 satisfies them
     .venv/bin/python examples/sb3_duel.py --timesteps 20000 [--maskable]
+    .venv/bin/python examples/sb3_duel.py --maskable --minutes 30 --csv curve.csv \
+        --tensorboard runs/sb3 --save runs/sb3/model.zip
+
+--minutes stops the learning at that wall time (--timesteps is then only a ceiling);
+--csv writes the win rate against ai:easy over the last 100 finished games after every
+rollout; --tensorboard is SB3's own log folder (rollout/ep_rew_mean, train/...); --save
+the model, SB3's zip (MaskablePPO.load reads it).
 
 Each ended episode's info has SB3's Monitor record, {"r": return, "l": length, "t":
 seconds since the start}, so SB3's logger shows rollout/ep_rew_mean and ep_len_mean.
@@ -19,6 +26,7 @@ forbids is discarded by the game (counted in the row's `discarded`), not an erro
 from __future__ import annotations
 
 import argparse
+import csv
 import sys
 import time
 from pathlib import Path
@@ -26,6 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch as th
 from stable_baselines3 import PPO
+from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecEnv
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -42,7 +51,7 @@ class W3SB3VecEnv(VecEnv):
         self.env = env
         self.game = games.get(env.recipe.game)
         self.genv = env.recipe.games[0].env
-        self.results: list[str] = []
+        self.results: list[tuple[str, bool]] = []  # (win/loss/draw, at the time limit) a finished game
         super().__init__(env.num_envs, env.single_observation_space, env.single_action_space)
         self._actions = None
         self._obs = None
@@ -76,7 +85,7 @@ class W3SB3VecEnv(VecEnv):
                                        "t": round(time.monotonic() - self._t0, 6)}  # SB3's Monitor record
                 self._ret[i], self._len[i] = 0.0, 0
                 if term[i]:
-                    self.results.append(self.game.result_of(float(rew[i]), self.genv))
+                    self.results.append((self.game.result_of(float(rew[i]), self.genv), bool(info["time_limit"][i])))
             zeros = np.zeros((len(ended), len(self.env.single_action_space.nvec)), np.int64)
             self.env.send(zeros, ended)  # the autoreset step: the game's next episode
             first, *_ = self.env.recv_rows(ended)
@@ -107,11 +116,47 @@ class W3SB3VecEnv(VecEnv):
         return [None] * self.num_envs
 
 
+class Curve(BaseCallback):
+    """After every rollout: the win rate over the last 100 finished games, and the part of
+    them won decisively (the base destroyed, not the tie-break at the time limit), printed
+    and written to the CSV (flushed: the curve survives a stopped run); stops the learning
+    once `minutes` have passed."""
+
+    def __init__(self, venv: W3SB3VecEnv, minutes: float, csv_path: str):
+        super().__init__()
+        self.venv, self.deadline, self.t0 = venv, time.monotonic() + 60 * minutes, time.monotonic()
+        self.file = open(csv_path, "w", newline="") if csv_path else None
+        self.out = csv.writer(self.file) if self.file else None
+        if self.out:
+            self.out.writerow(["minutes", "agent_steps", "games", "win_rate_last100", "decisive_win_rate_last100"])
+
+    def win_rate(self, decisive: bool = False) -> float:
+        last = self.venv.results[-100:]
+        return sum(r == "win" and not (decisive and tl) for r, tl in last) / len(last) if last else float("nan")
+
+    def _on_step(self) -> bool:
+        return time.monotonic() < self.deadline
+
+    def _on_rollout_end(self) -> None:
+        mins = (time.monotonic() - self.t0) / 60
+        print(f"{mins:5.1f} min {self.num_timesteps} steps {len(self.venv.results)} games "
+              f"win rate (last {min(len(self.venv.results), 100)}) {self.win_rate():.2f}, "
+              f"decisive {self.win_rate(decisive=True):.2f}", flush=True)
+        if self.out:
+            self.out.writerow([f"{mins:.2f}", self.num_timesteps, len(self.venv.results), f"{self.win_rate():.3f}",
+                               f"{self.win_rate(decisive=True):.3f}"])
+            self.file.flush()
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--recipe", default="env-duel")
     p.add_argument("--timesteps", type=int, default=20000)
     p.add_argument("--maskable", action="store_true", help="sb3-contrib's MaskablePPO, under the game's masks")
+    p.add_argument("--minutes", type=float, default=0.0, help="stop after this many minutes (0: --timesteps only)")
+    p.add_argument("--csv", default="", help="the win-rate curve, a row per rollout")
+    p.add_argument("--tensorboard", default="", help="SB3's TensorBoard log folder")
+    p.add_argument("--save", default="", help="where the trained model is saved (SB3's zip)")
     a = p.parse_args()
     th.set_num_threads(1)  # this machine's cores are shared; more threads only contend
     # one lane a process: the adapter's extra step of an ended sub-env must not wait on
@@ -122,12 +167,17 @@ def main() -> int:
         from sb3_contrib import MaskablePPO  # noqa: PLC0415 (only with --maskable)
 
         algo = MaskablePPO
-    model = algo("MultiInputPolicy", venv, n_steps=128, batch_size=256, learning_rate=3e-4, verbose=0, device="cpu")
+    model = algo("MultiInputPolicy", venv, n_steps=128, batch_size=256, learning_rate=3e-4, verbose=0, device="cpu",
+                 tensorboard_log=a.tensorboard or None)
+    curve = Curve(venv, a.minutes or float("inf"), a.csv)
     t0 = time.monotonic()
-    model.learn(total_timesteps=a.timesteps)
-    last = venv.results[-100:]
-    print(f"sb3 {algo.__name__}: {a.timesteps} steps in {time.monotonic() - t0:.0f} s, {len(venv.results)} games, "
-          f"win rate (last {len(last)}) {sum(r == 'win' for r in last) / max(len(last), 1):.2f}")
+    model.learn(total_timesteps=a.timesteps if not a.minutes else max(a.timesteps, 10**9), callback=curve)
+    print(f"sb3 {algo.__name__}: {model.num_timesteps} steps in {time.monotonic() - t0:.0f} s, {len(venv.results)} "
+          f"games, win rate (last {min(len(venv.results), 100)}) {curve.win_rate():.2f}, "
+          f"decisive {curve.win_rate(decisive=True):.2f}")
+    if a.save:
+        model.save(a.save)
+        print(f"saved {a.save}")
     venv.close()
     return 0
 

@@ -748,3 +748,29 @@ def test_a_training_recipes_evaluation_groups_are_no_sub_envs(tmp_path):
     (tmp_path / "e.toml").write_text('name = "e"\n' + group + 'role = "eval"\n')
     with pytest.raises(ValueError, match="only evaluation groups"):
         we.make(str(tmp_path / "e.toml"))
+
+
+@pytest.mark.parametrize("sides,limit_turns", [("agent,ai:easy", 200), ("agent,ai:hard", 12000)])
+def test_info_time_limit_tells_the_tie_break_from_a_decided_game(sides, limit_turns):
+    """info["time_limit"] is True exactly on a terminated step that the duel's own time
+    limit ended (its result the tie-break's: docs/duel.md), False on a decided one: 200
+    turns (10 steps of 20) end every game at the limit; against ai:hard with 600 steps,
+    random play loses its base long before. Before: nothing in the env told them apart."""
+    env = we.make("env-duel", games__count=1, games__env__W3D_SIDES=sides,
+                  games__env__W3D_TIME_LIMIT=str(limit_turns))
+    limit_steps = limit_turns // 20
+    try:
+        obs, _ = env.reset(seed=5)
+        rng = np.random.default_rng(5)
+        ended = []
+        for _ in range(2000):
+            obs, rew, term, trunc, info = env.step(sample_masked(obs["mask"], rng))
+            assert not info["time_limit"][~term].any()
+            ended += [(bool(info["time_limit"][i]), int(info["step"][i])) for i in np.flatnonzero(term)]
+            if len(ended) >= 2:
+                break
+        assert len(ended) >= 2, ended
+        assert all(tl == (step >= limit_steps) for tl, step in ended), (limit_steps, ended)
+        assert all(tl for tl, _ in ended) if limit_turns == 200 else not any(tl for tl, _ in ended), ended
+    finally:
+        env.close()

@@ -102,7 +102,7 @@ class W3ParallelEnv(ParallelEnv):
     @staticmethod
     def _info(st: dict, k: int) -> dict:
         return {"cut": bool(st["cut"][k]), "episode_id": int(st["episode"][k]), "step": int(st["step"][k]),
-                "slot": int(st["slot"][k])}
+                "slot": int(st["slot"][k]), "time_limit": bool(st["time_limit"][k])}
 
     def close(self):
         self.stats = self.run.close()

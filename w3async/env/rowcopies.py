@@ -28,6 +28,12 @@ _SCALARS = ("reward", "flags", "episode", "step", "obs_seq")  # a Batch's, the s
 _STATES = ("posted", "handed", "cut", "in_episode", "slot_of", "gen", "stamp")
 
 
+def time_limit(flags: np.ndarray, cut: np.ndarray) -> np.ndarray:
+    """Per row: its episode ended at the game's own time limit, the result its tie-break's
+    (the row's TIME_LIMIT flag; never for a cut row)."""
+    return ((flags & layout.FLAG_TIME_LIMIT) != 0) & ((flags & layout.FLAG_DONE) != 0) & ~cut
+
+
 class NumpyRowCopies:
     """Two banks of (glob, ent, ent_type, n_ent, mask) for n rows, in numpy."""
 
@@ -111,7 +117,8 @@ class NumpyRowCopies:
         self.handed[real] = True
         self.posted[real] = False
         step = dict(reward=reward, terminated=terminated, truncated=truncated, cut=cut,
-                    episode=self.episode[rows], step=self.step[rows], slot=self.slot_of[rows])
+                    episode=self.episode[rows], step=self.step[rows], slot=self.slot_of[rows],
+                    time_limit=time_limit(flags, cut))
         return obs, step
 
     def _hand_out(self, rows: np.ndarray, cut: np.ndarray | None) -> dict:
@@ -159,7 +166,9 @@ class CRowCopies(NumpyRowCopies):
         step = {"reward": np.empty(n, np.float32), "terminated": np.empty(n, bool), "truncated": np.empty(n, bool),
                 "cut": np.empty(n, bool), "episode": np.empty(n, np.uint64), "step": np.empty(n, np.uint32),
                 "slot": np.empty(n, np.int32)}
+        flags = self.flags[rows]  # the posts' flags, as take() finds them
         self._any().take(rows, *obs.values(), *step.values())
+        step["time_limit"] = time_limit(flags, step["cut"])
         return obs, step
 
     def _any(self):

@@ -27,7 +27,8 @@ from w3async.env.run import EnvRun, env_recipe
 
 # infos' keys and the row fields they come from: the episode's id is "episode_id", so that
 # gymnasium's RecordEpisodeStatistics (and CleanRL's logging after it) may write "episode".
-INFO_KEYS = {"cut": "cut", "episode_id": "episode", "step": "step", "slot": "slot"}
+INFO_KEYS = {"cut": "cut", "episode_id": "episode", "step": "step", "slot": "slot",
+             "time_limit": "time_limit"}
 
 
 class W3VectorEnv(VectorEnv):
