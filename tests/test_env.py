@@ -515,9 +515,9 @@ def test_single_game_env_checkers(name):
 
     from w3async.env.single import GameEnv
 
-    env = GameEnv(name)
+    env = GameEnv(name, render_mode="rgb_array" if name == "env-duel" else None)
     try:
-        check_env(env, skip_render_check=True)
+        check_env(env, skip_render_check=name != "env-duel")  # the duel draws its observation
         ends = 0
         rng = np.random.default_rng(4)
         obs, _ = env_reset_passive_checker(env, seed=5)
@@ -774,3 +774,48 @@ def test_info_time_limit_tells_the_tie_break_from_a_decided_game(sides, limit_tu
         assert all(tl for tl, _ in ended) if limit_turns == 200 else not any(tl for tl, _ in ended), ended
     finally:
         env.close()
+
+
+def test_render_draws_each_sub_envs_last_observation_with_the_games_viewer():
+    """render_mode="rgb_array": render() gives each sub-env's last observation as the
+    duel's viewer draws it (its own units in the agent's colour, the step written on it),
+    through make() and gymnasium.make's id alike; None without a mode; a game with no
+    view of an observation, or a mode the env has not, is refused naming it. Before: no
+    render() at all."""
+    import gymnasium as gym
+
+    from w3async.observe.video import OWNER_COLOURS
+
+    env = we.make("env-duel", games__count=1, render_mode="rgb_array")
+    try:
+        assert env.render_mode == "rgb_array" and env.metadata["render_modes"] == ["rgb_array"]
+        assert env.render() == (None,) * env.num_envs  # nothing seen yet
+        obs, _ = env.reset(seed=4)
+        rng = np.random.default_rng(4)
+        first = env.render()
+        for _ in range(20):
+            obs, *_ = env.step(sample_masked(obs["mask"], rng))
+        later = env.render()
+        assert len(later) == env.num_envs
+        for f in (*first, *later):
+            assert f.dtype == np.uint8 and f.ndim == 3 and f.shape[2] == 3 and max(f.shape[:2]) <= 256
+            assert (f == np.array(OWNER_COLOURS[0], np.uint8)).all(axis=2).any()  # its own units
+        assert any((a != b).any() for a, b in zip(first, later))  # the units moved, the step changed
+    finally:
+        env.close()
+    single = gym.make("w3async/Duel-v0", render_mode="rgb_array")
+    try:
+        single.reset(seed=1)
+        assert single.render().shape[2] == 3
+    finally:
+        single.close()
+    plain = we.make("env-duel", games__count=1)
+    try:
+        plain.reset(seed=1)
+        assert plain.render() is None and plain.metadata["render_modes"] == ["rgb_array"]
+    finally:
+        plain.close()
+    with pytest.raises(ValueError, match="the game 'null' has no view of an observation"):
+        we.make("env-null", render_mode="rgb_array")
+    with pytest.raises(ValueError, match="render_mode='human': this env renders 'rgb_array' or None"):
+        we.make("env-duel", render_mode="human")

@@ -8,7 +8,8 @@ are the row's (w3async.env.spaces); with several they are batched and the reward
 their sum. A reset after an episode's end is the game's own: its ended lane's answer,
 then the next episode's first step (no process restart); the first reset starts the run,
 and a reset with a seed restarts the game with that seed (same seed, same actions: the
-same episode). `action_masks()` gives the allowed choices of the last observation as
+same episode). render_mode="rgb_array": render() draws the last observation with the
+game's viewer (the duel). `action_masks()` gives the allowed choices of the last observation as
 sb3-contrib's MaskablePPO wants them.
 """
 
@@ -22,10 +23,14 @@ from w3async.env.vector import make
 
 
 class GameEnv(gym.Env):
-    metadata = {"render_modes": []}
+    # what the class can do (gymnasium.make checks it before an env exists); an instance's
+    # are its game's (render_modes is [] for a game without a view of an observation)
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
 
-    def __init__(self, recipe, sets=(), **overrides):
-        self.env = make(recipe, sets=[*sets, "games.count=1", "games.lanes=1"], **overrides)
+    def __init__(self, recipe, sets=(), render_mode: str | None = None, **overrides):
+        self.env = make(recipe, sets=[*sets, "games.count=1", "games.lanes=1"], render_mode=render_mode, **overrides)
+        self.render_mode = render_mode
+        self.metadata = {**self.metadata, "render_modes": self.env.metadata["render_modes"]}
         k = self.env.num_envs
         self.observation_space = self.env.observation_space if k > 1 else self.env.single_observation_space
         self.action_space = self.env.action_space if k > 1 else self.env.single_action_space
@@ -56,6 +61,12 @@ class GameEnv(gym.Env):
     def step(self, action):
         obs, rew, term, trunc, info = self.env.step(np.asarray(action).reshape(self._k, self._heads))
         return self._one(obs), float(rew.sum()), bool(term.any()), bool(trunc.any()), self._info(info)
+
+    def render(self):
+        """With render_mode="rgb_array": the last observation (the first row's, with
+        several) as the game's viewer draws it, an (H, W, 3) uint8 frame; else None."""
+        frames = self.env.render()
+        return frames[0] if frames else None
 
     def _info(self, info: dict) -> dict:
         return {k: (v if self._k > 1 else v[0]) for k, v in info.items() if not k.startswith("_")}

@@ -22,6 +22,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from w3async.env import spaces as sp
+from w3async.env.render import Renderer, check_mode, modes_of
 from w3async.env.run import EnvRun, env_recipe
 
 
@@ -37,7 +38,11 @@ class W3VectorEnv(VectorEnv):
     metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": []}
 
     def __init__(self, recipe, *, run_dir=None, keep_run: bool = False, batch_size: int | None = None,
-                 step_timeout_s: float | None = None, opponent=None, opponent_greedy: bool = False):
+                 step_timeout_s: float | None = None, opponent=None, opponent_greedy: bool = False,
+                 render_mode: str | None = None):
+        game = check_mode(render_mode, recipe.game)  # before any game starts
+        self.render_mode = render_mode
+        self.metadata = {**self.metadata, "render_modes": modes_of(recipe.game)}
         self.run = EnvRun(recipe, run_dir, keep_run, opponent, opponent_greedy)
         self.recipe = self.run.recipe
         self.spec_ = self.run.spec
@@ -57,6 +62,7 @@ class W3VectorEnv(VectorEnv):
         self._all_ready = None  # step()'s check that every row is ready (made at the first step)
         self._started = False
         self.closed = False
+        self._renderer = Renderer(game, self.num_envs) if game else None
 
     # ---- gymnasium.vector.VectorEnv --------------------------------------------------------
 
@@ -87,6 +93,7 @@ class W3VectorEnv(VectorEnv):
         self.run.wait_rows(self._rows, self.step_timeout_s)
         with self.run.bridge.lock:
             obs, st = self.run.take(self._rows)
+        self._seen(obs, self._all, st)
         return obs, self._infos(st)
 
     def step(self, actions):
@@ -98,7 +105,17 @@ class W3VectorEnv(VectorEnv):
         b.wait(self._all_ready, self.step_timeout_s)
         with b.lock:
             obs, st = b.take(self._rows)
+        self._seen(obs, self._all, st)
         return obs, st["reward"], st["terminated"], st["truncated"], self._infos(st, self._all)
+
+    def render(self) -> tuple | None:
+        """With render_mode="rgb_array": each sub-env's last observation as the game's
+        viewer draws it, an (H, W, 3) uint8 frame (None for one not yet seen); else None."""
+        return self._renderer.frames() if self._renderer else None
+
+    def _seen(self, obs: dict, ids: np.ndarray, st: dict) -> None:
+        if self._renderer:
+            self._renderer.remember(obs, ids, st["step"])
 
     def close_extras(self, **kwargs: Any) -> None:
         self.stats = self.run.close()
@@ -130,6 +147,7 @@ class W3VectorEnv(VectorEnv):
             ready = b.ready()
             rows = ready[np.argsort(b.stamp[ready], kind="stable")[: self.batch_size]]
             obs, st = self.run.take(rows)
+        self._seen(obs, self._env_of[rows], st)
         return obs, st["reward"], st["terminated"], st["truncated"], self._infos(st, self._env_of[rows])
 
     def recv_rows(self, env_ids, timeout_s: float | None = None):
@@ -140,6 +158,7 @@ class W3VectorEnv(VectorEnv):
         self.run.wait_rows(rows, timeout_s or self.step_timeout_s)
         with self.run.bridge.lock:
             obs, st = self.run.take(rows)
+        self._seen(obs, ids, st)
         return obs, st["reward"], st["terminated"], st["truncated"], self._infos(st, ids)
 
     def _infos(self, st: dict, ids: np.ndarray | None = None) -> dict:
@@ -160,12 +179,13 @@ class W3VectorEnv(VectorEnv):
 
 def make(recipe, *, sets=(), run_dir=None, keep_run: bool = False, batch_size: int | None = None,
          step_timeout_s: float | None = None, opponent=None, opponent_greedy: bool = False,
-         **overrides) -> W3VectorEnv:
+         render_mode: str | None = None, **overrides) -> W3VectorEnv:
     """A recipe's games as a gymnasium VectorEnv (docs/env.md). `recipe`: a name in
     recipes/ ("env-duel"), a path, or a Recipe; `sets` and keywords override its keys
     (`games__count=2` is `--set games.count=2`). `opponent`: a checkpoint (file or run
     folder) that plays side 1 of every two-sided group (env/opponent.py); the sub-envs are
-    then the other rows."""
+    then the other rows. `render_mode="rgb_array"`: render() draws each sub-env's last
+    observation (a game with a Game.row_view, e.g. the duel)."""
     return W3VectorEnv(env_recipe(recipe, sets, **overrides), run_dir=run_dir, keep_run=keep_run,
                        batch_size=batch_size, step_timeout_s=step_timeout_s, opponent=opponent,
-                       opponent_greedy=opponent_greedy)
+                       opponent_greedy=opponent_greedy, render_mode=render_mode)

@@ -8,6 +8,7 @@
     g.eval_levels                   # the evaluation opponents' labels, in the plots' order
     g.eval_env(env, level, seed)    # a group's env made to play that level at fixed seeds
     g.replay_dir, g.replay_view     # where a run's replays are, the dashboard viewer's JSON of one
+    g.row_view                      # one row's observation as the viewer's JSON (the env's render())
     g.parity                        # the replay parity tool's module, or None
 
 The core (supervisor, training, status, series, recipes) asks the registry and holds
@@ -63,6 +64,11 @@ class Game:
     replay_view: Callable[[Path], dict | None] | None = None
     """A replay file -> the viewer's JSON (w3async.observe.replay_view), or None when the
     file is not this game's. Raises ValueError/OSError for a file of this game that is broken."""
+    row_view: Callable[[dict], dict] | None = None
+    """One row's observation (glob, ent, ent_type, n_ent, mask of one sub-env) -> the
+    viewer's JSON of that one moment (a replay_view of one step), what the env's
+    render() draws; None: the game draws no observation (render_mode "rgb_array" is
+    refused for it)."""
     result_of: Callable[[float, dict], str] = sign_result
     """(the last reward of an episode that ended, the group's environment) -> "win",
     "loss" or "draw" (or "none" for a game scored by points): how episodes.jsonl and the

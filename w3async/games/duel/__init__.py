@@ -56,5 +56,12 @@ def replay_view(path: Path) -> dict | None:
     return view(path)
 
 
+def row_view(obs: dict) -> dict:
+    from w3async.games.duel.viewer import row_view as view  # noqa: PLC0415 (only when the env renders)
+
+    return view(obs)
+
+
 GAME = Game(name="duel", spec=DUEL_SPEC, opponent_of=opponent_of, eval_levels=AI_LEVELS, replay_dir=REPLAY_DIR,
-            replay_suffixes=(".w3dr", ".json"), replay_view=replay_view, result_of=result_of, eval_env=eval_env, parity="w3async.games.duel.parity")
+            replay_suffixes=(".w3dr", ".json"), replay_view=replay_view, row_view=row_view, result_of=result_of,
+            eval_env=eval_env, parity="w3async.games.duel.parity")

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from w3async.games.duel.replay import MAGIC, UNIT_FIELDS, ReplayError, read_replay
 
 # The duel's maps as duel_map.c builds them (a replay names its map, it does not hold
@@ -74,3 +76,28 @@ def replay_view(path: Path) -> dict | None:
                           winner=end.winner if end else None, steps=len(steps),
                           result=None if not end or end.winner < 0 else "draw" if end.winner == 2
                           else "win" if end.winner == side else "loss"))
+
+
+# What duel_obs.c writes into a row (keep in step with it): the map's one-hot in glob
+# 17..19; an entity's owner one-hot (own, enemy, neutral) in features 0..2, its position
+# as a fraction of the map in 3 and 4, its hit points as a fraction of its type's in 5.
+OBS_MAP, OBS_OWNER, OBS_X, OBS_Y, OBS_HP = slice(17, 20), slice(0, 3), 3, 4, 5
+
+
+def row_view(obs: dict) -> dict:
+    """One row's observation (what the agent sees) in the viewer's format, as one step:
+    the map, the agent's own units (owner 0, the viewer's side), the enemy's and the
+    neutral ones it can see. A lost base's stand-in (no hit points) is not drawn."""
+    g, ent, types = np.asarray(obs["glob"]), np.asarray(obs["ent"]), np.asarray(obs["ent_type"])
+    map_id = int(np.argmax(g[OBS_MAP]))
+    w, h, cells = duel_cells(map_id)
+    units = []
+    for e in range(int(obs["n_ent"])):
+        f, t = ent[e], int(types[e])
+        if f[OBS_HP] <= 0 or not 0 <= t < len(DUEL_TYPES):
+            continue
+        units.append(dict(id=e, type=t, owner=int(np.argmax(f[OBS_OWNER])), x=round(float(f[OBS_X]) * w, 3),
+                          y=round(float(f[OBS_Y]) * h, 3), hp=round(float(f[OBS_HP]) * DUEL_TYPES[t][2])))
+    return dict(map=dict(w=w, h=h, cells=cells, name=str(map_id)), side=0,
+                types=[dict(name=n, sight=s, hp=hp) for n, s, hp in DUEL_TYPES], owners=["agent", "enemy", "neutral"],
+                orders=DUEL_ORDERS, steps=[dict(units=units)], meta=dict(game="duel"))
