@@ -45,7 +45,7 @@ STATUS_KEYS = {
     "schema", "time", "run", "steps", "games", "inference", "learner", "league", "evaluation", "episodes", "checkpoint",
     "best", "hosts", "videos", "accounting"}
 SUB_KEYS = {
-    "run": {"name", "dir", "recipe", "pid", "started", "uptime_s", "live", "ended", "error"},
+    "run": {"name", "dir", "recipe", "pid", "started", "uptime_s", "resumed_steps", "live", "ended", "error"},
     "steps": {"agent_steps", "per_s", "per_s_60s"},
     "games": {"total", "alive", "running", "starting", "restarting", "failed", "stopped", "restarts",
               "restarts_by_cause", "bad_rows"},

@@ -450,3 +450,61 @@ async def test_a_fixed_policys_run_writes_the_episodes_a_learners_would(tmp_path
     assert out.returncode == 0 and "vs ai:normal" in out.stdout and f"in {len(evals)} games" in out.stdout, out.stdout
     assert f"0 wins decisive, {won} at the time limit" in out.stdout, out.stdout
     assert_nothing_left(sup, tmp_path / "run")
+
+
+def test_a_resumed_run_is_live_and_names_its_since_the_resume_figures(tmp_path, null_native):
+    """A run stopped and resumed through the CLI: while the resume runs, its /status (the
+    dashboard's source), `python -m w3async status` and the progress line read live, the
+    uptime this start's and said to be since the resume, the steps the whole run's; after
+    it, the offline status's steps/s is the resumed start's own average. Before: the
+    resumed run read as ended with a negative uptime, and steps/s divided the whole run's
+    steps by the resume's seconds."""
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    recipe = tmp_path / "learn.toml"
+    recipe.write_text(learn_toml() + "[status]\nport = 0\n")
+    runs, k = tmp_path / "runs", tmp_path / "runs" / "k"
+    cmd = [sys.executable, "-m", "w3async", "run", str(recipe), "--runs-dir", str(runs), "--run", "k"]
+    first = subprocess.run(cmd + ["--set", "stop.updates=4", "--set", "stop.seconds=90"], cwd=REPO,
+                           capture_output=True, text=True, timeout=180)
+    assert first.returncode == 0, first.stderr
+    before = load_latest(k)["counters"]["agent_steps"]
+    (k / "status.url").unlink(missing_ok=True)
+    p = subprocess.Popen(cmd + ["--set", "stop.seconds=12", "--set", "supervisor.progress_s=1"], cwd=REPO,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline, st = time.time() + 90, None
+        while time.time() < deadline:
+            if (k / "status.url").exists():
+                url = (k / "status.url").read_text().strip().rstrip("/")
+                try:
+                    st = json.loads(urllib.request.urlopen(url + "/status", timeout=5).read())
+                except OSError:
+                    st = None
+                if st and st["steps"]["agent_steps"] > before:
+                    break
+            time.sleep(0.3)
+        assert st, "no /status from the resumed run"
+        cli = subprocess.run([sys.executable, "-m", "w3async", "status", str(k)], cwd=REPO, capture_output=True,
+                             text=True, timeout=60)
+    finally:
+        out, _ = p.communicate(timeout=120)
+    run = st["run"]
+    assert run["live"] is True and run["ended"] is None and run["resumed_steps"] == before, run
+    assert 0 < run["uptime_s"] < 60, run  # this start's seconds, not the whole run's, never negative
+    assert st["steps"]["agent_steps"] > before  # the whole run's steps
+    assert cli.returncode == 0 and "(live)" in cli.stdout and f"(resumed at {before:,} agent steps)" in cli.stdout, cli.stdout
+    assert " s since resume |" in cli.stdout, cli.stdout
+    assert p.returncode == 0 and " s since resume |" in out, out[-1500:]
+    # finished: the offline steps/s is this start's steps over this start's seconds
+    from w3async.observe.run_view import RunView
+
+    view = RunView(k)
+    view.refresh()
+    done = view.status()
+    end = [e for e in events(k) if e["event"] == "shutdown"][-1]
+    assert done["run"]["live"] is False and done["run"]["resumed_steps"] == before
+    assert done["steps"]["per_s"] == pytest.approx((end["agent_steps"] - before) / end["seconds"], rel=0.01), (done, end)

@@ -7,6 +7,8 @@
 
 (one line; wrapped here). Figures that the run does not have yet are left out, so a
 null-game run reads "null | 12.0 s | 240,000 steps | 20,011 steps/s | 8/8 games up | 0 restarts".
+After a resume the seconds are the resumed start's and say so ("312.4 s since resume"),
+the steps are the whole run's.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ def progress_line(st: dict) -> str:
     run, steps, g = st["run"], st["steps"], st["games"]
     parts = [run.get("recipe") or run.get("name") or "w3async"]
     up = run.get("uptime_s")
-    parts.append(f"{up:7.1f} s" if up is not None else "–")
+    since = " since resume" if run.get("resumed_steps") else ""  # the seconds are this start's, the steps the run's
+    parts.append(f"{up:7.1f} s{since}" if up is not None else "–")
     parts.append(f"{steps['agent_steps']:,} steps")
     rate = steps.get("per_s")
     parts.append(f"{rate:,.0f} steps/s" if rate is not None else "– steps/s")

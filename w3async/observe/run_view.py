@@ -372,6 +372,7 @@ class RunView:
         live = self.live()
         now = time.time()
         uptime = (now if live or not ended else ended) - started if started else None
+        resumed = int(run.get("resumed_steps") or 0)  # the agent steps this start resumed from (0: a fresh run)
         games = self.games()
         states = collections.Counter(g["state"] for g in games)
         if st:
@@ -390,9 +391,9 @@ class RunView:
             lr = s.last_round or {}
             if live and lr:
                 steps_per_s, rounds_per_s = _f(lr.get("rows")), _f(lr.get("rounds"))
-            else:  # a finished run: its average
+            else:  # a finished run: the average of its last start (its seconds and rounds are that start's)
                 secs = sd.get("seconds") or uptime
-                steps_per_s = agent_steps / secs if secs else None
+                steps_per_s = (agent_steps - resumed) / secs if secs else None
                 rounds_per_s = rounds / secs if secs else None
         per_60 = None
         if len(self._rates) >= 2:
@@ -405,7 +406,8 @@ class RunView:
         return dict(
             schema=SCHEMA, time=_iso(now),
             run=dict(name=run.get("run") or self.run_dir.name, dir=str(self.run_dir), recipe=run.get("recipe"),
-                     pid=run.get("pid"), started=_iso(started), uptime_s=_f(uptime, 1), live=live,
+                     pid=run.get("pid"), started=_iso(started), uptime_s=_f(uptime, 1), resumed_steps=resumed,
+                     live=live,
                      ended=_iso(ended) if ended else None, error=(f.shutdown or {}).get("error")),
             steps=dict(agent_steps=int(agent_steps), per_s=_f(steps_per_s, 1), per_s_60s=_f(per_60, 1)),
             games=dict(total=len(games), alive=states["running"] + states["starting"], running=states["running"],
@@ -413,7 +415,7 @@ class RunView:
                        stopped=states["stopped"], restarts=sum(restarts.values()), restarts_by_cause=restarts,
                        bad_rows=int(bad_rows)),
             inference=dict(rounds=int(rounds), rounds_per_s=_f(rounds_per_s, 1),
-                           rows_per_round=_f((agent_steps - (st.get("resumed_steps") or 0)) / rounds if rounds else None, 2),
+                           rows_per_round=_f((agent_steps - resumed) / rounds if rounds else None, 2),
                            latency_ms_mean=lat, latency_ms_p95=_f(lr.get("latency_ms_p95")),
                            latency_ms_max=_f(lr.get("latency_ms_max")), compute_ms_mean=comp,
                            compute_share=_f(rounds_per_s * comp / 1000.0 if rounds_per_s and comp else None, 4),

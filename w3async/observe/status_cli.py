@@ -29,6 +29,7 @@ def summary(st: dict, games: list[dict]) -> list[str]:
     state = "live" if run["live"] else ("stopped: " + run["error"] if run.get("error") else "ended")
     lines = [progress_line(st),
              f"run      {run['name']} ({state}), recipe {run.get('recipe')}, started {run.get('started')}"
+             + (f" (resumed at {run['resumed_steps']:,} agent steps)" if run.get("resumed_steps") else "")
              + (f", ended {run['ended']}" if run.get("ended") else "")]
     if inf["rounds"]:
         lines.append(f"rounds   {inf['rounds']:,}, {inf['rows_per_round']} rows a round"

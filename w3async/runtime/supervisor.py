@@ -184,6 +184,7 @@ class Supervisor:
         saved = dict(recipe_to_dict(r), w3async=made_by)
         files.atomic_write_text(RunFolder(self.run_dir).recipe, json.dumps(saved, indent=1))
         self.events.info("run_start", run=self.run_dir.name, recipe=r.name, pid=os.getpid(), shm=self.table.name,
+                         resumed_steps=self.counters.resumed_steps,
                          rows=n_rows, games=n_games, gather=r.supervisor.gather, policy=r.supervisor.policy, **made_by)
 
     # ---- rounds -------------------------------------------------------------------
