@@ -199,7 +199,7 @@ class GameHost:
         if sup is None or sup.table is None:
             return {}
         return dict(shm=sup.table.name, pgids=[s.proc.pid for s in sup.slots if s.proc is not None],
-                    wine_prefixes=[str(rt.prefix.path) for rt in sup.runtimes.values() if getattr(rt, "prefix", None)])
+                    wine_prefixes=[p for rt in sup.runtimes.values() for p in rt.prefixes()])
 
     def state(self) -> dict:
         """For the centre's /status: where the host runs and how its games do."""

@@ -115,6 +115,7 @@ class EvalAnswerer:
     tallied by level; the run stops when every lane has its games."""
 
     failure: str | None = None
+    gathers = False  # the loop runs its rounds
 
     def __init__(self, control, net, version: int, quota: np.ndarray, level_of_row: list[str], greedy: bool = False,
                  opponent: tuple | None = None):

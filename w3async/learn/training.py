@@ -123,6 +123,7 @@ class Training:
         self.rows_stale = 0  # of those, whose game restarted before the answer (dropped)
         self.answer_errors = 0  # answers for a row that was not waiting for one (must stay 0)
         self.failure: str | None = None
+        self.gathers = False  # the loop runs its rounds (Answerer.gathers)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._saved: tuple | None = None  # (version, agent_steps, episodes) of the last checkpoint
         ckpt = self._load_checkpoint()  # CheckpointLoadError: nothing written yet

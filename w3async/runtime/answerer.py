@@ -230,7 +230,7 @@ class RunControl:
         """A runtime's obs doorbell (sync/doorbells.py's SharedObs), made at its first
         game's start: an answerer that `gathers` waits on it from now on (True); the loop
         reads it otherwise (False)."""
-        if not getattr(self.answerer, "gathers", False):
+        if not self.answerer.gathers:
             return False
         with self.lock:
             self.obs_bells.append(obs)
@@ -307,8 +307,8 @@ class Answerer(Protocol):
     """Its own thread runs the rounds (RunControl.round_here, waiting on RunControl.obs_bells)
     and the loop reads no obs doorbell; such an answerer has wake_thread(), called (with
     RunControl.lock held) when the doorbells change, and its submit takes `held`: True for
-    round_here's batches, whose rows it took as it gathered them. False when absent (the
-    loop gathers)."""
+    round_here's batches, whose rows it took as it gathered them. False: the loop gathers
+    (every answerer declares it)."""
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Before the first game starts (off the loop: it may load a network)."""

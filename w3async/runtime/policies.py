@@ -71,6 +71,7 @@ class PolicyAnswerer:
     baseline a learner is compared with."""
 
     failure: str | None = None
+    gathers = False  # the loop runs its rounds
 
     def __init__(self, control: RunControl, policy: Callable[[Batch], tuple[np.ndarray, np.ndarray]], book=None):
         self.control = control
