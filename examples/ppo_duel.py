@@ -3,6 +3,8 @@
     .venv/bin/python examples/ppo_duel.py --minutes 20 --csv /tmp/ppo_duel.csv
     .venv/bin/python examples/ppo_duel.py --minutes 12 --save-model       # runs/ppo_duel__1__<time>/
     .venv/bin/python examples/ppo_duel.py --play runs/ppo_duel__1__<time>/ppo_duel.model --games 100
+    .venv/bin/python -m w3async eval runs/ppo_duel__1__<time>/ppo_duel.model \
+        --policy examples/ppo_duel.py:eval_policy --recipe env-duel --games 100   # every level, w3async's table
 
 The env is `w3async.env.make("env-duel")`: 4 game processes of 2 lanes, one agent row a
 lane (8 sub-envs), NEXT_STEP autoreset. The agent: entities (features + a type
@@ -117,6 +119,25 @@ class Agent(nn.Module):
 
 def to_t(obs):
     return {k: torch.as_tensor(np.asarray(v)) for k, v in obs.items()}
+
+
+def eval_policy(model: str, spec, greedy: bool = False):
+    """For `python -m w3async eval MODEL --policy examples/ppo_duel.py:eval_policy --recipe
+    env-duel`: the saved agent as a function from a batch of observations to actions
+    (sampled as in training; eval_policy_greedy: each head's most likely choice)."""
+    saved = torch.load(model, map_location="cpu", weights_only=True)
+    agent = Agent(spec.n_types, spec.head_sizes, spec.noop, saved["args"].get("noop_bias", 3.0))
+    agent.load_state_dict(saved["agent"])
+
+    def act(obs):
+        with torch.no_grad():
+            return agent.act(to_t(obs), greedy=greedy)[0].numpy()
+
+    return act
+
+
+def eval_policy_greedy(model: str, spec):
+    return eval_policy(model, spec, greedy=True)
 
 
 def play(a, env, game, genv) -> int:

@@ -7,6 +7,9 @@ masks from the adapter's action_masks().
     .venv/bin/python examples/sb3_duel.py --maskable --minutes 30 --csv curve.csv \
         --tensorboard runs/sb3 --save runs/sb3/model.zip
 
+    .venv/bin/python -m w3async eval runs/sb3/model.zip --policy examples/sb3_duel.py:eval_policy \
+        --recipe env-duel --games 100                # the saved model against every level
+
 --minutes stops the learning at that wall time (--timesteps is then only a ceiling);
 --csv writes the win rate against ai:easy over the last 100 finished games after every
 rollout; --tensorboard is SB3's own log folder (rollout/ep_rew_mean, train/...); --save
@@ -146,6 +149,26 @@ class Curve(BaseCallback):
             self.out.writerow([f"{mins:.2f}", self.num_timesteps, len(self.venv.results), f"{self.win_rate():.3f}",
                                f"{self.win_rate(decisive=True):.3f}"])
             self.file.flush()
+
+
+def eval_policy(model: str, spec):
+    """For `python -m w3async eval MODEL.zip --policy examples/sb3_duel.py:eval_policy --recipe
+    env-duel`: the saved model (PPO or MaskablePPO, whichever saved it) as a function from
+    a batch of observations to actions, sampled; MaskablePPO's under the game's masks."""
+    try:
+        from sb3_contrib import MaskablePPO  # noqa: PLC0415
+
+        m, masked = MaskablePPO.load(model, device="cpu"), True
+    except (ImportError, ValueError, KeyError, TypeError, AttributeError):  # not a MaskablePPO's zip
+        m, masked = PPO.load(model, device="cpu"), False
+    nvec = np.asarray(spec.head_sizes)
+
+    def act(obs):
+        if masked:
+            return m.predict(obs, action_masks=flat_masks(obs["mask"], nvec), deterministic=False)[0]
+        return m.predict(obs, deterministic=False)[0]
+
+    return act
 
 
 def main() -> int:

@@ -138,3 +138,49 @@ def test_an_injected_games_evaluation_keeps_its_lanes_and_plays_each_levels_args
         "lanes"] == 3
     data, _ = plan(load_recipe(REPO / "recipes/fgself.toml"), ["ai:easy"], 20, 2, 9001, {})
     assert data["games"][0]["lanes"] == 10
+
+
+OWN_POLICY = '''
+import numpy as np
+
+def load(model, spec):
+    first = open(model).read().strip()  # "first": each head's first allowed choice
+    assert first == "first", first
+    def act(obs):
+        assert obs["ent"].shape[1:] == (160, 16) and obs["mask"].shape[1:] == (4, 192)  # the env's shapes
+        return obs["mask"].argmax(axis=2).astype(np.int64)
+    return act
+
+def wrong_shape(model, spec):
+    return lambda obs: np.zeros((len(obs["glob"]), 2), np.int64)
+
+def broken(model, spec):
+    raise RuntimeError("weights of another model")
+'''
+
+
+def test_eval_plays_a_model_of_ones_own_through_policy(tmp_path, duel_bin):
+    """`eval MODEL --policy FILE.py:FUNCTION --recipe R`: a model that is no w3async
+    checkpoint (an example's, SB3's) plays every level of R's game and gets eval's table;
+    the observations are the env's; a policy that answers the wrong shape stops the run
+    naming it; a missing --recipe, an unloadable source or a loader that fails is one
+    clear error. Before: eval read only its own checkpoints."""
+    src, model = tmp_path / "mine.py", tmp_path / "mine.model"
+    src.write_text(OWN_POLICY)
+    model.write_text("first\n")
+    out = tmp_path / "eval.json"
+    p = eval_cli(model, "--policy", f"{src}:load", "--recipe", "env-duel", "--games", 2, "--levels", "easy",
+                 "--parallel", 1, "--json", out)
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    r = json.loads(out.read_text())["levels"]["ai:easy"]
+    assert r["games"] + r["truncated"] == 2 and "ai:easy" in p.stdout, p.stdout
+    bad = eval_cli(model, "--policy", f"{src}:wrong_shape", "--recipe", "env-duel", "--games", 2, "--levels", "easy",
+                   "--parallel", 1)
+    assert bad.returncode == 1 and "--policy failed" in bad.stdout + bad.stderr, (bad.stdout, bad.stderr)
+    assert "not integer ones of shape" in bad.stdout + bad.stderr
+    for args, why in (([model, "--policy", f"{src}:load"], "name the games and levels with --recipe"),
+                      ([model, "--policy", f"{tmp_path / 'none.py'}:load", "--recipe", "env-duel"], "cannot load it"),
+                      ([model, "--policy", f"{src}:broken", "--recipe", "env-duel"], "weights of another model"),
+                      ([model, "--policy", "nocolon", "--recipe", "env-duel"], "FILE.py:FUNCTION")):
+        p = eval_cli(*args)
+        assert p.returncode == 2 and why in p.stderr and p.stderr.count("\n") == 1, (args, p.stderr)

@@ -1,6 +1,7 @@
 """The examples a Gymnasium, CleanRL or Stable-Baselines3 user starts from
 (docs/env.md, "Examples"), run briefly: each trains on the duel through w3async.env,
-logs under the names those libraries' users read, and saves a model that plays again."""
+logs under the names those libraries' users read, and saves a model that plays again
+and that `w3async eval --policy` plays against the levels."""
 
 from __future__ import annotations
 
@@ -45,6 +46,9 @@ def test_ppo_duel_logs_as_cleanrl_does_and_plays_its_saved_model(tmp_path):
     model = run / "ppo_duel.model"
     played = _run(["examples/ppo_duel.py", "--play", str(model), "--games", "3"])
     assert f"{model}: 3 games" in played and "win rate" in played, played
+    evaluated = _run(["-m", "w3async", "eval", str(model), "--policy", "examples/ppo_duel.py:eval_policy_greedy",
+                      "--recipe", "env-duel", "--games", "2", "--levels", "easy", "--parallel", "1"])
+    assert "ai:easy" in evaluated and "decisive" in evaluated, evaluated
 
 
 def test_sb3_maskable_ppo_trains_under_the_games_masks_and_saves(tmp_path):
@@ -63,3 +67,6 @@ def test_sb3_maskable_ppo_trains_under_the_games_masks_and_saves(tmp_path):
     from sb3_contrib import MaskablePPO
 
     assert MaskablePPO.load(str(model), device="cpu").num_timesteps == 2048
+    evaluated = _run(["-m", "w3async", "eval", str(model), "--policy", "examples/sb3_duel.py:eval_policy",
+                      "--recipe", "env-duel", "--games", "2", "--levels", "easy", "--parallel", "1"])
+    assert "ai:easy" in evaluated and "decisive" in evaluated, evaluated

@@ -109,3 +109,47 @@ def against(recipe, path_b: Path, recipe_path: str | None) -> tuple[tuple, list[
         raise EvalError(path_b, f"--against: its game and network ({rb.game}, {rb.network}) are not the first "
                                 f"checkpoint's ({recipe.game}, {recipe.network})")
     return (net_b, version_b), [f"vs:{path_b}"]
+
+
+# ---- a model of the user's own (--policy) -------------------------------------------------
+
+def load_own_policy(source: str, model: Path, recipe_path: str | None):
+    """--policy SOURCE:FUNCTION: (the recipe, FUNCTION(model, spec)) where SOURCE is a .py
+    file or a module and FUNCTION returns the policy: a callable from a batch of
+    observations (the env's: glob, ent, ent_type, n_ent, mask, n rows each) to (n, heads)
+    actions. The games and levels are --recipe's (a model of one's own carries none)."""
+    import importlib  # noqa: PLC0415
+    import importlib.util  # noqa: PLC0415
+
+    from w3async.recipes import RecipeError, load_recipe, resolve_recipe_path  # noqa: PLC0415
+
+    where, _, func = source.rpartition(":")
+    if not where or not func.isidentifier():
+        raise EvalError(source, "--policy must be FILE.py:FUNCTION or package.module:FUNCTION")
+    if not recipe_path:
+        raise EvalError(model, "--policy plays a model of your own: name the games and levels with --recipe")
+    if not Path(model).exists():
+        raise EvalError(model, "no such file or folder")
+    try:
+        recipe = load_recipe(resolve_recipe_path(recipe_path))
+    except RecipeError as e:
+        raise EvalError(recipe_path, f"--recipe does not load: {e}") from e
+    try:
+        if where.endswith(".py"):
+            spec = importlib.util.spec_from_file_location(f"w3async_eval_policy_{Path(where).stem}", where)
+            if spec is None or not Path(where).is_file():
+                raise FileNotFoundError(f"no such file {where!r}")
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+        else:
+            mod = importlib.import_module(where)
+        make = getattr(mod, func)
+    except Exception as e:  # noqa: BLE001 (whatever the user's module raises on import)
+        raise EvalError(source, f"--policy: cannot load it: {_short(describe(e))}") from e
+    try:
+        policy = make(str(model), games.get(recipe.game).spec)
+    except Exception as e:  # noqa: BLE001 (the user's loader: a wrong file, weights of another model)
+        raise EvalError(model, f"--policy {func}() could not load it: {_short(describe(e))}") from e
+    if not callable(policy):
+        raise EvalError(source, f"--policy {func}() returned {type(policy).__name__}, not a callable policy")
+    return recipe, policy

@@ -19,6 +19,13 @@ games. The policy samples its actions as in training (seeded by --seed, but a ro
 rows depend on timing: the actions are not bit-reproducible, the game seeds are);
 `--greedy` takes each head's most likely action instead (both checkpoints' with --against).
 
+`--policy SOURCE:FUNCTION`: a model of your own instead of a checkpoint (CHECKPOINT is
+its file, `--recipe` names the games and levels): FUNCTION(CHECKPOINT, spec), in SOURCE
+(a FILE.py or a module), returns a callable that takes a batch of observations as the
+env gives them (glob, ent, ent_type, n_ent, mask; n rows) and returns (n, heads) integer
+actions; e.g. `--policy examples/ppo_duel.py:eval_policy --recipe env-duel` for a model
+examples/ppo_duel.py saved.
+
 `--against B`: checkpoint A against checkpoint B (a file or a run folder, as CHECKPOINT)
 instead of the levels: the recipe's first group with two sides, each game's side 0
 answered by A's network and side 1 by B's (one engine, two nets), its environment the
@@ -52,7 +59,7 @@ from w3async import eventloop, games
 from w3async.files import atomic_write_text, describe
 from w3async.learn.best import level_record
 from w3async.outcomes import end_of, outcome
-from w3async.learn.eval_policy import EvalError, against, load_policy, resolve
+from w3async.learn.eval_policy import EvalError, against, load_own_policy, load_policy, resolve
 from w3async.learn.tallies import episode_result
 from w3async.sync import layout
 from w3async.sync.gather import Batch
@@ -118,17 +125,21 @@ class EvalAnswerer:
     gathers = False  # the loop runs its rounds
 
     def __init__(self, control, net, version: int, quota: np.ndarray, level_of_row: list[str], greedy: bool = False,
-                 opponent: tuple | None = None):
-        from w3async.learn.inference import InferenceEngine  # noqa: PLC0415
-
+                 opponent: tuple | None = None, policy=None):
         r = control.recipe
         self.control = control
-        self.engine = InferenceEngine(control.spec, r.network, device=r.inference.device, n_nets=1 + bool(opponent),
-                                      max_rows=control.n_rows, n_table_rows=control.n_rows,
-                                      num_threads=r.inference.num_threads, seed=r.inference.seed)
-        self.engine.nets[0].load_state_dict(net.state_dict())
-        for n in self.engine.nets:
-            n.greedy = greedy
+        self.policy = policy  # --policy: a model of the user's own, answering each batch on the loop
+        self.engine = None
+        if policy is None:
+            from w3async.learn.inference import InferenceEngine  # noqa: PLC0415
+
+            self.engine = InferenceEngine(control.spec, r.network, device=r.inference.device,
+                                          n_nets=1 + bool(opponent), max_rows=control.n_rows,
+                                          n_table_rows=control.n_rows, num_threads=r.inference.num_threads,
+                                          seed=r.inference.seed)
+            self.engine.nets[0].load_state_dict(net.state_dict())
+            for n in self.engine.nets:
+                n.greedy = greedy
         self.opponent = opponent  # (network, version) answering every side-1 row (--against)
         self.row_net = np.zeros(control.n_rows, np.int16)  # per table row: the engine's net answering it
         if opponent is not None:
@@ -146,6 +157,8 @@ class EvalAnswerer:
 
     def start(self, loop) -> None:
         self._loop = loop
+        if self.engine is None:
+            return
         self.engine.start()
         self.engine.publish(self.engine.nets[0].state_dict(), self.version)
         if self.opponent is not None:
@@ -163,6 +176,9 @@ class EvalAnswerer:
                 self.results[self.level[row]].append(outcome(res, end_of(int(b.flags[k]))))
         if not self.quota.any():
             self.control.request_stop()
+        if self.policy is not None:
+            self._answer_own(b)
+            return
         try:
             fut = self.engine.submit(b, self.row_net[rows] if self.opponent is not None else None)
         except Exception as e:  # noqa: BLE001 (the run stops with the cause)
@@ -172,6 +188,26 @@ class EvalAnswerer:
         ticket = self.control.take(rows)
         loop = self._loop
         fut.add_done_callback(lambda f: loop.call_soon_threadsafe(self._answered, f, ticket))
+
+    def _answer_own(self, b: Batch) -> None:
+        """--policy's answer to the batch, now: its observations as the env gives them."""
+        n, k = b.n, b.bucket
+        ent = np.zeros((n, layout.E_MAX, layout.F_ENT), np.float32)  # the env's shapes: every entity slot
+        ent_type = np.zeros((n, layout.E_MAX), np.int16)
+        ent[:, :k], ent_type[:, :k] = b.ent, b.ent_type
+        obs = {"glob": b.glob[:n].copy(), "ent": ent, "ent_type": ent_type, "n_ent": b.n_ent[:n].astype(np.int64),
+               "mask": b.mask[:n].copy()}
+        try:
+            actions = np.asarray(self.policy(obs))
+            if actions.shape != (n, layout.N_HEADS) or not np.issubdtype(actions.dtype, np.integer):
+                raise ValueError(f"returned {actions.dtype} actions of shape {actions.shape}, not integer ones of "
+                                 f"shape ({n}, {layout.N_HEADS}): a row of choices a head, each row of the batch")
+        except Exception as e:  # noqa: BLE001 (the run stops with the cause)
+            self.failure = f"--policy failed: {describe(e)}"
+            self.control.fail(self.failure)
+            return
+        self.control.answer_now(b.rows[:n], b.obs_seq[:n], actions.astype(np.int32),
+                                np.full(n, self.version, np.uint32))
 
     def _answered(self, fut, ticket) -> None:
         try:
@@ -184,7 +220,7 @@ class EvalAnswerer:
         self.control.answer(ticket, res.obs_seq, res.actions, res.versions)
 
     def rows_reset(self, rows: slice) -> None:
-        if self.engine.running:
+        if self.engine is not None and self.engine.running:
             self.engine.reset_rows(np.arange(rows.start, rows.stop))
 
     def flush_round_stats(self) -> dict | None:
@@ -195,7 +231,8 @@ class EvalAnswerer:
         return f"eval {done}/{done + int(self.quota.sum())} games"
 
     def stop(self) -> None:
-        self.engine.stop()
+        if self.engine is not None:
+            self.engine.stop()
 
 
 def _quotas(control, n_games: int, levels_of_group: list[str]) -> tuple[np.ndarray, list[str]]:
@@ -249,6 +286,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="play against this checkpoint (file or run folder) instead of the levels")
     p.add_argument("--trust-undigested", action="store_true",
                    help="load a checkpoint without a digest (written before checkpoints carried one)")
+    p.add_argument("--policy", default="", metavar="SOURCE:FUNCTION",
+                   help="play a model of your own (CHECKPOINT is its file): FUNCTION(CHECKPOINT, spec) in SOURCE "
+                        "(FILE.py or a module) returns a callable from a batch of observations to actions; "
+                        "needs --recipe")
 
 
 def _check_json(out: Path) -> None:
@@ -280,8 +321,15 @@ def run_eval(args, console) -> int:
         if args.trust_undigested:
             from w3async.learn.checkpoint import trust_undigested  # noqa: PLC0415
             trust_undigested()
-        path = resolve(args.checkpoint)
-        recipe, net, version = load_policy(path, args.recipe or None)
+        own = None
+        if args.policy:
+            if args.against:
+                raise EvalError(args.checkpoint, "--policy plays the levels: --against has no place")
+            path, net, version = Path(args.checkpoint), None, 0
+            recipe, own = load_own_policy(args.policy, path, args.recipe or None)
+        else:
+            path = resolve(args.checkpoint)
+            recipe, net, version = load_policy(path, args.recipe or None)
         game = games.get(recipe.game)
         opponent = None
         if args.against and args.levels:
@@ -296,10 +344,11 @@ def run_eval(args, console) -> int:
     except EvalError as e:
         console(f"w3async: error: eval {e}")
         return 2
-    return _play(args, path, data, levels, net, version, console, opponent)
+    return _play(args, path, data, levels, net, version, console, opponent, own)
 
 
-def _play(args, path: Path, data: dict, levels: list[str], net, version: int, console, opponent=None) -> int:
+def _play(args, path: Path, data: dict, levels: list[str], net, version: int, console, opponent=None,
+          own=None) -> int:
     from w3async.recipes import RecipeError, recipe_from_dict  # noqa: PLC0415
     from w3async.runtime.preflight import preflight  # noqa: PLC0415
     from w3async.runtime.supervisor import RunError, Supervisor  # noqa: PLC0415
@@ -321,7 +370,8 @@ def _play(args, path: Path, data: dict, levels: list[str], net, version: int, co
 
     def answerer(control):
         quota, level = _quotas(control, args.games, levels)
-        made.append(EvalAnswerer(control, net, version, quota, level, greedy=args.greedy, opponent=opponent))
+        made.append(EvalAnswerer(control, net, version, quota, level, greedy=args.greedy, opponent=opponent,
+                                 policy=own))
         return made[0]
 
     sup = Supervisor(recipe, run_dir, answerer=answerer)
