@@ -1,4 +1,4 @@
-"""Chaos: a small self-play run kept alive through faults (issue: supervision under faults).
+"""Chaos: a small self-play run kept alive through faults (supervision under faults).
 
 It starts `python -m w3async run` on a small duel self-play recipe (with the learner),
 and while it runs: SIGKILLs a game every --kill-every seconds, SIGSTOPs one game once (a

@@ -23,7 +23,7 @@ FAIL), in one run of under 4 minutes on one H200.
    GIL's switch interval by default (5 ms) and at 0.5 ms.
 6. CPU against the device: values, log-probabilities and GRU states.
 
-Bounds (issue 13 and 26, one H200): 64 rows at bucket 48 under 2 ms median; 256 rows at
+Bounds (one H200): 64 rows at bucket 48 under 2 ms median; 256 rows at
 bucket 160 under 5 ms; graph at least 2x eager; no sync inside a round; no capture after
 start; memory flat (under 1 MiB of growth); finisher CPU under 0.3 s a second; two
 rounds ahead not slower than one; identical

@@ -13,7 +13,7 @@ and interleaves the two, before then after, --repeat times: a change's agent ste
 update time and updates a second, measured side by side in one run. --before-set
 KEY=VALUE does the same for a change of the recipe: the "before" side is the tree's
 code and recipe with those settings. By default (`make bench`, the fgself recipe) it is
-the recipe's round period before issue 12's item 6 (2 ms, against the committed 12 ms:
+the recipe's round period before it was raised (2 ms, against the committed 12 ms:
 larger rounds leave the learner the CPU that small ones took; docs/performance.md).
 --from CKPT starts every run from a checkpoint of a trained run.
 """
@@ -38,7 +38,7 @@ def lines(path: Path, event: str) -> list[dict]:
     return [x for x in map(json.loads, path.read_text().splitlines()) if x["event"] == event] if path.exists() else []
 
 
-# The recipe's settings before issue 12's item 6, the default "before" side.
+# The recipe's round period before it was raised, the default "before" side.
 BEFORE_ITEM_6 = ["supervisor.round_period_ms=2"]
 
 

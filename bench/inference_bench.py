@@ -114,7 +114,7 @@ def main() -> None:
 
 def gil_table(spec, cfg: NetConfig, max_ent: int, pauses: list[float], nice: int, rows: int = 16,
               seconds: float = 8.0, repeats: int = 2) -> None:
-    """The GIL's cost on the rounds (issue 13): the same learner loop beside the rounds in
+    """The GIL's cost on the rounds: the same learner loop beside the rounds in
     a thread of their process (a run's layout: the GIL shared) and in a process of its
     own (the same cores, no GIL shared), interleaved `repeats` times per pause. What the
     thread costs beyond the process is the GIL's."""

@@ -34,7 +34,7 @@ launchers, the prefix's services, and the prefix's wineserver, which the run's f
 game starts), sampled every 0.5 s, per agent step, in three columns: the game
 processes (duel.exe / duel_rt.exe / the reference game), the wineserver, the desktops
 (explorer.exe), the rest of the prefix (the launchers, services.exe, ...), and with
-display = "xvfb" the run's X server. The issue's target: injected >= 80% of
+display = "xvfb" the run's X server. The target: injected >= 80% of
 the linked duel's agent steps/s.
 
     python bench/inject_bench.py                     # 3 windows of each kind, 12 s each

@@ -1,5 +1,5 @@
-"""What a training run's learning looked like over time, for diagnosing a collapse
-(issue 12): per time bin, the learner's entropy, KL, clip fraction and explained
+"""What a training run's learning looked like over time, for diagnosing a collapse:
+per time bin, the learner's entropy, KL, clip fraction and explained
 variance (learner.jsonl), and per opponent the episodes' results, draws and lengths
 (episodes.jsonl: self-play, the built-in AI levels, evaluation apart).
 

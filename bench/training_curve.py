@@ -11,7 +11,7 @@ share dashed.
 
     python bench/training_curve.py runs/fgself-main --svg docs/experiments/figures/fgself-curve.svg
 
-After the table, issue 12's figures of a run (`checks`): per level the win rate over the
+After the table, the learning checks of a run (`checks`): per level the win rate over the
 last 100 evaluation games; for easy the minute the last 50 first reached 85% and the
 lowest last-50 rate after it; the share of self-play games (current policy or a league
 snapshot as the opponent) that ended in a draw over the run's last 10 minutes.
@@ -91,7 +91,7 @@ def selfplay_results(run: Path, start: float) -> list[tuple[float, str]]:
 
 
 def checks(eps: dict[str, list[tuple[float, float]]], selfplay: list[tuple[float, str]], t_max: float) -> dict:
-    """Issue 12's figures (see the module docstring)."""
+    """The learning checks (see the module docstring)."""
     out: dict = {"last_100": {lv: curve(pts, 100, t_max) for lv, pts in sorted(eps.items())},
                  "last_100_decisive": {lv: curve(pts, 100, t_max, 2) for lv, pts in sorted(eps.items())}}
     easy = eps.get("ai:easy", [])
@@ -188,7 +188,7 @@ def main() -> int:
     print("\nchecks: " + "; ".join(f"{lv} last 100 {pct(r)} ({n}), decisive {pct(c['last_100_decisive'][lv][0])}"
                                   for lv, (r, n) in c["last_100"].items()))
     first = c["easy_first_85"]
-    if "ai:easy" in eps:  # issue 12's figures: the duel's
+    if "ai:easy" in eps:  # the learning checks: the duel's
         print(f"easy: last 50 first at 85% at minute {'-' if first is None else round(first, 1)}, "
               f"lowest after {pct(c['easy_lowest_after'])}"
               + (f" at minute {c['easy_lowest_at']:.1f}" if c["easy_lowest_at"] is not None else "")

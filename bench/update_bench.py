@@ -1,5 +1,5 @@
-"""The PPO update's candidate speed-ups on the CPU, side by side in one run (issue 12,
-item 6): one update of fgself's shape (512 steps, 2 epochs, minibatches of 8 sequences
+"""The PPO update's candidate speed-ups on the CPU, side by side in one run:
+one update of fgself's shape (512 steps, 2 epochs, minibatches of 8 sequences
 of 16 steps, the fgself network) timed for each variant, the variants interleaved so
 that the shared machine's noise falls on all of them alike.
 

@@ -103,7 +103,7 @@ def test_a_write_that_fails_halfway_leaves_the_previous_checkpoint(tmp_path, mon
 
 
 def test_load_latest_never_falls_back_behind_a_bad_latest(tmp_path):
-    """Issue 9, item 7: a checkpoint that `latest` names must load, or the error names the
+    """A checkpoint that `latest` names must load, or the error names the
     file and the cause (an older checkpoint is never taken in its place)."""
     assert load_latest(tmp_path) is None
     learner, league = trained(tmp_path, updates=1)
@@ -251,7 +251,7 @@ def _tree_bytes(folder) -> dict:
 
 @pytest.mark.parametrize("damage", ["missing_snapshot", "corrupt_checkpoint", "random_bytes_inside", "other_network"])
 async def test_a_resume_that_cannot_load_everything_stops_before_writing(tmp_path, null_native, damage):
-    """Issue 9, item 7: a resume whose league snapshot is missing (or whose latest checkpoint
+    """A resume whose league snapshot is missing (or whose latest checkpoint
     is corrupt) stops with one error naming the file and the cause, before anything of the
     learning side is written: the checkpoints, the league and the logs stay byte-identical
     (they were overwritten with zeroed counters), and so does recipe.json (it was replaced
@@ -278,7 +278,7 @@ async def test_a_resume_that_cannot_load_everything_stops_before_writing(tmp_pat
         bad = Path(ckpt["path"])
         bad.write_bytes(bad.read_bytes()[:1000])
         cause = "truncated or corrupt"
-    elif damage == "random_bytes_inside":  # issue 25: a sound zip otherwise, loaded without a word until then
+    elif damage == "random_bytes_inside":  # a sound zip otherwise, loaded without a word until then
         bad = Path(ckpt["path"])
         whole = bytearray(bad.read_bytes())
         mid = len(whole) // 2
@@ -360,7 +360,7 @@ FULL_DISK_DRIVER = textwrap.dedent("""
 
 
 def test_a_full_checkpoint_disk_ends_the_run_cleanly_with_the_last_checkpoint_intact(tmp_path, null_native):
-    """Issue 9, item 9: the checkpoint disk fills up mid-run (a real EFBIG: RLIMIT_FSIZE
+    """The checkpoint disk fills up mid-run (a real EFBIG: RLIMIT_FSIZE
     below a checkpoint's size in the supervisor's process, SIGXFSZ ignored). The learner's
     checkpoint fails with a typed error that reaches the supervisor as the run's cause
     (Training.failure), the last checkpoint fails the same way without a traceback, the

@@ -1,4 +1,4 @@
-"""Issue 25, item 3: every checkpoint and league snapshot carries a digest checked at each
+"""Every checkpoint and league snapshot carries a digest checked at each
 load; a file that fails is refused naming it, an older good checkpoint is taken only when
 asked (checkpoint.fallback), weights with NaN or infinity are refused, and nothing from a
 refused file is ever saved."""

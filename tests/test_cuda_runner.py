@@ -1,4 +1,4 @@
-"""The CUDA runner's own code on a CPU (issue 26): streams and events are no-ops there
+"""The CUDA runner's own code on a CPU: streams and events are no-ops there
 and a graph replays its captured step, so the gather, padding, step, scatter, rollback
 and generators below are the code a GPU runs; where a GPU is, the same tests run on it
 with real streams and graphs (bench/device_check.sh). What only a GPU shows is
@@ -160,7 +160,7 @@ def test_no_capture_after_capture_all(device):
 
 def test_each_net_samples_from_its_own_generator(device):
     """Two nets with the same weights and rows draw different noise, and net 1's draws do
-    not depend on whether net 0 ran in the same round (issue 26: one shared generator)."""
+    not depend on whether net 0 ran in the same round (it did with one shared generator)."""
     b = batch(64, seed=3, table=64)
     half = 32
     for name in ("glob", "n_ent", "mask"):

@@ -1,5 +1,5 @@
 """Every relative link and image in README.md and docs/ names a file that exists, and every
-#anchor a heading of that page (issue 28): docs move (docs/experiments/, its figures/) and
+#anchor a heading of that page: docs move (docs/experiments/, its figures/) and
 get reordered (performance.md by component), and neither may leave a dead link."""
 
 from __future__ import annotations

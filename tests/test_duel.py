@@ -228,7 +228,7 @@ def _rewards(duel: Path, tmp_path: Path, mode: str) -> list[tuple[int, float]]:
 
 
 def test_the_attack_reward_pays_what_a_side_deals_and_never_what_it_suffers(duel, tmp_path):
-    """W3D_REWARD=attack (fgself's training lanes, issue 12): shaping for damage and kills
+    """W3D_REWARD=attack (fgself's training lanes): shaping for damage and kills
     dealt only, so that a side that waits earns nothing and a failed attack still earns
     more than waiting. The same game scored `shaped` is charged for what it took."""
     shaped, attack = _rewards(duel, tmp_path, "shaped"), _rewards(duel, tmp_path, "attack")

@@ -206,7 +206,7 @@ def test_padding_is_zero_in_every_round(engine):
 
 
 def test_submit_never_races_the_worker_applying_a_new_net():
-    """Issue 9, item 5: submit() checked a net against `versions` and `_pending`, and the
+    """submit() checked a net against `versions` and `_pending`, and the
     worker empties _pending before it sets `versions`: a submit in that window (a round
     applying a net's first weights) was refused with "were never loaded". Here a net's
     first load is followed by submits in a tight loop while the worker applies it, many
@@ -290,7 +290,7 @@ def test_weights_on_the_engines_device_are_published_like_any(engine):
 
 
 def test_a_failed_load_keeps_the_other_nets_weights_pending():
-    """Issue 26: one net's weights that cannot load must not drop another's pending ones,
+    """One net's weights that cannot load must not drop another's pending ones,
     nor leave submit() taking the failed net as loaded."""
     eng = InferenceEngine(SPEC, CFG, n_nets=3, max_rows=64)
     rng = np.random.default_rng(0)
@@ -319,7 +319,7 @@ def test_a_failed_load_keeps_the_other_nets_weights_pending():
 
 
 def test_a_round_that_fails_changes_no_gru_state():
-    """Issue 26: a round whose second net fails left the first net's rows stepped."""
+    """A round whose second net fails left the first net's rows stepped."""
     cfg = NetConfig(**{**CFG.__dict__, "gru": True})
     eng = InferenceEngine(SPEC, cfg, n_nets=2, max_rows=64, n_table_rows=64)
     rng = np.random.default_rng(1)

@@ -1,4 +1,4 @@
-"""Issue 25, item 6: every count of a recipe is at least 0 where a negative means nothing
+"""Every count of a recipe is at least 0 where a negative means nothing
 (the class: every int field of every section, the learning sections included), and a
 recipe path that is not a regular file (a FIFO, a folder, a device) is refused at once."""
 

@@ -1,4 +1,4 @@
-"""Bad input is one clear message (issue 9, item 10): at load (recipes.py) or before
+"""Bad input is one clear message: at load (recipes.py) or before
 anything is created (preflight.py), naming the file, the key and the value; from the
 command line exit status 2, no traceback, no run folder, no shared-memory segment."""
 

@@ -1,4 +1,4 @@
-"""Issue 25, item 6: SIGINT and SIGTERM in any order and at any spacing end a CLI run with
+"""SIGINT and SIGTERM in any order and at any spacing end a CLI run with
 its shutdown record, exit 0 and no traceback (found: SIGINT, SIGTERM, SIGINT 30 ms apart
 exited 1 with a KeyboardInterrupt in the runner's close, then "Cannot close a running
 event loop", in 1 of 5 tries). Each case is a real `python -m w3async run` of native null

@@ -769,7 +769,7 @@ async def test_host_header_must_name_this_server(tmp_path):
 
 
 async def test_an_absolute_form_target_must_name_this_server(tmp_path):
-    """Issue 25: `GET http://other.example/status` with `Host: 127.0.0.1` was answered
+    """`GET http://other.example/status` with `Host: 127.0.0.1` was answered
     200. A target in absolute form names the host the client means (RFC 9112: it wins
     over Host), so it is checked like Host: every other host, a userinfo, another port,
     another scheme get 421 and none of the run's figures; this server's own names pass."""

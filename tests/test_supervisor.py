@@ -77,7 +77,7 @@ async def test_native_null_games_answered_and_checked(tmp_path, null_native):
 
 @pytest.mark.wine
 async def test_eight_native_and_two_wine_games(tmp_path, null_native, null_exe):
-    """The issue's end-to-end test: 8 native and 2 Wine null games for thousands of
+    """The end-to-end test: 8 native and 2 Wine null games for thousands of
     steps with zero answer-check failures, then nothing of the run is left."""
     data = null_recipe(
         [{"binary": str(null_native), "count": 8, "lanes": 1},

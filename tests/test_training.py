@@ -234,7 +234,7 @@ def test_sigkilled_supervisor_resumes_with_the_saved_counters(tmp_path, null_nat
 
 
 async def test_league_and_game_churn_never_breaks_a_round(tmp_path, null_native, caplog):
-    """Issue 9, item 5: a league snapshot every update, two tiny past-snapshot nets that
+    """A league snapshot every update, two tiny past-snapshot nets that
     are reloaded all the time (every self-play episode of 4 steps plays a snapshot), and a
     game SIGKILLed every 30 rounds, for 2,500 rounds. No round may fail (the submit /
     net-load race), no exception may reach the loop, and every row the engine took got
@@ -313,7 +313,7 @@ async def test_league_and_game_churn_never_breaks_a_round(tmp_path, null_native,
 
 
 def test_logs_after_a_sigkill_and_resume_count_nothing_twice(tmp_path, null_native):
-    """Issue 9, item 8: SIGKILL a run after updates beyond its last checkpoint (a dead tail
+    """SIGKILL a run after updates beyond its last checkpoint (a dead tail
     in every log), resume it: the lines beyond the checkpoint are moved to <log>.cut, each
     log gets a `resume` record with the checkpoint's counters, and afterwards every update
     is in learner.jsonl exactly once, the episodes and rows in the logs are exactly what the

@@ -205,7 +205,7 @@ float du_side_reward(const du_lane *l, int32_t prev[4], int s, int mode)
         r += 0.001f * (float)((sd->kill_value - prev[2]) - (sd->loss_value - prev[3]));
     } else if (mode == DU_REWARD_ATTACK) {
         /* what a side does, not what it suffers: a side that waits earns nothing, so an
-         * attack that fails still beats waiting (docs/training.md, issue 12) */
+         * attack that fails still beats waiting (docs/training.md) */
         r += 0.0005f * (float)(sd->dmg_dealt - prev[0]);
         r += 0.001f * (float)(sd->kill_value - prev[2]);
     }

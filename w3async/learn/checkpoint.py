@@ -24,7 +24,7 @@ torch zip alone does not check itself (4 KiB of random bytes inside one loaded w
 a word, the learner failed seconds later blaming its loss, and the last save wrote the
 corrupt weights back as a sound file). The digest covers every byte after the header,
 and a flip in the header breaks the magic or the digest, so any change to the file is
-refused at load (issue 25). torch.load of the whole file fails (no zip at its start): an
+refused at load. torch.load of the whole file fails (no zip at its start): an
 old reader refuses a new file, it cannot misread it. A file without the header (written
 before digests, or by another tool) is refused unless the user trusts such files
 (`--trust-undigested`: then loaded with a warning line on stderr, and a resumed run
@@ -35,7 +35,7 @@ Every checkpoint carries its run's identity (`run_id`, a file of the run folder 
 with its first checkpoint): a resume refuses a checkpoint of another run or another
 game copied into the folder, and `eval` of a run folder names it (`foreign`).
 
-Errors are typed, with the file and the cause (issue 9, items 7 and 9):
+Errors are typed, with the file and the cause:
 - CheckpointWriteError: a write that failed (disk full ENOSPC, EFBIG, read-only EROFS,
   EACCES, a folder that is a file, ...). The temporary file is removed and the file it
   would have replaced is untouched, byte for byte; `latest` still names the previous

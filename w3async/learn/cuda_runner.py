@@ -53,8 +53,8 @@ BASE_ROW_BUCKETS = (8, 32, 64, 128, 256, 512)
 def row_buckets(max_rows: int) -> tuple[int, ...]:
     """The row counts graphs are captured for: 8, 32, 64, 128, 256, 512 (on the H200, 256 rows
     at entity bucket 160 in the 512-row graph ran 0.64x as fast as eagerly), then doubling until one
-    holds max_rows (one network may be asked for every row of a round: issue 26 found
-    rounds of more than 512 rows failing on CUDA only)."""
+    holds max_rows (one network may be asked for every row of a round: rounds of more than
+    512 rows failed on CUDA only)."""
     b = list(BASE_ROW_BUCKETS)
     while b[-1] < max_rows:
         b.append(b[-1] * 2)
@@ -70,9 +70,9 @@ class CudaRunner:
     - Per net: a CUDA stream of its own at high priority (measured in a Warcraft III harness under Wine: graphs captured on
       one stream keep that stream's cuBLAS workspace; two networks' graphs sharing one
       hung the GPU), a graph memory pool of its own, a generator of its own registered
-      with each of its graphs (issue 26: graphs drawing from the default generator could
+      with each of its graphs (graphs drawing from the default generator could
       give two nets' replays the same noise), and, per (bucket, row bucket), a CUDA graph
-      captured before the first round (capture_all) under no_grad (issue 26: with
+      captured before the first round (capture_all) under no_grad (with
       autograd on, each graph kept its saved activations and the GRU state grew an
       autograd chain), with pinned host outputs. The gather is inside the graph: it reads each net's rows from the staging
       copy by a static index (padded rows repeat a real row, never stale memory: stale
@@ -112,7 +112,7 @@ class CudaRunner:
         # may share it; nets replay concurrently on their own streams, so they may not.
         self.gens = [torch.Generator(device=self.device).manual_seed(seed + k) for k in range(len(nets))]
         # Inference streams at high priority: the learner's, at the default, yields to
-        # rounds (issue 13; a priority outside the device's range is clamped by CUDA).
+        # rounds (a priority outside the device's range is clamped by CUDA).
         self.upload = self._stream()
         self.streams = [self._stream() for _ in nets]
         # One memory pool per net: its graphs replay one at a time on its stream, so they
@@ -356,7 +356,7 @@ class CudaRunner:
     def _run_eager(self, buf, n, bucket, used, actions, logp, value):
         """The GRU network without graphs, one round at a time: the same upload as a graphed
         round, the nets' indices from the host, outputs copied to pinned memory and one
-        blocking wait per net at the end (issue 26: it used to sync about ten times a
+        blocking wait per net at the end (it used to sync about ten times a
         round, on boolean masks, nonzero() and .cpu())."""
         parts = self.plan(buf.np["net"], n, bucket, used)
         if self.eager_out is None:

@@ -9,8 +9,8 @@ finisher thread waits for each round's device work and resolves its future.
     flights.close()                             # finishes what is in flight, then ends the thread
 
 Why: on a GPU the worker used to wait on the host for each round before it uploaded the
-next, so the next round's gather and upload never overlapped the last one's compute
-(issue 13). A flight index names the per-round device buffers
+next, so the next round's gather and upload never overlapped the last one's compute.
+A flight index names the per-round device buffers
 (staging, pinned outputs) a launch may use: a flight comes back only after its round's
 finish ran, so a launch never overwrites what an earlier round still reads.
 
@@ -42,7 +42,7 @@ class Flights:
         self._thread = threading.Thread(target=self._finisher, name=name, daemon=True)
         self._thread.start()
         self.finished = 0
-        self.cpu_s = 0.0  # the finisher thread's CPU time so far (a spinning wait shows here: issue 26)
+        self.cpu_s = 0.0  # the finisher thread's CPU time so far (a spinning wait shows here)
 
     def acquire(self) -> int:
         """A free flight index; blocks while `depth` rounds are in flight."""

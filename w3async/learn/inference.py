@@ -116,7 +116,7 @@ class InferenceEngine:
         # What load_net() asked for, per net (-1: never), set under _lock before load_net
         # returns. submit() checks nets against this, never against `versions` or
         # `_pending`: the worker empties _pending before it sets `versions`, so a submit
-        # between the two saw a loaded net as never loaded (issue 9, item 5). Any round
+        # between the two saw a loaded net as never loaded. Any round
         # submitted after load_net() returned applies the weights before it runs (FIFO).
         self._requested = [0] + [-1] * (n_nets - 1)
         self._pending: dict[int, tuple] = {}  # net -> (weights, version, ready event or None), applied by the worker
@@ -164,7 +164,7 @@ class InferenceEngine:
             torch.cuda.set_device(self.device)  # the worker's own current device (a thread's is its own)
             self._runner = CudaRunner(self.nets, self.device, self.max_rows, self._state, self.seed,
                                       max(1, self.n_flights), self.gru_graphs)  # net k samples from seed + k
-            self._runner.capture_all(BUCKETS)  # never inside a round (under no_grad: issue 26)
+            self._runner.capture_all(BUCKETS)  # never inside a round (under no_grad)
 
     def stop(self) -> None:
         """Finish the rounds already submitted, then end the worker thread."""
@@ -200,7 +200,7 @@ class InferenceEngine:
             # Weights already on the device (the learner's): copied device to device on the
             # engine's device's current stream of this thread, with an event the net's stream
             # waits on; no host round trip. The caller's current device may be another GPU
-            # (issue 26), so the stream and the event are the engine device's by name. The
+            # (several GPUs), so the stream and the event are the engine device's by name. The
             # learner's update ends with this stream waiting on the learner's own
             # (Learner.run_update), so the clone reads the update's last weights.
             with torch.cuda.device(self.device):
@@ -220,7 +220,7 @@ class InferenceEngine:
 
     def _apply_pending(self) -> None:
         """Copy every pending load into its net. One that fails does not stop the others
-        (issue 26: they were dropped while submit() took them as loaded); its net keeps
+        (they were dropped while submit() took them as loaded); its net keeps
         its weights and version, submit() sees that version again unless a newer load
         came meanwhile, and the first error is raised after all were tried (the round
         fails with it)."""

@@ -197,7 +197,7 @@ class Learner:
             finally:
                 # What the caller does next on its own stream (the publish's clone of these
                 # weights, InferenceEngine.load_net) comes after the update's last kernel:
-                # torch orders a stream's consumers only through wait_stream (issue 26: the
+                # torch orders a stream's consumers only through wait_stream (before, the
                 # publish was ordered only by the host read that ends an update).
                 torch.cuda.current_stream(self.device).wait_stream(self._stream)
         return self._update(tb)

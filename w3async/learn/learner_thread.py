@@ -98,7 +98,7 @@ class LearnerThread:
         if h.engine.device.type == "cuda":
             # A thread's current device is its own, cuda:0 until set: the learner's default
             # stream, the publish's clone and its event must be the engine's device's
-            # (issue 26, on a machine with several GPUs).
+            # (on a machine with several GPUs).
             torch.cuda.set_device(h.engine.device)
         try:
             while not self._stop.is_set():

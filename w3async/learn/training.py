@@ -20,7 +20,7 @@ row's generation; a round's ticket is stale once its game reset).
 
 A round's order (submit()): opponents picked, then engine.submit, and only once the
 engine took the round are its rows held and recorded (episodes, returns, trajectories);
-a submit that fails raises RoundError with nothing recorded (issue 9 item 5) and the run
+a submit that fails raises RoundError with nothing recorded and the run
 stops with the cause. Resume (resume.py, in the constructor, before anything is
 written): the checkpoint must load whole, or CheckpointLoadError stops the run; the logs'
 dead tails are cut. `failure` is the reason the learning side ends the run; stop()

@@ -66,7 +66,7 @@ class Supervisor:
     `signals` False: no SIGINT/SIGTERM handlers (a game host, on a Ray actor's thread).
     `keep_signals` True (the CLI, which owns the process): after the shutdown the handlers stay,
     ignoring the signals; removed, the default ones came back, and a signal in the event loop
-    runner's own teardown exited 1 with two tracebacks (issue 25).
+    runner's own teardown exited 1 with two tracebacks.
     `cluster`, for a recipe with [cluster]: the class that links the run to its game hosts
     (w3async.cluster.link.ClusterLink, above this package). Its parts get the run's
     RunContext and the pieces each names (runtime/life.py), never the Supervisor."""
