@@ -18,6 +18,9 @@ drops what a killed run wrote beyond it); a step never repeats within a tag.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
 
 from w3async import games
 from w3async.observe.tensorboard import TB_DIR, TbWriter
@@ -27,22 +30,36 @@ LEARNER_FIELDS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fra
                   "ent_coef", "grad_norm", "staleness", "staleness_max", "update_s", "wait_s")
 
 
+@dataclass(frozen=True)
+class BoardSources:
+    """Where the board reads the run's figures (the training side hands them)."""
+
+    counts: Any  # Counters: agent_steps, every scalar's step (restored on a resume)
+    events: Any  # events.jsonl (a JsonLog): video, video_off, video_failed, tensorboard_failed
+    restarts: Callable[[], int]  # game restarts so far
+    updates: Callable[[], int]  # the learner's version
+    episodes: Callable[[], int]  # episodes ended so far
+    take_ended: Callable[[], list]  # the episodes ended since the last call (tallies.Ended)
+    win_rates: Callable[[], dict]  # per level: rate, decisive, mean_return
+
+
 class Board:
     """TensorBoard (recipe: status.tensorboard) and videos (evaluation.video_minutes) of
-    one Training; `close()` at its stop."""
+    one run's training side; `close()` at its stop."""
 
-    def __init__(self, host):
-        self.host = host
-        r = host.recipe
+    def __init__(self, recipe, run_dir: Path, src: BoardSources):
+        self.src = src
+        r = recipe
+        counts = src.counts
         self.tb: TbWriter | None = None
         if r.status.tensorboard:
             # what the checkpoint counts (steps up to its agent steps) stays; beyond is a
             # killed run's tail, which TensorBoard's reader drops at this purge step
-            purge = host.counts.agent_steps + 1 if (host.run_dir / TB_DIR).exists() else None
-            self.tb = TbWriter(host.run_dir, purge_step=purge)
-        self._rate = (time.monotonic(), host.counts.agent_steps)
+            purge = counts.agent_steps + 1 if (run_dir / TB_DIR).exists() else None
+            self.tb = TbWriter(run_dir, purge_step=purge)
+        self._rate = (time.monotonic(), counts.agent_steps)
         # per group of tags, the last step written: this process writes above the checkpoint's
-        self._last_step = dict.fromkeys(("learner", "run"), host.counts.agent_steps)
+        self._last_step = dict.fromkeys(("learner", "run"), counts.agent_steps)
         self.videos: VideoMaker | None = None
         self._video_off: str | None = None  # the game, when videos are asked for and it has no viewer
         game = games.get(r.game)
@@ -52,20 +69,20 @@ class Board:
         if game.replay_view is None or not game.replay_dir:
             self._video_off = game.name  # said at start(): run_start stays the run's first event
             return
-        folder = host.run_dir / game.replay_dir
-        self.videos = VideoMaker(host.run_dir, every, lambda: newest_file(folder, tuple(game.replay_suffixes)),
-                                 lambda: host.counts.agent_steps, game=game.name, tb=self.tb, on_video=self._video_made)
+        folder = run_dir / game.replay_dir
+        self.videos = VideoMaker(run_dir, every, lambda: newest_file(folder, tuple(game.replay_suffixes)),
+                                 lambda: counts.agent_steps, game=game.name, tb=self.tb, on_video=self._video_made)
 
     def start(self) -> None:
         if self.videos is not None:
             self.videos.start()
         elif self._video_off:
-            self.host.control.events.info("video_off", game=self._video_off,
-                                          reason="the game has no replay viewer: no videos of its evaluation games")
+            self.src.events.info("video_off", game=self._video_off,
+                                 reason="the game has no replay viewer: no videos of its evaluation games")
 
     def _step(self, group: str) -> int:
         """The run's agent steps, made strictly larger than this group's last step."""
-        step = max(int(self.host.counts.agent_steps), self._last_step[group] + 1)
+        step = max(int(self.src.counts.agent_steps), self._last_step[group] + 1)
         self._last_step[group] = step
         return step
 
@@ -81,14 +98,14 @@ class Board:
         inference.jsonl line just written (None when no round came back)."""
         if self.tb is None:
             return
-        h = self.host
+        h = self.src
         now, steps = time.monotonic(), h.counts.agent_steps
         t0, s0 = self._rate
         if steps == s0:
             return  # no step since the last sample: nothing new to plot at a new step
         self._rate = (now, steps)
-        vals = {"run/steps_per_s": (steps - s0) / max(now - t0, 1e-6), "run/restarts": h.control.restarts(),
-                "run/updates": h.learner.version, "run/episodes": h.episodes}
+        vals = {"run/steps_per_s": (steps - s0) / max(now - t0, 1e-6), "run/restarts": h.restarts(),
+                "run/updates": h.updates(), "run/episodes": h.episodes()}
         if rounds:
             vals.update({"rounds/latency_ms_mean": rounds.get("latency_ms_mean"),
                          "rounds/latency_ms_p95": rounds.get("latency_ms_p95"),
@@ -96,7 +113,7 @@ class Board:
                          "rounds/compute_ms_mean": rounds.get("compute_ms_mean"),
                          "rounds/rows_per_round": rounds.get("rows_per_round")})
         vals["charts/SPS"] = vals["run/steps_per_s"]  # the names CleanRL's scripts write
-        ended, h.tally.ended_since = h.tally.ended_since, []
+        ended = h.take_ended()
         if ended:
             vals["run/discarded_per_episode"] = sum(e.discarded for e in ended) / len(ended)
         train = [e for e in ended if not e.is_eval]
@@ -110,15 +127,15 @@ class Board:
         self.tb.scalars(self._step("run"), vals)
 
     def _video_made(self, path, replay, info: dict) -> None:
-        self.host.control.events.info("video", path=str(path), replay=str(replay), **info)
+        self.src.events.info("video", path=str(path), replay=str(replay), **info)
 
     def close(self) -> None:
         """Stop the video thread, write what is queued, flush and close the event file."""
         if self.videos is not None:
             self.videos.stop()
             for err in self.videos.errors:
-                self.host.control.events.warning("video_failed", error=err)
+                self.src.events.warning("video_failed", error=err)
         if self.tb is not None:
             self.tb.close()
             if self.tb.error:
-                self.host.control.events.warning("tensorboard_failed", error=self.tb.error)
+                self.src.events.warning("tensorboard_failed", error=self.tb.error)

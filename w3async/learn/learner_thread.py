@@ -6,10 +6,10 @@ reaches the supervisor's loop.
                                                weights to the engine, league snapshot,
                                                learner.jsonl, checkpoint, stop at the limit
 
-`LearnerThread` works for its host, Training, through the host's public members (recipe,
-traj, learner, engine, league, learner_log, control, unblock, checkpoint,
-nonfinite_outputs, learner_failed). Its `phase` (idle, update, pause, failed) tags each
+`LearnerThread` gets its parts and a few named callables (`LearnerParts`: what Training
+hands it), never Training itself. Its `phase` (idle, update, pause, failed) tags each
 round that comes back, so inference.jsonl tells rounds during an update from the others.
+`update_record` is learner.jsonl's line of an update, named once from UpdateStats.
 
 `call_on_loop` runs a function on the supervisor's loop thread and waits for it (the
 checkpoint's counters and log sizes are taken there, between two callbacks).
@@ -22,12 +22,53 @@ import concurrent.futures
 import threading
 import time
 import traceback
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
 
 import numpy as np
 import torch
 
 from w3async.learn.checkpoint import CheckpointError
+from w3async.learn.learner import UpdateStats
+
+
+@dataclass(frozen=True)
+class LearnerParts:
+    """What the learner's thread works with: the training side's parts, and the few
+    things it asks of the training side by name."""
+
+    recipe: Any  # its learner (update_pause_ms), checkpoint (every_updates) and stop (updates) sections
+    traj: Any  # Trajectories: get(), stats
+    learner: Any  # Learner: run_update(), version, net
+    engine: Any  # InferenceEngine: publish(), device
+    league: Any  # League: maybe_snapshot()
+    log: Any  # learner.jsonl (a JsonLog)
+    events: Any  # events.jsonl (a JsonLog)
+    board: Callable[[dict], None]  # an update's line to TensorBoard (a queue put)
+    unblock: Callable[[], None]  # on the loop: rows held for a full trajectory queue may go on
+    checkpoint: Callable[[], Any]  # write one now (on this thread; it takes the counters on the loop)
+    request_stop: Callable[[], None]  # on the loop: the run's update limit is reached
+    failed: Callable[..., None]  # (reason, **event): the learning side ends the run
+    nonfinite_outputs: Callable[[], int]  # rounds whose network output was not finite so far
+
+
+# learner.jsonl's names for UpdateStats' fields where they differ, and the fields rounded
+RECORD_NAMES = {"version": "update", "pg_loss": "policy_loss", "v_loss": "value_loss",
+                "staleness_mean": "staleness", "padding_mean": "padding"}
+RECORD_ROUNDED = {"update_s": 4, "pause_s": 4, "staleness_mean": 3}
+
+
+def update_record(st: UpdateStats, wait_s: float, snapshot: int | None, traj_stats, nonfinite_batches: int,
+                  nonfinite_outputs: int) -> dict:
+    """An update's learner.jsonl line: every UpdateStats field (under learner.jsonl's
+    name), the learner's wait for this batch, the league snapshot it made, the
+    trajectories' backpressure and cut steps, and the non-finite counts (both must stay 0)."""
+    rec = {RECORD_NAMES.get(k, k): (round(v, RECORD_ROUNDED[k]) if k in RECORD_ROUNDED else v)
+           for k, v in asdict(st).items()}
+    rec.update(wait_s=round(wait_s, 4), snapshot=snapshot, backpressure_s=round(traj_stats.backpressure_s, 3),
+               cut_steps=traj_stats.cut_steps, nonfinite_batches=nonfinite_batches,
+               nonfinite_outputs=nonfinite_outputs)
+    return rec
 
 
 def call_on_loop(loop: asyncio.AbstractEventLoop | None, fn):
@@ -63,8 +104,8 @@ def call_on_loop(loop: asyncio.AbstractEventLoop | None, fn):
 class LearnerThread:
     """Takes the trajectories' batches and runs the updates until stop()."""
 
-    def __init__(self, host):
-        self.host = host
+    def __init__(self, parts: LearnerParts | None = None):
+        self.parts = parts  # given by Training once its parts exist (bind)
         self.phase = "idle"
         self.updates_done = 0
         self.last_update: dict = {}  # the last update's LearnerStats, as a dict
@@ -72,6 +113,10 @@ class LearnerThread:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+
+    def bind(self, parts: LearnerParts) -> None:
+        """The parts, once they exist (the learner is made with this thread's pause())."""
+        self.parts = parts
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -86,14 +131,14 @@ class LearnerThread:
 
     def pause(self) -> None:
         """Between minibatches: give the rounds the CPU (update_pause_ms)."""
-        ms = self.host.recipe.learner.update_pause_ms
+        ms = self.parts.recipe.learner.update_pause_ms
         if ms > 0:
             self.phase = "pause"
             time.sleep(ms / 1e3)
             self.phase = "update"
 
     def _run(self) -> None:
-        h = self.host
+        h = self.parts
         loop = self._loop
         if h.engine.device.type == "cuda":
             # A thread's current device is its own, cuda:0 until set: the learner's default
@@ -108,7 +153,7 @@ class LearnerThread:
                 loop.call_soon_threadsafe(h.unblock)
                 if not all(np.isfinite(a).all() for a in (tb.glob, tb.ent, tb.reward, tb.value, tb.logp)):
                     self.nonfinite_batches += 1  # never trained on: the checks should make this impossible
-                    h.control.events.error("nonfinite_batch", batch=h.traj.stats.batches)
+                    h.events.error("nonfinite_batch", batch=h.traj.stats.batches)
                     continue
                 self.phase = "update"
                 wait0 = h.traj.stats.wait_s
@@ -120,31 +165,19 @@ class LearnerThread:
                 snap = h.league.maybe_snapshot(version, sd)
                 self.updates_done = version
                 self.last_update = asdict(st)
-                rec = dict(update=version, update_s=round(st.update_s, 4),
-                                   wait_s=round(h.traj.stats.wait_s - wait0, 4),
-                                   staleness=round(st.staleness_mean, 3), staleness_max=st.staleness_max,
-                                   policy_loss=st.pg_loss, value_loss=st.v_loss, entropy=st.entropy,
-                                   approx_kl=st.approx_kl, clip_frac=st.clip_frac,
-                                   explained_var=st.explained_var, lr=st.lr, ent_coef=st.ent_coef, steps=st.steps,
-                                   minibatches=st.minibatches, minibatches_planned=st.minibatches_planned,
-                                   kl_stopped=st.kl_stopped, grad_norm=st.grad_norm,
-                                   value_mean=st.value_mean, value_std=st.value_std,
-                                   pause_s=round(st.pause_s, 4), padding=st.padding_mean,
-                                   snapshot=snap.version if snap else None,
-                                   backpressure_s=round(h.traj.stats.backpressure_s, 3),
-                                   cut_steps=h.traj.stats.cut_steps, nonfinite_batches=self.nonfinite_batches,
-                                   nonfinite_outputs=h.nonfinite_outputs)
-                h.learner_log.info("update", **rec)
-                h.board.update(rec)  # TensorBoard's learner/* (a queue put)
+                rec = update_record(st, h.traj.stats.wait_s - wait0, snap.version if snap else None, h.traj.stats,
+                                    self.nonfinite_batches, h.nonfinite_outputs())
+                h.log.info("update", **rec)
+                h.board(rec)  # TensorBoard's learner/* (a queue put)
                 if version % h.recipe.checkpoint.every_updates == 0:
                     h.checkpoint()
                 if h.recipe.stop.updates and version >= h.recipe.stop.updates:
-                    loop.call_soon_threadsafe(h.control.request_stop)
+                    loop.call_soon_threadsafe(h.request_stop)
                     return
         except CheckpointError as e:  # a disk that is full or read-only: a cause, not a traceback
             self.phase = "failed"
-            h.learner_failed(f"checkpoint write failed: {e}", error=str(e), cause="checkpoint_write", path=e.path,
-                             errno=e.errno)
+            h.failed(f"checkpoint write failed: {e}", error=str(e), cause="checkpoint_write", path=e.path,
+                     errno=e.errno)
         except Exception as e:  # noqa: BLE001 (the run stops cleanly with the cause)
             self.phase = "failed"
-            h.learner_failed(f"learner failed: {e!r}", error=repr(e), traceback=traceback.format_exc(limit=4))
+            h.failed(f"learner failed: {e!r}", error=repr(e), traceback=traceback.format_exc(limit=4))

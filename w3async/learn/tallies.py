@@ -106,6 +106,11 @@ class EpisodeTally:
             self.totals[label][kind] += 1
             self.since_checkpoint[label][kind] += 1
 
+    def take_ended(self) -> list[Ended]:
+        """The episodes ended since the last call (board.py's, once a second on the loop)."""
+        ended, self.ended_since = self.ended_since, []
+        return ended
+
     def reset(self, rows: np.ndarray) -> None:
         self.row_return[rows] = 0.0
         self.row_discarded[rows] = 0

@@ -45,13 +45,13 @@ from w3async import games
 from w3async.run_folder import RunFolder
 from w3async.sync import layout
 from w3async.learn.best import BestKeeper
-from w3async.learn.board import Board
+from w3async.learn.board import Board, BoardSources
 from w3async.learn.checkpoint import CheckpointError, describe, save_best, save_checkpoint
 from w3async.sync.gather import Batch
 from w3async.learn.inference import InferenceEngine
 from w3async.learn.league import League, OpponentNets
 from w3async.learn.learner import Learner
-from w3async.learn.learner_thread import LearnerThread, call_on_loop
+from w3async.learn.learner_thread import LearnerParts, LearnerThread, call_on_loop
 from w3async.observe.logs import JsonLog
 from w3async.learn.network import Network
 from w3async.recipes import recipe_to_dict
@@ -93,7 +93,7 @@ class Training:
                                       seed=r.inference.seed)
         self.traj = Trajectories(n_rows, r.trajectories, state_dim=r.network.d_model if r.network.gru else None)
         torch.manual_seed(r.inference.seed)
-        self.learning = LearnerThread(self)  # the learner's thread (learner_thread.py)
+        self.learning = LearnerThread()  # the learner's thread (learner_thread.py); its parts below
         self.learner = Learner(Network(control.spec, r.network), r.learner, device=r.inference.device,
                                pause=self.learning.pause)
         self.learner.net.load_state_dict(self.engine.nets[0].state_dict())
@@ -133,7 +133,15 @@ class Training:
         self.inference_log = self.round_tally.log = JsonLog(RunFolder(self.run_dir).inference_log)
         if ckpt is not None or any(cut.values()):
             self._log_resume(ckpt, cut)
-        self.board = Board(self)  # TensorBoard and videos (board.py): steps from the restored counters
+        # TensorBoard and videos (board.py): steps from the restored counters
+        self.board = Board(r, self.run_dir, BoardSources(
+            counts=self.counts, events=control.events, restarts=control.restarts, updates=lambda: self.learner.version,
+            episodes=lambda: self.episodes, take_ended=self.tally.take_ended, win_rates=self.win_rates))
+        self.learning.bind(LearnerParts(
+            recipe=r, traj=self.traj, learner=self.learner, engine=self.engine, league=self.league,
+            log=self.learner_log, events=control.events, board=self.board.update, unblock=self.unblock,
+            checkpoint=self.checkpoint, request_stop=control.request_stop, failed=self.learner_failed,
+            nonfinite_outputs=lambda: self.nonfinite_outputs))
 
     # ---- lifecycle ----------------------------------------------------------------------
 
