@@ -30,8 +30,10 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -151,16 +153,24 @@ class Curve(BaseCallback):
             self.file.flush()
 
 
+def saved_policy_module(model: str) -> str:
+    """The module of the policy class a saved SB3 zip names (its "data" member, JSON):
+    sb3_contrib.common.maskable.policies for a MaskablePPO's."""
+    with zipfile.ZipFile(model) as z:
+        return json.loads(z.read("data"))["policy_class"]["__module__"]
+
+
 def eval_policy(model: str, spec):
     """For `python -m w3async eval MODEL.zip --policy examples/sb3_duel.py:eval_policy --recipe
     env-duel`: the saved model (PPO or MaskablePPO, whichever saved it) as a function from
     a batch of observations to actions, sampled; MaskablePPO's under the game's masks."""
-    try:
+    masked = saved_policy_module(model).startswith("sb3_contrib.common.maskable")
+    if masked:
         from sb3_contrib import MaskablePPO  # noqa: PLC0415
 
-        m, masked = MaskablePPO.load(model, device="cpu"), True
-    except (ImportError, ValueError, KeyError, TypeError, AttributeError):  # not a MaskablePPO's zip
-        m, masked = PPO.load(model, device="cpu"), False
+        m = MaskablePPO.load(model, device="cpu")
+    else:
+        m = PPO.load(model, device="cpu")
     nvec = np.asarray(spec.head_sizes)
 
     def act(obs):

@@ -31,7 +31,8 @@ _STATES = ("posted", "handed", "cut", "in_episode", "slot_of", "gen", "stamp")
 def time_limit(flags: np.ndarray, cut: np.ndarray) -> np.ndarray:
     """Per row: its episode ended at the game's own time limit, the result its tie-break's
     (the row's TIME_LIMIT flag; never for a cut row)."""
-    return ((flags & layout.FLAG_TIME_LIMIT) != 0) & ((flags & layout.FLAG_DONE) != 0) & ~cut
+    both = layout.FLAG_TIME_LIMIT | layout.FLAG_DONE
+    return ((flags & both) == both) & ~cut
 
 
 class NumpyRowCopies:
