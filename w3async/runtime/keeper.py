@@ -203,7 +203,7 @@ class GameKeeper:
             cause = "exit"
         how = f"signal {signal.Signals(-code).name}" if code < 0 else f"code {code}"
         self.ctx.events.warning("game_exit", slot=s.index, pid=s.proc.pid, returncode=code, cause=cause,
-                                posted=s.posted, stderr=tail)
+                                posted=s.posted, up_s=round(time.monotonic() - s.started_at, 3), stderr=tail)
         if code in (layout.EXIT_LAYOUT, layout.EXIT_ATTACH) or (code in (layout.EXIT_NO_STEP, layout.EXIT_MSGBOX)
                                                                    and not s.posted):
             # Deterministic: a restart would fail the same way (a step point never reached:
