@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 from w3async.cluster import wire  # noqa: E402
 from w3async.cluster.link import ClusterLink  # noqa: E402
 from w3async.recipes import recipe_from_dict  # noqa: E402
-from w3async.runtime.supervisor import Supervisor  # noqa: E402
+from w3async.compose import supervisor  # noqa: E402
 from w3async.sync import layout  # noqa: E402
 from w3async.sync.gather import Batch  # noqa: E402
 
@@ -51,7 +51,7 @@ def recipe(count: int, lanes: int, hosts: int) -> dict:
 
 async def measure(data: dict, seconds: float, warm_s: float) -> dict:
     run_dir = Path(tempfile.mkdtemp(prefix="w3a-clbench-"))
-    sup = Supervisor(recipe_from_dict(data), run_dir, cluster=ClusterLink)
+    sup = supervisor(recipe_from_dict(data), run_dir, cluster=ClusterLink)
     task = asyncio.create_task(sup.run())
     t_start = time.monotonic()
     want = sum(g["count"] for g in data["games"])

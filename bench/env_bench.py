@@ -105,12 +105,12 @@ def bench_async(recipe: str, procs: int, seconds: float) -> float:
 def bench_native(recipe: str, procs: int, seconds: float) -> float:
     from w3async.env.run import env_recipe
     from w3async.runtime.policies import RandomPolicy
-    from w3async.runtime.supervisor import Supervisor
+    from w3async.compose import supervisor
 
     r = env_recipe(recipe, sets_for(procs))
     n_rows = sum(g.count * g.lanes * g.sides for g in r.games)
     tmp = Path(tempfile.mkdtemp(prefix="w3async-envbench-"))
-    sup = Supervisor(r, tmp / "run", policy=RandomPolicy(n_rows), signals=False)
+    sup = supervisor(r, tmp / "run", policy=RandomPolicy(n_rows), signals=False)
     marks = []
 
     async def main():

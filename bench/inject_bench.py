@@ -144,10 +144,10 @@ def x_server(sup) -> dict[int, tuple[str, float]]:
 
 async def window(kind: str, games: int, warm_s: float, window_s: float) -> dict:
     """One fresh run of kind; the figures of its measured window."""
-    from w3async.runtime.supervisor import Supervisor  # noqa: PLC0415
+    from w3async.compose import supervisor  # noqa: PLC0415
 
     run_dir = Path(tempfile.mkdtemp(prefix="w3a-injbench-"))
-    sup = Supervisor(recipe_from_dict(recipe(kind, games, window_s)), run_dir / "run")
+    sup = supervisor(recipe_from_dict(recipe(kind, games, window_s)), run_dir / "run")
     task = asyncio.create_task(sup.run())
     try:
         t, seen = time.monotonic(), set()

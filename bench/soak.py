@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from w3async.recipes import recipe_from_dict  # noqa: E402
-from w3async.runtime.supervisor import Supervisor  # noqa: E402
+from w3async.compose import supervisor  # noqa: E402
 
 
 def rss_mib() -> float:
@@ -36,7 +36,7 @@ async def soak(minutes: float, every: float, count: int, lanes: int) -> list[tup
                        "env": {"W3N_EPISODES": "200"}}],  # recycles games too: restarts must not leak
             "supervisor": {"progress_s": 0}}
     run_dir = Path(tempfile.mkdtemp(prefix="w3a-soak-"))
-    sup = Supervisor(recipe_from_dict(data), run_dir)
+    sup = supervisor(recipe_from_dict(data), run_dir)
     task = asyncio.create_task(sup.run())
     await asyncio.sleep(5.0)
     rows = [(0.0, sup.agent_steps, rss_mib())]

@@ -181,7 +181,7 @@ def record_replay(path: Path) -> None:
 
 async def load(games: int, window: float, pairs: int, n_clients: int, limits: Limits | None) -> dict:
     from w3async.recipes import recipe_from_dict  # noqa: PLC0415
-    from w3async.runtime.supervisor import Supervisor  # noqa: PLC0415
+    from w3async.compose import supervisor  # noqa: PLC0415
 
     os.environ.setdefault("W3ASYNC_SHM_PREFIX", f"/w3a-sb{os.getpid()}-")
     d = Path(tempfile.mkdtemp(prefix="status-bench-"))
@@ -190,7 +190,7 @@ async def load(games: int, window: float, pairs: int, n_clients: int, limits: Li
     data = {"name": "statusbench", "game": "null",
             "games": [{"binary": str(REPO / "build" / "native" / "null_game"), "count": games, "lanes": 2, "nice": 10}],
             "supervisor": {"progress_s": 0}, "status": {"enabled": False}, "stop": {"seconds": 0}}
-    sup = Supervisor(recipe_from_dict(data), run)
+    sup = supervisor(recipe_from_dict(data), run)
     await sup.setup()  # its parts exist from set-up on (the watch among them)
     server = StatusServer(sup.watch.status_source(), sample_s=1.0, limits=limits)
     await server.start()

@@ -17,7 +17,7 @@ from w3async.observe.accounting import Accounting
 from w3async.observe.run_view import RunView
 from w3async.observe.status_metrics import metrics_text
 from w3async.recipes import recipe_from_dict
-from w3async.runtime.supervisor import Supervisor
+from w3async.compose import supervisor
 
 from .test_supervisor import assert_nothing_left, events, null_recipe
 
@@ -54,7 +54,7 @@ def _vmrss_mb(pids: list[int]) -> float:
 
 
 async def _run_with_peek(data: dict, run_dir, at_s: float, peek):
-    sup = Supervisor(recipe_from_dict(data), run_dir)
+    sup = supervisor(recipe_from_dict(data), run_dir)
     seen = {}
 
     async def later():
@@ -128,7 +128,7 @@ async def test_a_game_over_its_rss_cap_is_recycled_with_cause_memory(tmp_path, n
                         {"binary": str(null_native), "count": 1, "env": {"W3N_ROGUE": "hog", "W3N_HOG_MB": "128",
                                                                         "W3N_ROGUE_STEP": "5"}}],
                        supervisor={"accounting_s": 0.3}, stop={"seconds": 5})
-    sup = Supervisor(recipe_from_dict(data), tmp_path / "run")
+    sup = supervisor(recipe_from_dict(data), tmp_path / "run")
     stats = await sup.run()
     assert stats["games"][0]["causes"].get("memory", 0) >= 2 and set(stats["games"][0]["causes"]) == {"memory"}
     assert stats["games"][0]["restarts"] >= 2  # counted in the budget
@@ -184,7 +184,7 @@ async def test_a_killed_reader_is_replaced_and_the_run_goes_on(tmp_path, null_na
     data = null_recipe([{"binary": str(null_native), "count": 2}], supervisor={"accounting_s": 0.3},
                        stop={"seconds": 5})
     seen = {}
-    sup = Supervisor(recipe_from_dict(data), tmp_path / "run")
+    sup = supervisor(recipe_from_dict(data), tmp_path / "run")
 
     async def later():
         await asyncio.sleep(2.0)

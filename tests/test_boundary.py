@@ -379,8 +379,8 @@ AS_NOBODY = """
 import asyncio, json, sys
 from pathlib import Path
 from w3async.recipes import recipe_from_dict
-from w3async.runtime.supervisor import Supervisor
-sup = Supervisor(recipe_from_dict(json.loads(sys.argv[1])), Path(sys.argv[2]))
+from w3async.compose import supervisor
+sup = supervisor(recipe_from_dict(json.loads(sys.argv[1])), Path(sys.argv[2]))
 stats = asyncio.run(sup.run())
 print("RESULT " + json.dumps({"games": stats["games"], "leftovers": sup.leftovers}, default=str))
 """

@@ -81,10 +81,10 @@ def test_no_ray_import_without_a_cluster_section(tmp_path, null_native):
     code = f"""
 import asyncio, sys
 from w3async.recipes import recipe_from_dict
-from w3async.runtime.supervisor import Supervisor
+from w3async.compose import supervisor
 r = recipe_from_dict({{"name": "t", "game": "null", "games": [{{"binary": {str(null_native)!r}, "count": 2}}],
                       "supervisor": {{"policy": "check"}}, "stop": {{"steps": 3000}}}})
-asyncio.run(Supervisor(r, {str(tmp_path / "run")!r}).run())
+asyncio.run(supervisor(r, {str(tmp_path / "run")!r}).run())
 print("ray imported:", [m for m in sys.modules if m == "ray" or m.startswith("ray.")][:3])
 """
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)

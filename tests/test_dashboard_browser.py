@@ -25,7 +25,7 @@ import pytest
 
 from w3async.recipes import recipe_from_dict
 from w3async.observe.status import StatusServer
-from w3async.runtime.supervisor import Supervisor
+from w3async.compose import supervisor
 
 from w3async.observe.replay_view import replay_view
 from w3async.observe.video import VIDEO_DIR, encode_mp4, render_frames
@@ -178,7 +178,7 @@ async def test_dashboard_in_headless_chromium(tmp_path, null_native, duel_replay
             "games": [{"binary": str(null_native), "count": 2, "lanes": 2},
                       {"binary": str(null_native), "count": 1, "env": {"W3N_ROGUE": "crash", "W3N_ROGUE_STEP": "3000"}}],
             "supervisor": {"progress_s": 0, "backoff_s": 0.05, "backoff_max_s": 0.2}, "stop": {"seconds": 120}}
-    sup = Supervisor(recipe_from_dict(data), run)
+    sup = supervisor(recipe_from_dict(data), run)
     replay = run / "replays" / "eval-0001.w3dr"  # served only from inside the run folder
     await sup.setup()  # its parts exist from set-up on (the watch among them)
     source = sup.watch.status_source()

@@ -20,7 +20,8 @@ import pytest
 from w3async.runtime.procs import alive, mentioning
 from w3async.recipes import recipe_from_dict
 from w3async.sync.table import list_segments
-from w3async.runtime.supervisor import RunError, Supervisor
+from w3async.runtime.supervisor import RunError
+from w3async.compose import supervisor
 
 from .conftest import REPO, SHM_PREFIX
 from .test_supervisor import assert_nothing_left, events, null_recipe
@@ -39,7 +40,7 @@ async def test_a_fault_in_a_round_ends_the_run_cleanly(tmp_path, null_native):
         return check_answer(batch.obs_seq[:n], batch.lane[:n], batch.side[:n]), [0] * n
 
     data = null_recipe([{"binary": str(null_native), "count": 2}], stop={"seconds": 60})
-    sup = Supervisor(recipe_from_dict(data), tmp_path / "run", policy=policy)
+    sup = supervisor(recipe_from_dict(data), tmp_path / "run", policy=policy)
     with pytest.raises(RunError, match="internal fault in round: ZeroDivisionError: the policy's bug"):
         await sup.run()
     faults = [e for e in events(tmp_path / "run") if e["event"] == "fault"]
@@ -51,7 +52,7 @@ async def test_a_fault_in_a_round_ends_the_run_cleanly(tmp_path, null_native):
 
 async def test_a_fault_in_a_foreign_callback_is_caught_by_the_loop_barrier(tmp_path, null_native):
     data = null_recipe([{"binary": str(null_native), "count": 1}], stop={"seconds": 60})
-    sup = Supervisor(recipe_from_dict(data), tmp_path / "run")
+    sup = supervisor(recipe_from_dict(data), tmp_path / "run")
     run = asyncio.create_task(sup.run())
     while sup.agent_steps < 1000:
         await asyncio.sleep(0.05)
@@ -163,7 +164,7 @@ async def test_a_restart_without_file_descriptors_is_retried_not_failed(tmp_path
     data = null_recipe([{"binary": str(null_native), "count": 1, "env": {"W3N_ROGUE": "crash", "W3N_ROGUE_STEP": "300"}},
                         {"binary": str(null_native), "count": 1}],
                        supervisor={"restart_budget": 1000, "min_uptime_s": 0.0}, stop={"seconds": 60})
-    sup = Supervisor(recipe_from_dict(data), tmp_path / "run")
+    sup = supervisor(recipe_from_dict(data), tmp_path / "run")
     run = asyncio.create_task(sup.run())
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     try:

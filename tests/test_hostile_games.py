@@ -17,6 +17,7 @@ import pytest
 
 from w3async.runtime.procs import alive
 from w3async.recipes import recipe_from_dict
+from w3async.compose import supervisor
 from w3async.runtime.supervisor import Supervisor
 
 from .conftest import REPO
@@ -44,7 +45,7 @@ def _recipe(rogue: Path, null: Path, mode: str, seconds: float, env: dict | None
 
 async def _run(tmp_path: Path, data: dict) -> tuple[Supervisor, dict, Path]:
     run = tmp_path / "run"
-    sup = Supervisor(recipe_from_dict(data), run)
+    sup = supervisor(recipe_from_dict(data), run)
     stats = await sup.run()  # returns: the supervisor survived whatever the rogue did
     return sup, stats, run
 
@@ -217,8 +218,8 @@ async def test_a_doorbell_rung_without_end_harms_no_one(tmp_path, rogue, null_na
 FREEZABLE_RUN = """
 import asyncio, json, sys
 from w3async.recipes import recipe_from_dict
-from w3async.runtime.supervisor import Supervisor
-sup = Supervisor(recipe_from_dict(json.loads(sys.argv[1])), sys.argv[2])
+from w3async.compose import supervisor
+sup = supervisor(recipe_from_dict(json.loads(sys.argv[1])), sys.argv[2])
 stats = asyncio.run(sup.run())
 print(json.dumps({"games": stats["games"], "agent_steps": stats["agent_steps"], "leftovers": sup.leftovers},
                  default=str))

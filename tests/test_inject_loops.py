@@ -155,10 +155,10 @@ async def test_a_step_point_never_reached_fails_the_slot_within_15_s_naming_it(t
     group = loops_group(loops, ["--loop", "peek"], step_point="Sleep")
     data = null_recipe([group], supervisor={"start_timeout_s": 120}, stop={"seconds": 60})
     from w3async.runtime.runfolder import RunError
-    from w3async.runtime.supervisor import Supervisor
+    from w3async.compose import supervisor
 
     run = tmp_path / "run"
-    sup = Supervisor(recipe_from_dict(data), run)
+    sup = supervisor(recipe_from_dict(data), run)
     assert sup.recipe.supervisor.max_start_failures > 1  # the default: the exit alone fails the slot
     with pytest.raises(RunError) as e:
         await sup.run()

@@ -162,11 +162,11 @@ def _bad_dll(probe: dict, kind: str, mingw: str) -> Path:
 async def _failing_run(tmp_path: Path, group: dict, seconds: float = 60) -> tuple[object, Path, str]:
     """Runs one group whose every start fails; returns (the supervisor, the run, the run's error)."""
     from w3async.runtime.runfolder import RunError
-    from w3async.runtime.supervisor import Supervisor
+    from w3async.compose import supervisor
 
     data = null_recipe([group], supervisor={"start_timeout_s": 60, "max_start_failures": 2}, stop={"seconds": seconds})
     run = tmp_path / "run"
-    sup = Supervisor(recipe_from_dict(data), run)
+    sup = supervisor(recipe_from_dict(data), run)
     with pytest.raises(RunError) as e:
         await sup.run()
     return sup, run, str(e.value)
@@ -406,11 +406,11 @@ async def test_the_launcher_or_the_game_killed_ends_both_and_restarts(tmp_path, 
     import signal
 
     from w3async.procstat import alive
-    from w3async.runtime.supervisor import Supervisor
+    from w3async.compose import supervisor
 
     data = null_recipe([probe_group(probe)], supervisor={"start_timeout_s": 60}, stop={"seconds": 20})
     run = tmp_path / "run"
-    sup = Supervisor(recipe_from_dict(data), run)
+    sup = supervisor(recipe_from_dict(data), run)
     task = asyncio.ensure_future(sup.run())
     game, launcher = [], []
     for _ in range(300):  # until the game has stepped

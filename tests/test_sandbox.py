@@ -179,7 +179,7 @@ async def test_a_prefix_per_game_gives_each_windows_game_its_own_wineserver(tmp_
     import asyncio
 
     from w3async.recipes import recipe_from_dict
-    from w3async.runtime.supervisor import Supervisor
+    from w3async.compose import supervisor
 
     data = null_recipe([{"binary": str(null_exe), "runtime": "wine", "count": 2}], runtime={"prefix": "per-game"},
                        supervisor={"start_timeout_s": 120}, stop={"seconds": 60})

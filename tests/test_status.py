@@ -35,7 +35,7 @@ from w3async.observe.replay_view import ReplayError, replay_view
 from w3async.observe.run_view import GAME_KEYS, RunView
 from w3async.observe.status import StatusError, StatusServer
 from w3async.observe.status_metrics import metrics_text
-from w3async.runtime.supervisor import Supervisor
+from w3async.compose import supervisor
 
 from .conftest import BUILD, REPO
 
@@ -695,7 +695,7 @@ async def test_live_null_run_served(tmp_path, null_native, capsys):
     data = {"name": "statustest", "game": "null",
             "games": [{"binary": str(null_native), "count": 3, "lanes": 2}],
             "supervisor": {"progress_s": 0}, "status": {"enabled": False}, "stop": {"seconds": 3}}
-    sup = Supervisor(recipe_from_dict(data), tmp_path / "run")  # this test's server is the run's only one
+    sup = supervisor(recipe_from_dict(data), tmp_path / "run")  # this test's server is the run's only one
     await sup.setup()  # its parts exist from set-up on (the watch among them)
     server = StatusServer(sup.watch.status_source(), sample_s=0.25)
     port = await server.start()
@@ -967,7 +967,7 @@ async def test_a_real_run_keeps_stepping_under_100_clients(tmp_path, null_native
     their address's rate) and us, from another address (127.0.0.2), at once."""
     data = {"name": "statusload", "game": "null", "games": [{"binary": str(null_native), "count": 2, "lanes": 2}],
             "supervisor": {"progress_s": 0}, "status": {"enabled": False}, "stop": {"seconds": 60}}
-    sup = Supervisor(recipe_from_dict(data), tmp_path / "run")
+    sup = supervisor(recipe_from_dict(data), tmp_path / "run")
     await sup.setup()  # its parts exist from set-up on (the watch among them)
     server = StatusServer(sup.watch.status_source(), sample_s=0.25)
     port = await server.start()

@@ -18,6 +18,7 @@ from w3async.recipes import recipe_from_dict
 from w3async.sync.table import list_segments
 from w3async.runtime.procs import alive
 from w3async.runtime.supervisor import RunError, Supervisor
+from w3async.compose import supervisor
 
 from .conftest import REPO
 
@@ -37,7 +38,7 @@ def null_recipe(groups: list[dict], **sections) -> dict:
 
 
 async def run_recipe(data: dict, run_dir: Path) -> tuple[Supervisor, dict]:
-    sup = Supervisor(recipe_from_dict(data), run_dir)
+    sup = supervisor(recipe_from_dict(data), run_dir)
     stats = await sup.run()
     return sup, stats
 
@@ -424,7 +425,7 @@ async def test_a_run_refused_after_its_table_leaves_nothing_and_says_so(tmp_path
     data = null_recipe([{"binary": str(null_native), "count": 1, "lanes": 1},
                         {"binary": str(null_native), "count": 1, "lanes": 1, "host": "node1"}],
                        cluster={"local_nodes": 1})
-    sup = Supervisor(recipe_from_dict(data), tmp_path / "run")
+    sup = supervisor(recipe_from_dict(data), tmp_path / "run", cluster=None)
     with pytest.raises(RunError, match=r"\[cluster\] section, and this supervisor no cluster link"):
         await sup.run()
     assert not [s for s in list_segments() if s.startswith(sup.table.name)]

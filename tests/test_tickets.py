@@ -237,7 +237,7 @@ async def test_the_centre_drops_a_stale_answer_and_names_the_hosts_generation(tm
     data = null_recipe([{"binary": NULL, "count": 1, "lanes": 1},
                         {"binary": NULL, "count": 1, "lanes": 1, "host": "node1"}],
                        cluster={"local_nodes": 1})
-    sup = Supervisor(recipe_from_dict(data), tmp_path / "run", answerer=Deferred, signals=False, cluster=ClusterLink)
+    sup = compose.supervisor(recipe_from_dict(data), tmp_path / "run", answerer=Deferred, signals=False, cluster=ClusterLink)
     await sup.setup()
     try:
         c, d, h = sup.control, sup.answerer, sup.cluster.hosts_[0]

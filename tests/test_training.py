@@ -15,7 +15,7 @@ import torch
 from w3async import compose
 from w3async.learn.checkpoint import load_latest
 from w3async.recipes import recipe_from_dict
-from w3async.runtime.supervisor import RunError, Supervisor
+from w3async.runtime.supervisor import Supervisor
 
 from .conftest import REPO
 from .test_supervisor import assert_nothing_left, events
@@ -395,24 +395,34 @@ async def test_learner_lines_carry_the_schedules_kl_limit_and_value_norm(tmp_pat
     assert load_latest(tmp_path / "run")["counters"]["seconds"] > 0
 
 
-async def test_the_learner_comes_only_from_the_composition_root(tmp_path):
+def test_every_run_is_made_by_the_composition_root():
     """runtime/ imports nothing of learn/ nor cluster/ (w3async/compose.py picks the
-    answerer and the cluster link): a Supervisor made without it refuses a network
-    policy with a message that says where the learner comes from, before any game."""
+    answerer and the cluster link); a Supervisor has no answerer of its own to fall back
+    on (it is handed one), so the choice is made once: one answerer_for in the package,
+    and the entry points above the root (the CLI, eval, the env) make their runs through
+    compose.supervisor()."""
     import ast
+    import inspect
 
-    pkg = REPO / "w3async" / "runtime"
-    found = []
-    for f in sorted(pkg.glob("*.py")):
+    def imports(f: Path) -> list[str]:
+        out = []
         for node in ast.walk(ast.parse(f.read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+            out += [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            found += [f"{f.name}: {n}" for n in names if n.startswith(("w3async.learn", "w3async.cluster",
-                                                                       "w3async.compose"))]
+        return out
+
+    pkg = REPO / "w3async"
+    found = [f"{f.name}: {n}" for f in sorted((pkg / "runtime").glob("*.py")) for n in imports(f)
+             if n.startswith(("w3async.learn", "w3async.cluster", "w3async.compose"))]
     assert found == []
-    with pytest.raises(RunError, match=r"network.*w3async\.compose\.supervisor"):
-        await Supervisor(recipe_from_dict(learn_recipe(count=1)), tmp_path / "run").run()
-    assert not [e for e in events(tmp_path / "run") if e["event"] == "game_start"]
+    assert inspect.signature(Supervisor).parameters["answerer"].default is inspect.Parameter.empty
+    sources = {f: f.read_text() for f in pkg.rglob("*.py")}
+    assert [f.name for f, text in sources.items() if "def answerer_for" in text] == ["compose.py"]
+    makers = sorted(str(f.relative_to(pkg)) for f, text in sources.items() if "Supervisor(" in text
+                    and f.name not in ("supervisor.py", "compose.py"))
+    assert makers == ["cluster/gamehost.py"], makers  # below the root: it hands its own answerer
+    for entry in ("__main__.py", "learn/evaluate.py", "env/bridge.py"):
+        assert "supervisor(" in sources[pkg / entry], entry
 
 
 async def test_a_fixed_policys_run_writes_the_episodes_a_learners_would(tmp_path):

@@ -11,8 +11,11 @@ recipe:
   writes as the learner's are;
 - the cluster link (cluster.link.ClusterLink) for a recipe with a [cluster] section;
 
-and hands them to the Supervisor. `python -m w3async run`, `w3async eval`, the env's
-supervisor thread and the game hosts make their runs here or pass their own answerer.
+and hands them to the Supervisor. Every entry point makes its run here (supervisor()):
+`python -m w3async run` with the recipe's choice, `w3async eval` (learn/evaluate.py) and
+the env's supervisor thread (env/bridge.py) with an answerer of their own: they differ only
+in that answerer and the thread that hosts the run. A game host (cluster/gamehost.py), below
+this module, hands the Supervisor its RemoteAnswerer itself (it has no cluster link).
 """
 
 from __future__ import annotations
@@ -58,7 +61,8 @@ def cluster_link_for(recipe) -> Callable | None:
 
 def supervisor(recipe, run_dir: Path, *, policy: Callable | None = None, answerer: MakeAnswerer | None = None,
                **kw) -> Supervisor:
-    """A Supervisor for the recipe with its answerer and cluster link chosen here; `kw`
-    as the Supervisor's (signals, keep_signals, cluster to replace the recipe's link)."""
+    """The run of `recipe` in `run_dir`: a Supervisor with its answerer (answerer_for) and
+    cluster link chosen here; `kw` as the Supervisor's (signals, keep_signals, cluster to
+    replace the recipe's link)."""
     kw.setdefault("cluster", cluster_link_for(recipe))
     return Supervisor(recipe, run_dir, answerer=answerer_for(recipe, policy, answerer), **kw)

@@ -165,11 +165,11 @@ async def test_a_repeat_holds_each_answer_for_frames_and_the_hit_reward_pays_eac
 async def test_a_malformed_pong_setting_fails_the_start_naming_it(tmp_path, built):
     from w3async.recipes import recipe_from_dict
     from w3async.runtime.runfolder import RunError
-    from w3async.runtime.supervisor import Supervisor
+    from w3async.compose import supervisor
 
     data = pong_recipe(1, 100, env={"PONG_REPEAT": "4x"})
     data["supervisor"].update(max_start_failures=2)
-    sup = Supervisor(recipe_from_dict(data), tmp_path / "run")
+    sup = supervisor(recipe_from_dict(data), tmp_path / "run")
     with pytest.raises(RunError) as e:
         await sup.run()
     assert 'PONG_REPEAT="4x" must be a whole number of frames, 1..16' in str(e.value), str(e.value)

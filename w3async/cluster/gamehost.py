@@ -114,6 +114,9 @@ class GameHost:
         if self._run is not None:
             return
         self._ready = asyncio.Event()
+        # The host's run differs from the centre's only in its answerer (RemoteAnswerer) and
+        # in having no cluster link; the composition root (w3async/compose.py) sits above this
+        # package, so the host hands the Supervisor that answerer itself.
         self.sup = Supervisor(self.recipe, self.run_dir, answerer=self._make_answerer, signals=False)
         self._run = asyncio.ensure_future(self._run_games())
         asyncio.ensure_future(self._watch_centre())

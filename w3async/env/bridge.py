@@ -332,7 +332,7 @@ class SupervisorThread:
         version), greedy), or None."""
         import torch  # noqa: F401, PLC0415 (see below)
 
-        from w3async.runtime.supervisor import Supervisor  # noqa: PLC0415
+        from w3async.compose import supervisor  # noqa: PLC0415
 
         # torch imported on this (the caller's) thread: the run's thread imports it on first
         # use, and a torch first imported on that daemon thread crashed the process at exit
@@ -356,7 +356,8 @@ class SupervisorThread:
             return self.bridge
 
         # signals=False: the caller's thread owns SIGINT (a loop off the main thread cannot take it)
-        self.sup = Supervisor(recipe, run_dir, answerer=answerer, signals=False)
+        # cluster=None: the env's rows are this machine's (a [cluster] recipe is refused, saying so)
+        self.sup = supervisor(recipe, run_dir, answerer=answerer, signals=False, cluster=None)
         self.error: str | None = None
         self.stats: dict = {}
         self.seed = None  # slot -> the W3S_SEED of its first start, or None (set before start())

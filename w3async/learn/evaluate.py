@@ -351,7 +351,8 @@ def _play(args, path: Path, data: dict, levels: list[str], net, version: int, co
           own=None) -> int:
     from w3async.recipes import RecipeError, recipe_from_dict  # noqa: PLC0415
     from w3async.runtime.preflight import preflight  # noqa: PLC0415
-    from w3async.runtime.supervisor import RunError, Supervisor  # noqa: PLC0415
+    from w3async.compose import supervisor  # noqa: PLC0415
+    from w3async.runtime.supervisor import RunError  # noqa: PLC0415
 
     try:
         recipe = recipe_from_dict(data, f"{path} (eval)")
@@ -374,7 +375,7 @@ def _play(args, path: Path, data: dict, levels: list[str], net, version: int, co
                                  policy=own))
         return made[0]
 
-    sup = Supervisor(recipe, run_dir, answerer=answerer)
+    sup = supervisor(recipe, run_dir, answerer=answerer, cluster=None)  # games on this machine only
     try:
         eventloop.run(sup.run())
     except RunError as e:

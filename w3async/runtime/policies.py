@@ -12,8 +12,7 @@ import numpy as np
 
 from w3async.observe.logs import JsonLog
 from w3async.run_folder import RunFolder
-from w3async.runtime.answerer import Answerer, RunControl
-from w3async.runtime.runfolder import RunError
+from w3async.runtime.answerer import RunControl
 from w3async.sync import layout
 from w3async.sync.gather import Batch
 
@@ -128,18 +127,3 @@ def policy_answerer(control: RunControl, name: str, book=None) -> PolicyAnswerer
     if name == "random":
         return PolicyAnswerer(control, RandomPolicy(control.n_rows), book)
     raise ValueError(f"supervisor.policy {name!r} is not a fixed policy ('check', 'random')")
-
-
-def answerer_for(control: RunControl, make: Callable[[RunControl], Answerer] | None,
-                 policy: Callable | None) -> Answerer:
-    """A run's answerer: made by `make` (the composition root's, w3async/compose.py), or
-    the given `policy`, or the recipe's fixed one. RunError for a network policy with no
-    maker."""
-    if make is not None:
-        return make(control)
-    if policy is not None:
-        return PolicyAnswerer(control, policy)
-    if control.recipe.supervisor.policy == "network":
-        raise RunError("supervisor.policy = \"network\" is answered by the learner, which this supervisor was "
-                       "not given: make the run with w3async.compose.supervisor() (python -m w3async run does)")
-    return policy_answerer(control, control.recipe.supervisor.policy)

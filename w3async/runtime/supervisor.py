@@ -38,7 +38,6 @@ from w3async.runtime import procs
 from w3async.runtime.answerer import Answerer, Counters, RunControl, RunFailure
 from w3async.runtime.keeper import GameKeeper
 from w3async.runtime.life import RunContext, RunLife
-from w3async.runtime.policies import answerer_for
 from w3async.runtime.runfolder import RunError, RunLock, cleanup_previous_run
 from w3async.runtime.runtimes import slot_runtimes
 from w3async.runtime.limits import Limits
@@ -61,8 +60,9 @@ class Supervisor:
     table and the answerer (a checkpoint is loaded there, or the run refused) and installs
     the signal handlers; `await run()` sets up if that was not done, starts the games and
     returns when the run ends, after `close()`; `await close()` is the shutdown (idempotent).
-    `policy` / `answerer` (a maker taking the run's RunControl), when given, replace the recipe's
-    policy; the learner (`policy = "network"`) comes only as `answerer`, from w3async/compose.py.
+    `answerer`: what makes the run's answerer from its RunControl, at set-up (after the
+    slots, before any game starts). Made by w3async.compose.supervisor(), the one place
+    that chooses it for every entry point (the CLI, eval, the env, a game host).
     `signals` False: no SIGINT/SIGTERM handlers (a game host, on a Ray actor's thread).
     `keep_signals` True (the CLI, which owns the process): after the shutdown the handlers stay,
     ignoring the signals; removed, the default ones came back, and a signal in the event loop
@@ -71,13 +71,11 @@ class Supervisor:
     (w3async.cluster.link.ClusterLink, above this package). Its parts get the run's
     RunContext and the pieces each names (runtime/life.py), never the Supervisor."""
 
-    def __init__(self, recipe: Recipe, run_dir: Path, policy: Callable | None = None,
-                 answerer: Callable[[RunControl], Answerer] | None = None, signals: bool = True,
-                 cluster: Callable | None = None, keep_signals: bool = False):
+    def __init__(self, recipe: Recipe, run_dir: Path, answerer: Callable[[RunControl], Answerer], *,
+                 signals: bool = True, cluster: Callable | None = None, keep_signals: bool = False):
         self.recipe = recipe
         self.run_dir = Path(run_dir)
         self.spec = games.get(recipe.game).spec
-        self._policy = policy
         self._make_answerer = answerer
         self.slots: list[Slot] = []
         self.table: Table | None = None
@@ -169,8 +167,8 @@ class Supervisor:
                                  schedule_round=self.schedule_round)
         self.remains.keeper = self.keeper
         # the composition root's maker (w3async/compose.py: the learner loads its checkpoint
-        # here, or refuses), a given policy, or the recipe's fixed one
-        self.answerer = answerer_for(self.control, self._make_answerer, self._policy)
+        # here, or refuses; a fixed policy with its episode book; an entry point's own)
+        self.answerer = self._make_answerer(self.control)
         self.control.answerer = self.answerer
         if self.cluster is not None:
             self.cluster.bind(self.control, self.answerer)
