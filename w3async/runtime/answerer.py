@@ -61,6 +61,37 @@ class Ticket:
     gens: np.ndarray
 
 
+class SplitRows:
+    """The run's rows when some are game hosts' (a [cluster] recipe): rows below
+    n_local are this host's table's, answered, held and released by its gatherer; the
+    rest go through the cluster link (cluster/link.py), named by the host's generation
+    of the round they came in. The same hold/release/answer as the gatherer's, so
+    RunControl makes one call either way (a single-host run uses the gatherer itself)."""
+
+    def __init__(self, gatherer, link, n_local: int, n_rows: int):
+        self._here, self._link, self._n_local = gatherer, link, n_local
+        self.host_gen = np.zeros(n_rows, np.int64)  # a game host's row: its generation there (arrived())
+
+    def hold(self, rows: np.ndarray) -> None:
+        self._here.hold(rows[rows < self._n_local])  # a host's rows are held there from the moment they were sent
+
+    def release(self, rows: np.ndarray) -> None:
+        here = rows < self._n_local
+        self._here.release(rows[here])
+        if not here.all():  # (the link sends nothing once the run stops)
+            far = rows[~here]
+            self._link.release(far, self.host_gen[far])
+
+    def answer(self, rows: np.ndarray, obs_seq: np.ndarray, actions: np.ndarray, versions: np.ndarray,
+               release: bool = False) -> None:
+        here = rows < self._n_local
+        if here.any():
+            self._here.answer(rows[here], obs_seq[here], actions[here], versions[here], release=release)
+        if not here.all():
+            far = ~here
+            self._link.answer(rows[far], self.host_gen[rows[far]], obs_seq[far], actions[far], versions[far])
+
+
 class RunControl:
     """What an answerer may do to the run. Made by the supervisor; every method is
     called on the loop's thread, except: fail() and request_stop() from any thread, and,
@@ -86,17 +117,15 @@ class RunControl:
         self.counters: Counters = counters
         self.answerer: Answerer | None = None  # told of resets; set once it is made (it takes this control)
         self.games = [GameRows(s.index, s.row0, s.nrows, s.group) for s in slots]
-        # With a cluster, the game hosts' rows follow the table's: rows from n_local on
-        # are answered, held and released through the cluster link (cluster/link.py).
-        self._n_local = table.n_rows
+        # With a cluster, the game hosts' rows follow the table's (SplitRows routes them).
         self._remote = cluster
-        self.n_rows: int = self._n_local + (cluster.n_rows if cluster is not None else 0)
+        self.n_rows: int = table.n_rows + (cluster.n_rows if cluster is not None else 0)
         self.local: bool = cluster is None  # every row is this host's table's (none a game host's)
+        self._rows = gatherer if cluster is None else SplitRows(gatherer, cluster, table.n_rows, self.n_rows)
         if cluster is not None:
             self.games += cluster.games
         self._gen = np.zeros(self.n_rows, np.int64)  # each row's resets so far
         self._in_flight = np.zeros(self.n_rows, bool)  # held by a ticket not yet answered or released
-        self._host_gen = np.zeros(self.n_rows, np.int64)  # a game host's row: its generation there
         self.obs_bells: list = []  # an answerer that gathers: the obs doorbells its thread waits on
         self._rounds_open = True  # until the shutdown: no thread's round after it (close_rounds)
 
@@ -122,7 +151,7 @@ class RunControl:
         from the moment they were sent."""
         rows = np.asarray(rows, np.int64)
         self._in_flight[rows] = True
-        self._gatherer.hold(rows[rows < self._n_local] if self._remote is not None else rows)
+        self._rows.hold(rows)
         return Ticket(rows, self._gen[rows].copy())
 
     def in_flight(self, rows: np.ndarray) -> np.ndarray:
@@ -174,16 +203,9 @@ class RunControl:
         are released in the same call (the gatherer drops an answer to a held row)."""
         if self._ctx.life.stopping:
             if held:
-                self._gatherer.release(rows[rows < self._n_local] if self._remote is not None else rows)
-        elif self._remote is None:
-            self._gatherer.answer(rows, obs_seq, actions, versions, release=held)
+                self._rows.release(rows)
         else:
-            here = rows < self._n_local
-            if here.any():
-                self._gatherer.answer(rows[here], obs_seq[here], actions[here], versions[here], release=held)
-            if not here.all():
-                far = rows[~here]
-                self._remote.answer(far, self._host_gen[far], obs_seq[~here], actions[~here], versions[~here])
+            self._rows.answer(rows, obs_seq, actions, versions, release=held)
         self.counters.agent_steps += len(rows)
         self.counters.rounds += 1
         steps = self.recipe.stop.steps
@@ -196,14 +218,9 @@ class RunControl:
         keep = self.current(ticket)
         rows = ticket.rows[keep]
         if len(rows):
-            self._free(rows)
-            if self._remote is not None and not (here := rows < self._n_local).all():
-                self._remote.release(rows[~here], self._host_gen[rows[~here]])
+            self._in_flight[rows] = False
+            self._rows.release(rows)
         return keep
-
-    def _free(self, rows: np.ndarray) -> None:
-        self._in_flight[rows] = False
-        self._gatherer.release(rows[rows < self._n_local] if self._remote is not None else rows)
 
     def rows_reset(self, rows: slice) -> None:
         """A game's rows were reset (it exited, restarts, or its host was lost): every
@@ -217,7 +234,7 @@ class RunControl:
     def arrived(self, rows: np.ndarray, host_gen: np.ndarray) -> None:
         """A game host's round for rows arrived, at the host's generations host_gen:
         their answer or release goes back naming them (the host drops it otherwise)."""
-        self._host_gen[rows] = host_gen
+        self._rows.host_gen[rows] = host_gen
 
     def schedule_round(self) -> None:
         self._schedule_round()
