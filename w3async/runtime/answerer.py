@@ -321,11 +321,9 @@ class Answerer(Protocol):
     """Why the answerer ends the run (None while it does not)."""
 
     gathers: bool
-    """Its own thread runs the rounds (RunControl.round_here, waiting on RunControl.obs_bells)
-    and the loop reads no obs doorbell; such an answerer has wake_thread(), called (with
-    RunControl.lock held) when the doorbells change, and its submit takes `held`: True for
-    round_here's batches, whose rows it took as it gathered them. False: the loop gathers
-    (every answerer declares it)."""
+    """True: its own thread runs the rounds (RunControl.round_here, waiting on
+    RunControl.obs_bells), the loop reads no obs doorbell, and it is a GatheringAnswerer.
+    False: the loop gathers (every answerer declares it)."""
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Before the first game starts (off the loop: it may load a network)."""
@@ -345,6 +343,17 @@ class Answerer(Protocol):
 
     def stop(self) -> None:
         """After the games ended (off the loop): finish, save, close."""
+
+
+class GatheringAnswerer(Answerer, Protocol):
+    """An answerer whose own thread runs the rounds (`gathers` True: the env's bridge)."""
+
+    def wake_thread(self) -> None:
+        """The obs doorbells changed (RunControl.lock held): wait on the new set."""
+
+    def submit(self, batch: Batch, held: bool = False) -> None:
+        """As Answerer.submit; held: the batch's rows were taken as they were gathered
+        (RunControl.round_here's), so it answers them with their generations now."""
 
 
 class QuietAnswerer:
