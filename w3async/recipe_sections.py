@@ -369,6 +369,15 @@ class StopSection:
     minutes: Float = Field(0.0, ge=0, le=year_in("minutes"))
     """Wall-clock minutes (with seconds also set, the sooner limit wins)."""
 
+    # The stop rule, read in one place each: agent steps where rows are answered
+    # (RunControl), updates where the learner makes them (learner_thread.py), the
+    # wall-clock limit where the supervisor waits for the stop (Recipe.stop_after_s).
+    def steps_reached(self, steps: int) -> bool:
+        return bool(self.steps) and steps >= self.steps
+
+    def updates_reached(self, updates: int) -> bool:
+        return bool(self.updates) and updates >= self.updates
+
 
 @dataclass(config=CONFIG)
 class Recipe:

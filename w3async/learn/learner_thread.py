@@ -171,7 +171,7 @@ class LearnerThread:
                 h.board(rec)  # TensorBoard's learner/* (a queue put)
                 if version % h.recipe.checkpoint.every_updates == 0:
                     h.checkpoint()
-                if h.recipe.stop.updates and version >= h.recipe.stop.updates:
+                if h.recipe.stop.updates_reached(version):
                     loop.call_soon_threadsafe(h.request_stop)
                     return
         except CheckpointError as e:  # a disk that is full or read-only: a cause, not a traceback

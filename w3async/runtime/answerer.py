@@ -208,8 +208,7 @@ class RunControl:
             self._rows.answer(rows, obs_seq, actions, versions, release=held)
         self.counters.agent_steps += len(rows)
         self.counters.rounds += 1
-        steps = self.recipe.stop.steps
-        if steps and self.counters.agent_steps >= steps:  # the recipe's step limit
+        if self.recipe.stop.steps_reached(self.counters.agent_steps):
             self.request_stop()
 
     def release(self, ticket: "Ticket") -> np.ndarray:
