@@ -27,6 +27,27 @@ def events(run_dir: Path) -> list[dict]:
     return [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()]
 
 
+def lost_starts(run_dir: Path, slot: int | None = None, most: int = 1) -> list[dict]:
+    """The game_exit events of starts lost before their game ran: no row posted, an exit
+    within a second of the start, with a code that no part of w3async gives (not 0, not
+    a W3S_EXIT_*: a launcher, Wine or bubblewrap that gave up before the game's first
+    instruction). The supervisor restarts such a start like any failed one; a Wine start
+    does this about once in a few thousand under the test suite's load (docs/faults.md),
+    so a test about something else allows `most` of them and names them if there are more."""
+    lost = [e for e in events(run_dir) if e["event"] == "game_exit" and (slot is None or e["slot"] == slot)
+            and not e["posted"] and e["up_s"] < 1.0 and e["returncode"] not in (0, *layout.EXIT_NAMES)]
+    assert len(lost) <= most, lost
+    return lost
+
+
+def but_lost(causes: dict, lost: list[dict]) -> dict:
+    """A slot's (or the run's) counts by cause without the lost starts' (lost_starts)."""
+    out = dict(causes)
+    for e in lost:
+        out[e["cause"]] -= 1
+    return {k: n for k, n in out.items() if n}
+
+
 def null_recipe(groups: list[dict], **sections) -> dict:
     d = {"name": "test", "game": "null", "games": groups}
     # Fast restarts, and a budget that lets a test's deliberately short-lived games restart
