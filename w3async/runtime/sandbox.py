@@ -192,7 +192,16 @@ class Sandbox:
     def wrap(self, start: GameStart, group) -> list[str]:
         """bwrap's command line around start.argv (group: network, writable folders)."""
         spaces = _joined(start.join) if start.join else _NAMESPACES
-        args = [self.bwrap, *spaces, "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev"]
+        # --die-with-parent not where the start joins a pid namespace: bwrap then enters it
+        # through an intermediate process that exits at once, and the sandboxed process sets
+        # its parent-death signal only after its set-up; when that comes first, the
+        # intermediate's exit SIGKILLs the start (bubblewrap 0.8's source). What the suite
+        # met, about once a run: a Wine start SIGKILLed 23 ms after it began, with no
+        # output, beside another start launched at the same moment. Such a game ends with its
+        # supervisor otherwise: at its next wait (its act doorbell closed: W3S_EXIT_LOST), and
+        # whatever is left of its prefix with the next run (the run lock's clean-up).
+        args = [self.bwrap, *spaces, *([] if start.join else ["--die-with-parent"]),
+                "--ro-bind", "/", "/", "--dev", "/dev"]
         if start.join:  # the server's pid namespace: its /proc
             args += ["--proc", "/proc"]
         elif start.pid_namespace:  # the game's parent is then the sandbox's pid 1 (the shim dies with it)
