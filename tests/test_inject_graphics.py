@@ -17,7 +17,7 @@ import pytest
 
 from .conftest import REPO, need
 from .test_injection import _probe_adapter, game_logs, probe, probe_group  # noqa: F401 (fixture)
-from .test_supervisor import assert_nothing_left, but_lost, lost_starts, null_recipe, run_recipe
+from .test_supervisor import assert_nothing_left, but_lost, events, lost_starts, null_recipe, run_recipe
 
 pytestmark = pytest.mark.wine
 
@@ -55,17 +55,39 @@ async def _run(tmp_path: Path, probe: dict, bits: int, request, draw: bool, name
     sup, stats = await run_recipe(data, tmp_path / name)
     log = game_logs(tmp_path / name)[0]
     assert_nothing_left(sup, tmp_path / name)
-    # the restarts but a start lost before the game ran (lost_starts): not this test's subject
-    return log, {**stats, "restarts": but_lost(stats["restarts"], lost_starts(tmp_path / name))}
+    # the restarts but a start lost before the game ran (lost_starts) and one whose device
+    # Wine and llvmpipe could not make (device_not_made): not this test's subject
+    passing = lost_starts(tmp_path / name) + device_not_made(tmp_path / name)
+    return log, {**stats, "restarts": but_lost(stats["restarts"], passing)}
+
+
+def device_not_made(run_dir: Path, most: int = 1) -> list[dict]:
+    """The game_exit events of starts whose game said, in a message box before its first
+    post, that its device or context could not be made: Wine's desktop process, started
+    by the game, once in a few hundred starts fails to start ("failed to map the shared
+    user data: c0000018", then "failed to start explorer"), and without a desktop wined3d
+    has no window for its GL context (DXGI_ERROR_UNSUPPORTED). The supervisor restarts
+    such a start of a slot that already ran (docs/faults.md). A test about drawing allows
+    `most` and names them if there are more."""
+    boxes = [e for e in events(run_dir) if e["event"] == "game_exit" and e["cause"] == "message_box"
+             and not e["posted"] and re.search(r"could (not )?be (created|made)", e["stderr"])]
+    assert len(boxes) <= most, boxes
+    return boxes
+
+
+def first_start_that_ran(log: str, made: str) -> str:
+    """The output of the run's first start whose game made its device ("" if none did)."""
+    return next((out for out in re.split(r"^--- start \d+ .*$", log, flags=re.M)[1:] if made in out), "")
 
 
 def _same_simulation_drawn_or_not(runs: dict, tag: str, made: str, drawn_pixel: str) -> None:
-    """Each run's first start: the game made its device, read back drawn_pixel only when
+    """Each run's first start that ran (first_start_that_ran): the game made its device,
+    read back drawn_pixel only when
     drawing was on, stepped once a frame (3 ticks of 16 ms in a 48 ms step: 600 ticks in
     ~200 steps) and ended with the same simulation hash drawn or not."""
     hashes = {}
     for draw, (log, stats) in runs.items():
-        first = log.split("--- start 1 ", 1)[0]  # the first start's output
+        first = first_start_that_ran(log, made)
         assert made in first, log[-800:]
         pixel = re.search(rf"{tag}: pixel (0x[0-9a-f]+)", first)
         assert pixel and (pixel.group(1) == drawn_pixel) == draw, (draw, first[-800:])

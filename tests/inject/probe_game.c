@@ -16,6 +16,9 @@
  * --msgbox-at N  a message box at pass N (0: before the first step), as a game whose
  *             device could not be made shows one, from the main thread, or with
  *             --msgbox-thread from a thread of its own
+ * --msgbox-start K  the box of --msgbox-at at the game's K-th start only (0: its first),
+ *             its starts counted in starts.txt of the folder PROBE_STARTS names (a game
+ *             whose device could not be made once, as on a loaded machine)
  * It exports its state (probe_state) and an order function (probe_order), as a
  * game's modding interface would.
  */
@@ -71,9 +74,31 @@ static DWORD WINAPI show_box(void *arg)
     return 0;
 }
 
+/* This start's number: starts.txt in the folder PROBE_STARTS names, counted up (0 without it). */
+static long long count_start(void)
+{
+    const char *dir = getenv("PROBE_STARTS");
+    char path[MAX_PATH];
+    long long n = 0;
+    if (!dir || snprintf(path, sizeof(path), "%s\\starts.txt", dir) >= (int)sizeof(path))
+        return 0;
+    FILE *f = fopen(path, "r");
+    if (f) {
+        if (fscanf(f, "%lld", &n) != 1)
+            n = 0;
+        fclose(f);
+    }
+    f = fopen(path, "w");
+    if (f) {
+        fprintf(f, "%lld\n", n + 1);
+        fclose(f);
+    }
+    return n;
+}
+
 int main(int argc, char **argv)
 {
-    long long passes = -1, print = 0, threads = 0, waiters = 0, crash_at = -1, msgbox_at = -1;
+    long long passes = -1, print = 0, threads = 0, waiters = 0, crash_at = -1, msgbox_at = -1, msgbox_start = -1;
     int child = 0, msgbox_thread = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--passes") && i + 1 < argc)
@@ -88,6 +113,8 @@ int main(int argc, char **argv)
             crash_at = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--msgbox-at") && i + 1 < argc)
             msgbox_at = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--msgbox-start") && i + 1 < argc)
+            msgbox_start = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--msgbox-thread"))
             msgbox_thread = 1;
         else if (!strcmp(argv[i], "--child"))
@@ -100,6 +127,8 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    if (msgbox_start >= 0 && count_start() != msgbox_start)
+        msgbox_at = -1;
     if (child) {
         char self[MAX_PATH], cmd[MAX_PATH + 32];
         GetModuleFileNameA(NULL, self, sizeof(self));

@@ -148,7 +148,7 @@ class GameKeeper:
         still counts as one that ran."""
         seqs = self.table.column("obs_seq")[s.rows]
         if not s.posted and int(seqs.sum()) > 0:
-            s.posted, s.fail_streak = True, 0
+            s.posted, s.ever_posted, s.fail_streak = True, True, 0
         s.stepped = int(seqs.max(initial=0)) > 1
 
     def cap_logs(self) -> None:
@@ -204,11 +204,7 @@ class GameKeeper:
         how = f"signal {signal.Signals(-code).name}" if code < 0 else f"code {code}"
         self.ctx.events.warning("game_exit", slot=s.index, pid=s.proc.pid, returncode=code, cause=cause,
                                 posted=s.posted, up_s=round(time.monotonic() - s.started_at, 3), stderr=tail)
-        if code in (layout.EXIT_LAYOUT, layout.EXIT_ATTACH) or (code in (layout.EXIT_NO_STEP, layout.EXIT_MSGBOX)
-                                                                   and not s.posted):
-            # Deterministic: a restart would fail the same way (a step point never reached:
-            # the slot fails step_deadline_s after its start, not after three starts; a
-            # message box before the first post: a game that cannot start, saying why).
+        if self._deterministic(s, code):
             self.fail_slot(s, f"{s.binary} {layout.EXIT_NAMES[code]} (exit {code}): {tail}")
             return
         if not s.posted:  # exit 0 included: a game that ends before its first post is failing
@@ -218,6 +214,22 @@ class GameKeeper:
                                    f"last with {how}: {tail}")
                 return
         self.schedule_restart(s, cause, how, tail)
+
+    @staticmethod
+    def _deterministic(s: Slot, code: int) -> bool:
+        """Would a restart of slot s fail the same way (its start ended with code)? A
+        table it cannot map or a doorbell it cannot attach, always. A step point never
+        reached, before the slot's first post: it fails step_deadline_s after its start,
+        not after three starts. A message box before the slot's first post, on a second
+        start in a row: a game that cannot start, saying why (one box alone may be a
+        passing fault: a device that could not be made on a loaded machine). A slot that
+        has posted in this run can start: such an end on a later start is restarted,
+        counted like any start that ended before its first post (max_start_failures)."""
+        if code in (layout.EXIT_LAYOUT, layout.EXIT_ATTACH):
+            return True
+        if s.posted or s.ever_posted:
+            return False
+        return code == layout.EXIT_NO_STEP or (code == layout.EXIT_MSGBOX and s.fail_streak >= 1)
 
     def restart_after_fault(self, s: Slot) -> None:
         """A fault of ours concerned slot s: its game is ended and restarted from scratch."""
@@ -318,7 +330,7 @@ class GameKeeper:
                 if seq != s.seq_sum:
                     s.seq_sum, s.progress_at = seq, now
                     if not s.posted:
-                        s.posted, s.state, s.fail_streak = True, RUNNING, 0
+                        s.posted, s.ever_posted, s.state, s.fail_streak = True, True, RUNNING, 0
                     continue
                 answered = bool((obs[s.rows] == act[s.rows]).all())  # a game rewriting obs_seq hangs itself
                 idle = now - s.progress_at

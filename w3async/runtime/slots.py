@@ -56,6 +56,7 @@ class Slot:
     progress_at: float = 0.0  # when its rows' sequence numbers last moved
     seq_sum: int = 0
     posted: bool = False  # has this start posted a row yet
+    ever_posted: bool = False  # has any start of this slot posted in this run (it can start)
     restart_handle: object = None
     segment: str = ""  # this start's segment: every process the game starts carries its name
     sandboxed: bool = False  # this start runs in a bwrap sandbox (runtime/sandbox.py)

@@ -185,7 +185,9 @@ class WinePrefix:
         env.update(self.build.env)
         env.update(
             WINEPREFIX=str(self.path),
-            WINEDEBUG="-all",
+            # Wine's errors (err:, winediag's "no OpenGL" included) reach the game's log and
+            # a failure's message; its fixme: notes, many a frame for some games, do not.
+            WINEDEBUG="fixme-all",
             WINEDLLOVERRIDES=DLL_OVERRIDES,
             WINEFSYNC="1" if self.cfg.fsync else "0",
             WINEESYNC="1" if self.cfg.esync else "0",
