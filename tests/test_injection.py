@@ -421,6 +421,51 @@ def _describe(pid: int) -> str:
         return "gone"
 
 
+async def test_every_wine_process_of_a_run_has_a_fixed_layout_and_no_capability(tmp_path, probe):
+    """The launcher, the game, its desktop and the prefix's own processes (wineserver,
+    services.exe, ...) all run with address randomization off (personality
+    ADDR_NO_RANDOMIZE, from `setarch -R` before the loader): with it on, Debian's Wine 8
+    put a process's heap on the page it maps at 0x7ffe0000 in about one start of 3,000
+    (measured: docs/faults.md), and that process exited 1 before its first instruction."""
+    import asyncio
+    import os
+
+    from w3async.compose import supervisor
+    from w3async.runtime.wineprefix import fixed_layout
+
+    assert fixed_layout(), "this machine refuses personality(ADDR_NO_RANDOMIZE) (setarch -R true failed)"
+    data = null_recipe([probe_group(probe)], supervisor={"start_timeout_s": 60}, stop={"seconds": 20})
+    sup = supervisor(recipe_from_dict(data), tmp_path / "run")
+    task = asyncio.ensure_future(sup.run())
+    try:
+        for _ in range(300):  # until the game has stepped
+            await asyncio.sleep(0.1)
+            ours = [p for exe in ("probe_game.exe", "w3inject.exe", "explorer.exe")
+                    for p in _processes_of_run(sup.table.name, exe)]
+            if len(ours) >= 2 and sup.counters.agent_steps > 100:
+                break
+        prefix = next(rt.prefix for rt in sup.runtimes.values() if getattr(rt, "prefix", None))
+        wine = {p: _describe(p) for p in ours + prefix.processes()}
+        layouts = {}
+        for p in wine:
+            try:  # the programs Wine's loader runs (the wineserver is a Linux program)
+                if Path(os.readlink(f"/proc/{p}/exe")).name in ("wine", "wine64", "wine-preloader", "wine64-preloader"):
+                    layouts[p] = int(Path(f"/proc/{p}/personality").read_text(), 16)
+            except OSError:
+                pass  # gone meanwhile
+        assert len(ours) >= 2 and len(layouts) >= 4, wine
+        assert all(v & 0x0040000 for v in layouts.values()), {wine[p]: hex(v) for p, v in layouts.items()}
+        # and the game's processes have no capability, nor (as root, where setpriv emptied
+        # it: wineprefix.joined_command) a bounding set an exec could take one from
+        for p in ours:
+            caps = dict(line.split(":\t") for line in Path(f"/proc/{p}/status").read_text().splitlines()
+                        if line.startswith("Cap"))
+            assert int(caps["CapEff"], 16) == 0 and (os.geteuid() != 0 or int(caps["CapBnd"], 16) == 0), (wine[p], caps)
+    finally:
+        sup.request_stop()
+        await task
+
+
 @pytest.mark.parametrize("victim", ["launcher", "game"])
 async def test_the_launcher_or_the_game_killed_ends_both_and_restarts(tmp_path, probe, victim):
     """SIGKILL to the launcher takes its game down with it (its job object, then the

@@ -32,7 +32,7 @@ from pathlib import Path
 from w3async.recipes import system_folder
 from w3async.runtime.gamestart import GameStart
 from w3async.runtime.runfolder import RunError
-from w3async.runtime.wineprefix import join_args
+from w3async.runtime.wineprefix import join_args, joined_command
 
 FIX = ("install bubblewrap (apt-get install bubblewrap) and allow unprivileged user namespaces "
        "(sysctl kernel.unprivileged_userns_clone=1), or set supervisor.sandbox = \"preferred\" or \"off\"")
@@ -66,7 +66,7 @@ def _joined(join: tuple[int, int, int]) -> list[str]:
     """A Windows game's namespaces: its prefix's confined wineserver's user and pid
     namespaces (wineprefix.ConfinedServer; no further user namespace was allowed in them),
     its own IPC, hostname and cgroup ones, no capability."""
-    return [*join_args(join), "--uid", str(os.getuid()), "--gid", str(os.getgid()), "--cap-drop", "ALL", *_PRIVATE]
+    return [*join_args(join), "--uid", str(os.getuid()), "--gid", str(os.getgid()), *_PRIVATE]
 
 # Where a host keeps its services' unix sockets (and its scratch files): private and
 # empty in a sandbox. /var/run is a link to /run on current systems.
@@ -232,4 +232,4 @@ class Sandbox:
         args += self._tmpfs(self.run_dir)  # the neighbours' segments and doorbells hidden
         for p in start.see + inside:
             args += ["--bind", p, p]
-        return args + ["--chdir", start.cwd, "--", *start.argv]
+        return args + ["--chdir", start.cwd, "--", *(joined_command(start.argv) if start.join else start.argv)]

@@ -12,11 +12,19 @@ What a prefix gets once (traps found on the way):
   for a click (the shim also calls SetErrorMode);
 - the HID, USB and Bluetooth bus drivers off by DLL override (measured in a Warcraft III harness under Wine: the HID bus
   woke every millisecond in every game), winemenubuilder off.
+
+And every Wine process starts with its address space's randomization off (`setarch -R`,
+FIXED_LAYOUT): Debian's Wine 8 has no preloader, its 64-bit loader is linked at
+0x7d000000, and the kernel puts a 64-bit program's heap anywhere in the 1 GiB after it,
+so about one start in a few thousand found its heap on the page Wine must map at
+0x7ffe0000 and exited 1 at once ("failed to map the shared user data: c0000018"); the
+desktop process failing so took a Direct3D game's GL context with it.
 """
 
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -185,9 +193,7 @@ class WinePrefix:
         env.update(self.build.env)
         env.update(
             WINEPREFIX=str(self.path),
-            # Wine's errors (err:, winediag's "no OpenGL" included) reach the game's log and
-            # a failure's message; its fixme: notes, many a frame for some games, do not.
-            WINEDEBUG="fixme-all",
+            WINEDEBUG=self.debug_channels(),
             WINEDLLOVERRIDES=DLL_OVERRIDES,
             WINEFSYNC="1" if self.cfg.fsync else "0",
             WINEESYNC="1" if self.cfg.esync else "0",
@@ -199,10 +205,19 @@ class WinePrefix:
             env.update(extra)
         return env
 
+    def debug_channels(self) -> str:
+        """WINEDEBUG: Wine's errors (err:, winediag's "no OpenGL" included) reach the game's
+        log and a failure's message; its fixme: notes, many a frame for some games, do not.
+        With the null driver, the three lines every start prints because it has no desktop
+        ("no driver could be loaded", "Could not create tray window") are left out too."""
+        return "fixme-all" + (",err-winediag,err-systray" if self.cfg.display == "null" else "")
+
     def command(self, exe: str, args: list[str] | tuple[str, ...] = ()) -> list[str]:
         """The command line that starts exe in this prefix, with the loader of exe's
-        bitness where the build has it (WineBuild.loaders), else the configured one."""
-        return [self.build.loaders.get(exe_bits(exe)) or self.build.loader, exe, *args]
+        bitness where the build has it (WineBuild.loaders), else the configured one, its
+        layout fixed (fixed_layout: inside a sandbox too, where a setuid bwrap would drop
+        a personality set before it)."""
+        return [*fixed_layout(), self.build.loaders.get(exe_bits(exe)) or self.build.loader, exe, *args]
 
     def run(self, argv: list[str], **kw) -> subprocess.CompletedProcess:
         """subprocess.run of one of the prefix's own programs (reg, the launcher's checks,
@@ -293,7 +308,7 @@ def _boot(prefix: WinePrefix) -> None:
     """wineboot a new prefix, import PREFIX_REG, wait for its wineserver to exit."""
     if prefix.path.exists():
         shutil.rmtree(prefix.path)  # a boot that died halfway: start over
-    _run_steps(prefix, [[prefix.build.loader, "wineboot", "-i"], *_import_steps(prefix)])
+    _run_steps(prefix, [[*fixed_layout(), prefix.build.loader, "wineboot", "-i"], *_import_steps(prefix)])
     if not (prefix.path / "system.reg").exists():
         raise WineError(f"Wine prefix {prefix.path}: wineboot left no system.reg (log: {_boot_log(prefix)})")
     (prefix.path / GUARD).write_text(json.dumps(fingerprint(prefix.path)))
@@ -304,7 +319,7 @@ def _import_steps(prefix: WinePrefix) -> list[list[str]]:
     """PREFIX_REG imported by the 64-bit regedit where there is one (it writes both
     registry views), then the wait for the prefix's server to save it."""
     (prefix.path.parent / "w3async.reg").write_text(PREFIX_REG.replace("\n", "\r\n"))
-    return [[prefix.build.loaders.get(64) or prefix.build.loader, "regedit", "/S",
+    return [[*fixed_layout(), prefix.build.loaders.get(64) or prefix.build.loader, "regedit", "/S",
              "Z:" + str(prefix.path.parent / "w3async.reg").replace("/", "\\")], [prefix.build.server, "-w"]]
 
 
@@ -542,8 +557,8 @@ class ConfinedServer:
     def join(self, argv: list[str]) -> list[str]:
         """argv in the server's user and pid namespaces, seeing what it sees (a process of
         the prefix's own: a game joins in its sandbox instead, Sandbox.wrap)."""
-        return [shutil.which("bwrap") or "bwrap", *join_args(self.fds), *_ids(), "--cap-drop", "ALL", *self.net,
-                *self._view(), "--dev-bind", "/dev", "/dev", "--", *argv]
+        return [shutil.which("bwrap") or "bwrap", *join_args(self.fds), *_ids(), *self.net,
+                *self._view(), "--dev-bind", "/dev", "/dev", "--", *joined_command(argv)]
 
     def close(self) -> None:
         """After `wineserver -k`: the sandbox ends with its server (the pid namespace's
@@ -575,9 +590,45 @@ def namespaces(pid: int) -> tuple[int, int, int]:
 
 
 def join_args(fds: tuple[int, int, int]) -> list[str]:
-    """bwrap's options that put its command in the namespaces of namespaces()."""
+    """bwrap's options that put its command in the namespaces of namespaces(), with no
+    capability (joined_command: CAP_SETPCAP until the command's first instruction, as root)."""
     parent, pid, user = fds
-    return ["--userns", str(parent), "--pidns", str(pid), "--userns2", str(user), "--assert-userns-disabled"]
+    caps = ["--cap-drop", "ALL", *(["--cap-add", "CAP_SETPCAP"] if _bounded_by_hand() else [])]
+    return ["--userns", str(parent), "--pidns", str(pid), "--userns2", str(user), "--assert-userns-disabled", *caps]
+
+
+def joined_command(argv: list[str]) -> list[str]:
+    """argv as a process that joined namespaces() runs it. As root, bwrap leaves a joining
+    process's capability bounding set full (it empties it only in a user namespace it
+    makes), and then every exec of uid 0 counts as one that gains capabilities: the
+    kernel takes them back (no_new_privs) but clears ADDR_NO_RANDOMIZE on the way, so no
+    Wine process kept fixed_layout(). So bwrap keeps CAP_SETPCAP alone (join_args) and
+    setpriv empties the bounding set, inheritable and ambient sets before argv: after that
+    exec the process has no capability and can get none."""
+    if not _bounded_by_hand():
+        return argv
+    return [_SETPRIV, "--bounding-set", "-all", "--inh-caps", "-all", "--ambient-caps", "-all", *argv]
+
+
+_SETPRIV = shutil.which("setpriv") or "setpriv"
+
+
+def _bounded_by_hand() -> bool:
+    return os.geteuid() == 0
+
+
+@functools.cache
+def fixed_layout() -> list[str]:
+    """`setarch -R` (personality ADDR_NO_RANDOMIZE, inherited by every process Wine
+    starts from it), or [] where this machine refuses that personality (a container's
+    seccomp profile may): the module's docstring says why. Exec'd, like `nice`."""
+    exe = shutil.which("setarch")
+    try:
+        ok = bool(exe) and subprocess.run([exe, "-R", "true"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.DEVNULL, timeout=10).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        ok = False
+    return [exe, "-R"] if ok else []
 
 
 def command_name(pid: int) -> str:
