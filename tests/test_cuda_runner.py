@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from w3async.learn.cuda_runner import CudaRunner, row_buckets
+from w3async.learn.inference.cuda_runner import CudaRunner, row_buckets
 from w3async.learn.inference import synthetic_batch
-from w3async.learn.inputs import Inputs
+from w3async.learn.inference.inputs import Inputs
 from w3async.learn.network import NetConfig, Network
 from w3async.sync import layout
 from w3async.sync.gather import BUCKETS

@@ -1,4 +1,4 @@
-"""Rounds in flight (w3async.learn.flights): futures resolve in launch order whatever
+"""Rounds in flight (w3async.learn.inference.flights): futures resolve in launch order whatever
 order the rounds finish in, a flight comes back only after its round's finish, a failed
 round fails its own future only; and the inference engine's rounds in flight, on a CPU
 (the same launch and finish path as the CUDA one), answer as one round at a time does."""
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from w3async.learn.flights import Flights
+from w3async.learn.inference.flights import Flights
 from w3async.learn.inference import InferenceEngine, synthetic_batch
 from w3async.learn.network import NetConfig, Network
 from w3async.sync import layout

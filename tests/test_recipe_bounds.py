@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from w3async.recipe_checks import _base_type
-from w3async.recipes import GameGroup, InjectSection, Recipe, RecipeError, _learning_sections, load_recipe
+from w3async.recipes.checks import _base_type
+from w3async.recipes import GameGroup, InjectSection, Recipe, RecipeError, load_recipe
+from w3async.recipes.load import _learning_sections
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -1,4 +1,4 @@
-"""Bad input is one clear message: at load (recipes.py) or before
+"""Bad input is one clear message: at load (recipes/load.py) or before
 anything is created (preflight.py), naming the file, the key and the value; from the
 command line exit status 2, no traceback, no run folder, no shared-memory segment."""
 
@@ -15,17 +15,9 @@ import pytest
 
 from w3async.sync import layout
 from w3async.runtime import preflight
-from w3async.recipes import (
-    MAX_ROWS,
-    YEAR_S,
-    GameGroup,
-    RecipeError,
-    _base_type,
-    _learning_sections,
-    _SECTIONS,
-    load_recipe,
-    recipe_from_dict,
-)
+from w3async.recipes import MAX_ROWS, YEAR_S, GameGroup, RecipeError, load_recipe, recipe_from_dict
+from w3async.recipes.checks import _base_type
+from w3async.recipes.load import _SECTIONS, _learning_sections
 from w3async.sync.table import list_segments
 
 from .conftest import SHM_PREFIX
@@ -145,7 +137,7 @@ def test_set_reaches_every_key_of_nested_sections():
                    "games.inject.step_ms=0"])
     from dataclasses import fields
 
-    from w3async.recipe_sections import InjectSection
+    from w3async.recipes.sections import InjectSection
 
     known = ", ".join(sorted(f.name for f in fields(InjectSection)))
     assert p[:3] == [f"--set 'games.inject.nope=1': unknown key 'games.inject.nope' (known in games.inject: {known})",

@@ -400,7 +400,7 @@ def test_wine_that_cannot_make_a_prefix_is_a_clear_error(tmp_path, null_native):
 
 def test_every_runtime_is_a_runtime(tmp_path):
     """The keeper talks to native, Wine and injected games through one protocol only."""
-    from w3async.recipe_sections import InjectSection
+    from w3async.recipes.sections import InjectSection
     from w3async.runtime.gamestart import Runtime
     from w3async.runtime.inject import InjectedRuntime
     from w3async.runtime.native import NativeRuntime

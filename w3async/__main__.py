@@ -5,7 +5,7 @@
 level, or against another checkpoint: learn/evaluate.py).
 
 Bad input (a broken recipe or `--set`, a missing binary, a device or a folder this
-machine lacks, sizes beyond its limits: recipes.py and preflight.py, all checked
+machine lacks, sizes beyond its limits: recipes/load.py and preflight.py, all checked
 before anything is created) ends with one clear message on stderr, naming the file,
 the key and the value, and exit status 2; a run that fails (every game slot failed)
 with exit status 1; no traceback in either case.

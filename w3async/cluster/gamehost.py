@@ -188,8 +188,7 @@ class GameHost:
 
     def restart_games(self) -> None:
         """End every game and start it again (its rows reset, their generation bumped)."""
-        for s in self.sup.slots:
-            self.sup.keeper.kill(s, "centre_lost", {})
+        self.sup.restart_games("centre_lost")
 
     def pid(self) -> int:
         """The actor's process (tests end it to see the host come back)."""

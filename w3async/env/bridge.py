@@ -344,8 +344,7 @@ class SupervisorThread:
 
         def answerer(control):  # made after the slots, before any game starts
             if self.seed is not None:
-                for slot in self.sup.slots:
-                    slot.seed = self.seed(slot)
+                self.sup.seed_games(self.seed)
             other = None
             if opponent is not None:
                 from w3async.env.opponent import Opponent  # noqa: PLC0415 (torch only with an opponent)

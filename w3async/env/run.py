@@ -15,7 +15,6 @@ import numpy as np
 from w3async import games
 from w3async.env.bridge import Bridge, EnvClosed, SupervisorThread
 from w3async.runtime import procs
-from w3async.runtime.slots import ASKED
 
 
 def env_recipe(recipe, sets=(), **overrides):
@@ -141,15 +140,13 @@ class EnvRun:
 
         def kill_all():  # on the loop
             with b.lock:
+                if seed_of is not None:
+                    sup.seed_games(seed_of)
                 epochs = b.epoch.copy()
-                for s in sup.slots:
-                    if seed_of is not None:
-                        s.seed = seed_of(s)
-                    if s.proc is None or s.proc.returncode is not None:
-                        epochs[s.rows] -= 1  # gone already (restarting): its next start's rows are fresh
+                for rows in sup.games_gone():
+                    epochs[rows] -= 1  # gone already (restarting): its next start's rows are fresh
                 mark["epochs"] = epochs
-            for s in sup.slots:
-                sup.keeper.kill(s, ASKED, {})
+            sup.restart_games()
 
         with b.lock:
             b.handed[:] = False

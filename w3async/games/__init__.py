@@ -16,7 +16,7 @@ no game's name. A game is a module or package in this folder (games/NAME.py or
 games/NAME/) that defines `GAME = Game(...)`: it is found on the first lookup, with no
 edit of the core. A game that lives elsewhere (a test, a user's package) calls
 `register(game)` before its recipe is loaded; a recipe may declare its own game in a
-[spec] table (recipe_spec.py builds it, `declare` adds it). How to add one: docs/games.md.
+[spec] table (recipes/spec.py builds it, `declare` adds it). How to add one: docs/games.md.
 
 Imports: this package may import w3async.sync (the layout) and nothing else of
 w3async; the core imports it.

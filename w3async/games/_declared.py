@@ -1,11 +1,11 @@
 """A game declared by a recipe (its [spec] table, or `spec = "FILE.toml"`): the Game
-made from plain values, with no Python of the user's. recipe_spec.py validates the
+made from plain values, with no Python of the user's. recipes/spec.py validates the
 table and calls `make_game`; the registry's `declare` adds the result.
 
 What a declared game can say is data: the table's sizes, the variable that labels the
 opponent, each evaluation level's environment and command line, how a last reward
 reads as a result, where replays land. A replay viewer or a parity tool is Python; the
-table may name one by module path (resolved by recipe_spec.py before this is called).
+table may name one by module path (resolved by recipes/spec.py before this is called).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def make_game(name: str, *, n_types: int, head_sizes: tuple[int, ...], pointer_h
               replay_suffixes: tuple[str, ...], replay_view: Callable[[Path], dict | None] | None,
               parity: str) -> Game:
     """The Game of a declared spec. ValueError (GameSpec's, Game's) for what the values
-    do not allow together; recipe_spec.py checks each value before, so that a user sees
+    do not allow together; recipes/spec.py checks each value before, so that a user sees
     the key."""
     spec = GameSpec(name, n_types=n_types, head_sizes=head_sizes, pointer_head=pointer_head, noop=noop)
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from w3async.learn.checkpoint import CheckpointLoadError, atomic_save, describe, read_file
 from w3async.run_folder import RunFolder
-from w3async.recipe_learning import LeagueConfig  # the recipe's [league] section
+from w3async.recipes.learning import LeagueConfig  # the recipe's [league] section
 
 
 @dataclass(frozen=True)

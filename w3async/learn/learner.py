@@ -41,7 +41,7 @@ from w3async.learn import ppo
 from w3async.sync.gather import BUCKETS
 from w3async.learn.network import Network, Obs
 from w3async.learn.trajectories import TrajBatch
-from w3async.recipe_learning import LearnerConfig  # the recipe's [learner] section
+from w3async.recipes.learning import LearnerConfig  # the recipe's [learner] section
 
 LOSS_SLOTS = ("pg_loss", "v_loss", "entropy", "approx_kl", "clip_frac", "grad_norm")
 """The per-minibatch figures an update sums on the device and reads back once, as means

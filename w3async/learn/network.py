@@ -34,7 +34,7 @@ from torch import Tensor, nn
 
 from w3async.sync import layout
 from w3async.games.spec import GameSpec
-from w3async.recipe_learning import NetConfig  # the recipe's [network] section
+from w3async.recipes.learning import NetConfig  # the recipe's [network] section
 
 
 class Obs(NamedTuple):

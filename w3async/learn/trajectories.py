@@ -47,7 +47,7 @@ import numpy as np
 
 from w3async.sync import layout
 from w3async.sync.gather import BUCKETS, Batch
-from w3async.recipe_learning import TrajConfig  # the recipe's [trajectories] section
+from w3async.recipes.learning import TrajConfig  # the recipe's [trajectories] section
 
 _IDLE, _STEP, _TERMINAL = 0, 1, 2  # what a row's next answer completes
 

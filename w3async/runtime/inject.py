@@ -16,7 +16,7 @@ import time
 import tomllib
 from pathlib import Path
 
-from w3async.recipe_sections import REPO_ROOT, InjectSection
+from w3async.recipes.sections import REPO_ROOT, InjectSection
 from w3async.runtime import procs
 from w3async.runtime.gamestart import GameStart
 from w3async.runtime.pe import AMD64, I386, PeError, read_pe

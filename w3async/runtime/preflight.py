@@ -1,6 +1,6 @@
 """Checks against the machine and the file system, run before a run creates anything.
 
-recipes.py checks what a recipe says; this module checks that this machine can do it:
+recipes/load.py checks what a recipe says; this module checks that this machine can do it:
 the game binaries (there, a file, executable), the inference device (torch sees it),
 the folders a run writes (the runs folder, the run folder, Wine's cache: each can be
 written, with space left), and the resources that follow from the recipe's sizes (the

@@ -44,7 +44,7 @@ from w3async.runtime.limits import Limits
 from w3async.runtime.sandbox import Sandbox
 from w3async.runtime import shutdown
 from w3async.runtime.shutdown import Remains
-from w3async.runtime.slots import Slot
+from w3async.runtime.slots import ASKED, Slot
 from w3async.runtime.stackdump import StackDump
 from w3async.runtime.teardown import Teardown
 from w3async.runtime.watching import RunWatch
@@ -339,6 +339,24 @@ class Supervisor:
     def fail(self, reason: str) -> None:
         """End the run with this cause (a clean shutdown follows)."""
         self.life.fail(reason)
+
+    # The caller's own resets (an env's reset()): on the loop, or before the games start.
+    def seed_games(self, seed_of: Callable[[Slot], int]) -> None:
+        """W3S_SEED of every slot's next start only (later starts get new ones)."""
+        for s in self.slots:
+            s.seed = seed_of(s)
+
+    def games_gone(self) -> list[slice]:
+        """The rows of every slot whose game has ended (restarting or failed): their next
+        start's rows are fresh whatever restart_games does."""
+        return [s.rows for s in self.slots if s.proc is None or s.proc.returncode is not None]
+
+    def restart_games(self, cause: str = ASKED) -> None:
+        """End every game at once and start it again: as the run's caller asked (ASKED, an
+        env's reset: counted in neither the budget nor the backoff, runtime/slots.py), or
+        for a cause of the caller's (a game host that lost its centre)."""
+        for s in self.slots:
+            self.keeper.kill(s, cause, {})
 
     async def setup(self) -> None:
         """Own the run folder, make the table, the slots and the answerer (a checkpoint is

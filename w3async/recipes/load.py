@@ -6,7 +6,7 @@ value. Any value can be overridden from the command line: `--set section.key=val
 
 The sections are pydantic dataclasses (`extra="forbid"`, strict scalars, finite floats);
 a key's type, bounds and single-value checks are its annotation. pydantic's errors are
-turned into the recipe's messages ("KEY = VALUE: why") by recipe_checks.py, which also
+turned into the recipe's messages ("KEY = VALUE: why") by recipes/checks.py, which also
 holds the checks across fields; this module is the one way in. What is checked here
 needs nothing but the recipe: types, choices, ranges (every float of every section
 finite, every duration at most a year), strings without NUL, env keys and values, the
@@ -26,33 +26,28 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from w3async import recipe_spec
-from w3async.recipe_checks import (  # noqa: F401 (MAX_ROWS, YEAR_S, _base_type, system_folder: the module's API)
-    MAX_ROWS,
-    YEAR_S,
+from w3async.recipes import spec as recipe_spec
+from w3async.recipes.checks import (
     _base_type,
-    system_folder,
     check_ranges,
     drop,
     problems_of,
 )
-from w3async.recipe_sections import (  # noqa: F401 (the sections: recipes.py is their way in)
-    MAX_ROUND_PERIOD_MS,
+from w3async.recipes.sections import (
     REPO_ROOT,
     CheckpointSection,
     ClusterSection,
     EvaluationSection,
     GameGroup,
     InferenceSection,
-    InjectSection,
     Recipe,
     RuntimeSection,
     StatusSection,
     StopSection,
     SupervisorSection,
 )
-from w3async.recipe_learning import LearnerConfig, LeagueConfig, NetConfig, TrajConfig
-from w3async.recipe_spec import SpecSection
+from w3async.recipes.learning import LearnerConfig, LeagueConfig, NetConfig, TrajConfig
+from w3async.recipes.spec import SpecSection
 
 
 class RecipeError(ValueError):
@@ -74,7 +69,7 @@ _SECTIONS = {"runtime": RuntimeSection, "supervisor": SupervisorSection, "stop":
 
 
 def _learning_sections() -> dict:
-    """The learning side's sections (recipe_learning.py: no torch)."""
+    """The learning side's sections (recipes/learning.py: no torch)."""
     return dict(_LEARNING)
 
 

@@ -1,8 +1,8 @@
-"""The recipe's schema: one pydantic dataclass per section (recipes.py loads them); the
-learning sections ([network], [learner], [trajectories], [league]) are in recipe_learning.py.
+"""The recipe's schema: one pydantic dataclass per section (recipes/load.py loads them); the
+learning sections ([network], [learner], [trajectories], [league]) are in recipes/learning.py.
 
 Each key's type, bounds and single-value choices are its annotation; its docstring is
-what the key means. recipes.py is the one way in: it reads the TOML, applies `--set`,
+what the key means. recipes/load.py is the one way in: it reads the TOML, applies `--set`,
 and turns pydantic's errors into messages naming the file, the key and the value.
 """
 
@@ -16,7 +16,7 @@ from pydantic import BeforeValidator, Field
 from pydantic.dataclasses import dataclass
 
 from w3async import games
-from w3async.recipe_checks import (
+from w3async.recipes.checks import (
     CONFIG,
     YEAR_S,
     Bool,
@@ -31,10 +31,10 @@ from w3async.recipe_checks import (
     game_groups,
     year_in,
 )
-from w3async.recipe_learning import LearnerConfig, LeagueConfig, NetConfig, TrajConfig
-from w3async.recipe_spec import SpecSection
+from w3async.recipes.learning import LearnerConfig, LeagueConfig, NetConfig, TrajConfig
+from w3async.recipes.spec import SpecSection
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 MAX_ROUND_PERIOD_MS = 60_000.0
 
 _CHOICES = {
@@ -59,7 +59,7 @@ class InjectSection:
 
     adapter: Str = ""
     """The adapter DLL (w3h.h): reads the game's state into rows, gives it the orders.
-    A relative path is from the recipe file's folder (recipes.from_recipe_folder)."""
+    A relative path is from the recipe file's folder (recipes.load.from_recipe_folder)."""
     args: list[Str] = Field(default_factory=list)
     """The game's command line. "{seed}" (new at every start), "{lane}" (the global
     number of the group's first lane in this process), "{slot}" and "{run_dir_windows}"
@@ -400,7 +400,7 @@ class Recipe:
     """[cluster]: game groups on other machines (None: every game runs here)."""
     spec: SpecSection | None = None
     """[spec] or spec = "FILE.toml": the recipe's own game, declared under `game`
-    (recipe_spec.py, docs/games.md); None: `game` names a registered game."""
+    (recipes/spec.py, docs/games.md); None: `game` names a registered game."""
     network: NetConfig = Field(default_factory=NetConfig)
     """[network]: the policy's size."""
     learner: LearnerConfig = Field(default_factory=LearnerConfig)

@@ -1,5 +1,5 @@
 """The recipe's learning sections ([network], [learner], [trajectories], [league]):
-pydantic dataclasses, frozen, like the runtime sections of recipe_sections.py.
+pydantic dataclasses, frozen, like the runtime sections of recipes/sections.py.
 
 They import no torch, so that a recipe loads without it; w3async.learn takes them as
 they are (learn.network.NetConfig is this NetConfig), built once by the recipe or by
@@ -15,7 +15,7 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic.dataclasses import dataclass
 
-from w3async.recipe_checks import CONFIG, Bool, Float, Int, Str, year_in
+from w3async.recipes.checks import CONFIG, Bool, Float, Int, Str, year_in
 
 
 def _below(cfg: object, floor: float, *keys: str) -> list[str]:

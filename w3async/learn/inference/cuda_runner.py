@@ -23,7 +23,7 @@ engine's worker thread (the only thread that touches the networks):
     runner.run(buf, n, bucket, used, actions, logp, value) -> state_in | None   # in one go
     runner.reset(rows)                 # GRU: zero these rows' state, ordered with the rounds
 
-A flight (w3async.learn.flights) is reused only after its round's finish, so the next
+A flight (w3async.learn.inference.flights) is reused only after its round's finish, so the next
 round's upload never overwrites a staging copy or pinned output an earlier round still
 reads; on each net's stream, rounds are ordered by the stream itself.
 
@@ -42,9 +42,9 @@ import time
 import numpy as np
 import torch
 
-from w3async.learn.inputs import Inputs
+from w3async.learn.inference.inputs import Inputs
 from w3async.learn.network import Network, Obs
-from w3async.learn.runner_parts import EagerGraph, NoStream, check_weights, graph_step
+from w3async.learn.inference.runner_parts import EagerGraph, NoStream, check_weights, graph_step
 from w3async.sync import layout
 
 BASE_ROW_BUCKETS = (8, 32, 64, 128, 256, 512)

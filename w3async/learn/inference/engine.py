@@ -27,11 +27,11 @@ gives the state each row had before the round, which the trajectories keep at th
 of each sequence. On CUDA it is graphed too (gru_graphs=False: eager, one round at a
 time, the fallback).
 
-The CUDA path (w3async.learn.cuda_runner.CudaRunner: a stream per network, a CUDA graph
+The CUDA path (w3async.learn.inference.cuda_runner.CudaRunner: a stream per network, a CUDA graph
 per (network, bucket, row count) with static pinned input buffers, events made once) is
 used only when the device is "cuda" and torch.cuda.is_available() (tests run its code on
 a CPU with stand-ins for streams and graphs). There the worker only launches a graphed round, up to n_flights of them in flight
-(w3async.learn.flights): a finisher thread waits for each and resolves its future in
+(w3async.learn.inference.flights): a finisher thread waits for each and resolves its future in
 submission order, so the next round's copy and upload overlap the last one's compute.
 It is UNCHECKED unless docs/performance.md says a GPU check ran. The engine hands
 it its networks, GRU state and generator at construction (its declared interface).
@@ -51,10 +51,10 @@ import torch
 
 from w3async.sync import layout
 from w3async.sync.gather import BUCKETS, Batch
-from w3async.learn.cuda_runner import CudaRunner
-from w3async.learn.runner_parts import check_weights
-from w3async.learn.flights import Flights
-from w3async.learn.inputs import Inputs, synthetic_batch  # noqa: F401 (tests and benchmarks import it here)
+from w3async.learn.inference.cuda_runner import CudaRunner
+from w3async.learn.inference.runner_parts import check_weights
+from w3async.learn.inference.flights import Flights
+from w3async.learn.inference.inputs import Inputs
 from w3async.learn.network import NetConfig, Network
 from w3async.games.spec import GameSpec
 
@@ -124,7 +124,7 @@ class InferenceEngine:
         self._lock = threading.Lock()
         self._pin = self.device.type == "cuda"
         self._free: queue.SimpleQueue[Inputs] = queue.SimpleQueue()
-        # Rounds in flight at once (w3async.learn.flights): by default 2 on CUDA (graphed
+        # Rounds in flight at once (w3async.learn.inference.flights): by default 2 on CUDA (graphed
         # networks), none on a CPU, where the worker's compute is the round; an eager GRU
         # network on CUDA (gru_graphs=False, the fallback) runs one round at a time.
         self.gru_graphs = gru_graphs
@@ -347,7 +347,7 @@ class InferenceEngine:
     def _launch(self, fut: Future, buf: Inputs, n: int, bucket: int, used: np.ndarray, t_submit: float,
                 copy_ms: float) -> None:
         """A round in flight: queued on the device with a free flight's buffers (on a CPU,
-        computed here), then handed to the finisher (w3async.learn.flights), which resolves
+        computed here), then handed to the finisher (w3async.learn.inference.flights), which resolves
         fut; the worker goes on to the next round at once. Blocks only while every flight
         is in flight."""
         flight = self._flights.acquire()

@@ -1,6 +1,6 @@
 """The inference engine's input buffers: one round's rows, copied out of the gatherer's
 Batch (w3async.learn.inference), read by the CPU path and the CUDA runner
-(w3async.learn.cuda_runner) alike."""
+(w3async.learn.inference.cuda_runner) alike."""
 
 from __future__ import annotations
 

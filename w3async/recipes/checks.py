@@ -1,8 +1,8 @@
 """The recipe's checks that are not a field's type or bound, and pydantic's errors as the
-recipe's messages. Used by recipes.py (the one way in); nothing else imports this.
+recipe's messages. Used by recipes/load.py (the one way in); nothing else imports this.
 
 - value checks that a field's annotation runs after its type: no NUL in a string, a
-  plain run name, the device's syntax, a choice from recipes._CHOICES, an environment;
+  plain run name, the device's syntax, a choice from recipes.load._CHOICES, an environment;
 - `problems_of(error, ...)`: one pydantic ValidationError entry -> today's messages,
   "KEY = VALUE: why", the key dotted from the entry's loc (`games[1].lanes`,
   `supervisor.hang_timeout_s`);

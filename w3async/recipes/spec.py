@@ -4,7 +4,7 @@ then declared in the games registry under the recipe's `game` name. docs/games.m
 game of your own", is the manual.
 
 A user's game needs no Python: the table holds what the network, the checks, the
-opponent labels, the evaluation levels and the result tallies read. recipes.py calls
+opponent labels, the evaluation levels and the result tallies read. recipes/load.py calls
 `inline` (a file spec becomes its table, remembered as a SpecTable naming the file) and
 `declare` (the checks across keys, then the registry entry).
 """
@@ -19,12 +19,12 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Callable
 
-from pydantic import AfterValidator, Field
+from pydantic import Field
 from pydantic.dataclasses import dataclass
 
 from w3async import games
 from w3async.games._declared import Level, make_game
-from w3async.recipe_checks import CONFIG, Env, Float, Int, Str, choice
+from w3async.recipes.checks import CONFIG, Env, Float, Int, Str, choice
 from w3async.sync import layout
 
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
