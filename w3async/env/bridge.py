@@ -11,7 +11,7 @@ posts, the count of rows ready): a step's rounds cost what one did in Python.
 The caller's thread runs the step's rounds itself: it answers through RunControl.answer
 and, while it waits for rows, yields its core for up to a millisecond, gathering when an
 obs doorbell rang, then sleeps on the doorbells and runs the round when they ring
-(RunControl.round_here), all under the run's lock (RunControl.lock, which the loop holds
+(ThreadRounds.run, runtime/thread_rounds.py), all under the run's lock (RunControl.lock, which the loop holds
 wherever the rows' state changes). A lockstep step then wakes no other thread (1.9x the
 steps/s of answering and gathering on the loop's thread). The loop goes on with
 everything else: starts, restarts, the hang watch, a bad row's game, the status server.
@@ -136,7 +136,7 @@ class Bridge(QuietAnswerer):
             self.opponent.stop()
 
     def submit(self, b: Batch, held: bool = False) -> None:
-        """held: the rows were taken as they were gathered (RunControl.round_here's)."""
+        """held: the rows were taken as they were gathered (ThreadRounds.run's)."""
         if self.opponent is not None:
             self.opponent.play(b)  # answers its rows; b keeps the caller's
             if not b.n:
@@ -212,7 +212,7 @@ class Bridge(QuietAnswerer):
                     self._enough = enough  # (another thread's wait may have ended meanwhile)
                     if self.gathers:
                         try:
-                            self.control.round_here(always)
+                            self.control.thread_rounds.run(always)
                         except BaseException as e:
                             self._failed("round", e)
                             raise
@@ -246,7 +246,7 @@ class Bridge(QuietAnswerer):
         if s is None or s.fd < 0:
             s = self._local.sleeper = _Sleeper()
             self._sleepers.append(s)
-        s.watch([o.fd for o in self.control.obs_bells] if self.gathers else [])
+        s.watch([o.fd for o in self.control.thread_rounds.obs_bells] if self.gathers else [])
         self._asleep.add(s.fd)
         try:
             woke = self._unlocked(s.poll.poll, seconds * 1000.0)

@@ -24,6 +24,7 @@ import numpy as np
 from w3async.games.spec import GameSpec
 from w3async.observe.logs import JsonLog
 from w3async.runtime.life import RunContext
+from w3async.runtime.thread_rounds import ThreadRounds
 from w3async.sync.gather import Batch
 
 
@@ -96,7 +97,7 @@ class RunControl:
     """What an answerer may do to the run. Made by the supervisor; every method is
     called on the loop's thread, except: fail() and request_stop() from any thread, and,
     by an answerer that `gathers` (its own thread runs the rounds: the env's bridge),
-    answer() holding `lock` and round_here().
+    answer() holding `lock` and `thread_rounds` (runtime/thread_rounds.py).
 
     `lock` is held by the loop wherever the rows' state changes under such an answerer
     (a round's gather and submit, a game's attach and detach, the env opponent's
@@ -126,8 +127,8 @@ class RunControl:
             self.games += cluster.games
         self._gen = np.zeros(self.n_rows, np.int64)  # each row's resets so far
         self._in_flight = np.zeros(self.n_rows, bool)  # held by a ticket not yet answered or released
-        self.obs_bells: list = []  # an answerer that gathers: the obs doorbells its thread waits on
-        self._rounds_open = True  # until the shutdown: no thread's round after it (close_rounds)
+        # an answerer that gathers: its rounds on its own thread, and the doorbells it waits on
+        self.thread_rounds = ThreadRounds(self, gatherer, ctx.loop, schedule_round)
 
     @property
     def events(self) -> JsonLog:
@@ -211,6 +212,10 @@ class RunControl:
         if self.recipe.stop.steps_reached(self.counters.agent_steps):
             self.request_stop()
 
+    def held_as_gathered(self, rows: np.ndarray) -> None:
+        """Rows a gather held as it took them (ThreadRounds.run): in flight, as take()'s."""
+        self._in_flight[rows] = True
+
     def release(self, ticket: "Ticket") -> np.ndarray:
         """Let the ticket's current rows be gathered again, unanswered (back-pressure
         ended, or a game host's round is to be sent again). Returns the mask released."""
@@ -237,51 +242,6 @@ class RunControl:
 
     def schedule_round(self) -> None:
         self._schedule_round()
-
-    # ---- rounds on the answerer's thread (an answerer that `gathers`: the env's bridge) ----
-    # Its thread waits on the obs doorbells itself and runs the round when they ring: the
-    # loop's thread is not woken for a post, nor crossed twice a step (1.9x the env's steps/s).
-
-    def add_obs(self, obs) -> bool:
-        """A runtime's obs doorbell (sync/doorbells.py's SharedObs), made at its first
-        game's start: an answerer that `gathers` waits on it from now on (True); the loop
-        reads it otherwise (False)."""
-        if not self.answerer.gathers:
-            return False
-        with self.lock:
-            self.obs_bells.append(obs)
-            self.answerer.wake_thread()  # under the lock: its eventfds do not close meanwhile
-        return True
-
-    def round_here(self, always: bool) -> None:
-        """A round on the calling thread, under the lock: the obs doorbells drained, then,
-        if one had rung or `always`, a gather submitted to the answerer (a game rings after
-        it posts: with no ring, only rows a round left behind can be waiting). The batch's
-        rows come held, as take() holds them: submit(b, held=True) answers them with their
-        generations now (take() of them again is harmless). Bad rows are left to a round on
-        the loop, which restarts their games (the loop's work); nothing after
-        close_rounds()."""
-        with self.lock:
-            if not self._rounds_open:
-                return
-            rang = False
-            for obs in self.obs_bells:
-                rang |= obs.drain()
-            if not (rang or always):
-                return
-            b = self._gatherer.gather(hold=True)  # each row taken as gathered: one C call
-            if b.bad:
-                self._ctx.loop.call_soon_threadsafe(self._schedule_round)
-            if b.n:
-                self._in_flight[b.rows[: b.n].astype(np.int64)] = True  # (an int32 index is 8x slower)
-                self.answerer.submit(b, held=True)
-
-    def close_rounds(self) -> None:
-        """The shutdown, before the doorbells and the table close: a round on another
-        thread is finished (the lock) and none starts after."""
-        with self.lock:
-            self._rounds_open = False
-            self.obs_bells.clear()
 
     def waiting_rows(self) -> int:
         """Rows waiting for an answer anywhere (gathered, held or not yet seen)."""
@@ -320,8 +280,8 @@ class Answerer(Protocol):
     """Why the answerer ends the run (None while it does not)."""
 
     gathers: bool
-    """True: its own thread runs the rounds (RunControl.round_here, waiting on
-    RunControl.obs_bells), the loop reads no obs doorbell, and it is a GatheringAnswerer.
+    """True: its own thread runs the rounds (RunControl.thread_rounds, waiting on
+    its obs_bells), the loop reads no obs doorbell, and it is a GatheringAnswerer.
     False: the loop gathers (every answerer declares it)."""
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -352,7 +312,7 @@ class GatheringAnswerer(Answerer, Protocol):
 
     def submit(self, batch: Batch, held: bool = False) -> None:
         """As Answerer.submit; held: the batch's rows were taken as they were gathered
-        (RunControl.round_here's), so it answers them with their generations now."""
+        (ThreadRounds.run's), so it answers them with their generations now."""
 
 
 class QuietAnswerer:

@@ -160,7 +160,7 @@ class Supervisor:
                                     kept="the OOM score, the sampled max_rss_mb, the sandbox's sized tmpfs")
         self.control = RunControl(ctx, self.spec, self.counters, self.slots, self.table, self.gatherer, self.cluster,
                                   self.schedule_round)
-        self.teardown.push("rounds on the answerer's thread", self.control.close_rounds)  # before the table's close
+        self.teardown.push("rounds on the answerer's thread", self.control.thread_rounds.close)  # before the table's close
         self.keeper = GameKeeper(ctx, table=self.table, gatherer=self.gatherer, slots=self.slots, runtimes=self.runtimes,
                                  control=self.control, sandbox=self.sandbox, limits=limits, lock=self.lock,
                                  born=self.born,
@@ -456,7 +456,7 @@ class Supervisor:
             self.barrier("spawn", self.keeper.spawn, s)
             if s.runtime.obs is not None and s.runtime.obs.fd not in self.obs_readers:
                 self.obs_readers.add(s.runtime.obs.fd)
-                if not self.control.add_obs(s.runtime.obs):  # an answerer that gathers waits on it itself
+                if not self.control.thread_rounds.add_obs(s.runtime.obs):  # an answerer that gathers waits on it itself
                     self._loop.add_reader(s.runtime.obs.fd, self.barrier, "obs doorbell", self._on_obs, s.runtime.obs)
             await asyncio.sleep(0)  # let a signal in between two spawns
         tasks += [self.task(self.keeper.watch(), "hang watch"), self.task(self.watch.progress(), "progress")]
