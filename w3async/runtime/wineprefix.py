@@ -13,8 +13,8 @@ What a prefix gets once (traps found on the way):
 - the HID, USB and Bluetooth bus drivers off by DLL override (measured in a Warcraft III harness under Wine: the HID bus
   woke every millisecond in every game), winemenubuilder off.
 
-And every Wine process starts with its address space's randomization off (`setarch -R`,
-FIXED_LAYOUT): Debian's Wine 8 has no preloader, its 64-bit loader is linked at
+And every Wine process starts with its address space's randomization off (`setarch -R`:
+fixed_layout()): Debian's Wine 8 has no preloader, its 64-bit loader is linked at
 0x7d000000, and the kernel puts a 64-bit program's heap anywhere in the 1 GiB after it,
 so about one start in a few thousand found its heap on the page Wine must map at
 0x7ffe0000 and exited 1 at once ("failed to map the shared user data: c0000018"); the
@@ -591,7 +591,8 @@ def namespaces(pid: int) -> tuple[int, int, int]:
 
 def join_args(fds: tuple[int, int, int]) -> list[str]:
     """bwrap's options that put its command in the namespaces of namespaces(), with no
-    capability (joined_command: CAP_SETPCAP until the command's first instruction, as root)."""
+    capability but, as root, CAP_SETPCAP: every caller runs its command through
+    joined_command(), which drops it before the command's first instruction."""
     parent, pid, user = fds
     caps = ["--cap-drop", "ALL", *(["--cap-add", "CAP_SETPCAP"] if _bounded_by_hand() else [])]
     return ["--userns", str(parent), "--pidns", str(pid), "--userns2", str(user), "--assert-userns-disabled", *caps]
