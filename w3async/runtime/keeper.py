@@ -227,7 +227,7 @@ class GameKeeper:
         counted like any start that ended before its first post (max_start_failures)."""
         if code in (layout.EXIT_LAYOUT, layout.EXIT_ATTACH):
             return True
-        if s.posted or s.ever_posted:
+        if s.ever_posted:  # (set with posted: this start's post counts)
             return False
         return code == layout.EXIT_NO_STEP or (code == layout.EXIT_MSGBOX and s.fail_streak >= 1)
 

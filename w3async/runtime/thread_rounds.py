@@ -19,7 +19,7 @@ class ThreadRounds:
     """The obs doorbells an answerer's thread waits on, and its rounds."""
 
     def __init__(self, control, gatherer, loop, schedule_round: Callable[[], None]):
-        self._control, self._gatherer = control, gatherer
+        self._control, self._gatherer, self._lock = control, gatherer, control.lock
         self._loop, self._schedule_round = loop, schedule_round
         self.obs_bells: list = []  # the obs doorbells the answerer's thread waits on
         self._open = True  # until the shutdown: no round after it (close)
@@ -31,7 +31,7 @@ class ThreadRounds:
         answerer = self._control.answerer
         if not answerer.gathers:
             return False
-        with self._control.lock:
+        with self._lock:
             self.obs_bells.append(obs)
             answerer.wake_thread()  # under the lock: its eventfds do not close meanwhile
         return True
@@ -44,7 +44,7 @@ class ThreadRounds:
         with their generations now (take() of them again is harmless). Bad rows are left
         to a round on the loop, which restarts their games (the loop's work); nothing
         after close()."""
-        with self._control.lock:
+        with self._lock:
             if not self._open:
                 return
             rang = False
@@ -62,6 +62,6 @@ class ThreadRounds:
     def close(self) -> None:
         """The shutdown, before the doorbells and the table close: a round on another
         thread is finished (the lock) and none starts after."""
-        with self._control.lock:
+        with self._lock:
             self._open = False
             self.obs_bells.clear()
