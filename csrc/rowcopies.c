@@ -22,8 +22,6 @@
 
 #include "w3s_table.h"
 
-#define RC_ENT (W3S_E_MAX * W3S_F_ENT)
-#define RC_MASK (W3S_N_HEADS * W3S_HEAD_MAX)
 
 typedef struct {
     PyObject_HEAD
@@ -35,6 +33,7 @@ typedef struct {
     /* the gatherer's batch (capacity rows; entities at stride bucket) */
     Py_buffer b_glob, b_ent, b_ent_type, b_n_ent, b_mask, b_reward, b_flags, b_episode, b_step, b_obs_seq;
     int n_rows, capacity;
+    size_t G, E, F, ENT, MASK; /* the row shape: globals, entities, features, E x F, heads x choices */
     int held; /* buffers acquired */
 } Copies;
 
@@ -42,20 +41,31 @@ typedef struct {
 
 typedef struct {
     const char *name;
-    Py_ssize_t per_row; /* bytes a row */
+    Py_ssize_t per_row; /* bytes a row; -1..-4: the shape's globals, entities, types, masks (rc_per_row) */
     int banks;          /* 2: two banks of n_rows, 1: n_rows, 0: the batch's capacity */
 } rc_buf_spec;
 
+static Py_ssize_t rc_per_row(const Copies *c, Py_ssize_t per_row)
+{
+    switch (per_row) {
+    case -1: return (Py_ssize_t)c->G * 4;
+    case -2: return (Py_ssize_t)c->ENT * 4;
+    case -3: return (Py_ssize_t)c->E * 2;
+    case -4: return (Py_ssize_t)c->MASK;
+    default: return per_row;
+    }
+}
+
 static const rc_buf_spec rc_specs[] = {
-    {"glob", W3S_G_GLOB * 4, 2}, {"ent", RC_ENT * 4, 2},     {"ent_type", W3S_E_MAX * 2, 2},
-    {"n_ent", 8, 2},             {"mask", RC_MASK, 2},       {"ent_hi", 8, 2},
+    {"glob", -1, 2},             {"ent", -2, 2},             {"ent_type", -3, 2},
+    {"n_ent", 8, 2},             {"mask", -4, 2},            {"ent_hi", 8, 2},
     {"bank", 8, 1},              {"reward", 4, 1},           {"flags", 4, 1},
     {"episode", 8, 1},           {"step", 4, 1},             {"obs_seq", 8, 1},
     {"posted", 1, 1},            {"handed", 1, 1},           {"cut", 1, 1},
     {"in_episode", 1, 1},        {"slot_of", 4, 1},          {"gen", 8, 1},
     {"stamp", 8, 1},
-    {"b_glob", W3S_G_GLOB * 4, 0}, {"b_ent", RC_ENT * 4, 0}, {"b_ent_type", W3S_E_MAX * 2, 0},
-    {"b_n_ent", 4, 0},           {"b_mask", RC_MASK, 0},     {"b_reward", 4, 0},
+    {"b_glob", -1, 0},           {"b_ent", -2, 0},           {"b_ent_type", -3, 0},
+    {"b_n_ent", 4, 0},           {"b_mask", -4, 0},          {"b_reward", 4, 0},
     {"b_flags", 4, 0},           {"b_episode", 8, 0},        {"b_step", 4, 0},
     {"b_obs_seq", 8, 0},
 };
@@ -71,13 +81,14 @@ static void Copies_dealloc(Copies *c)
     Py_TYPE(c)->tp_free((PyObject *)c);
 }
 
-/* Copies(n_rows=, capacity=, glob=, ..., b_obs_seq=): keywords only, every one of
- * rc_specs, n_rows and the batch's capacity. 0, or -1 with the exception set (naming the
+/* Copies(n_rows=, capacity=, shape=, glob=, ..., b_obs_seq=): keywords only, every one
+ * of rc_specs, n_rows, the batch's capacity and the row shape (e_max, f_ent, g_glob,
+ * n_heads, head_max). 0, or -1 with the exception set (naming the
  * keyword) and nothing held. */
 static int Copies_init(Copies *c, PyObject *args, PyObject *kw)
 {
-    if (PyTuple_GET_SIZE(args) != 0 || !kw || PyDict_Size(kw) != RC_N_BUFFERS + 2) {
-        PyErr_Format(PyExc_TypeError, "Copies: takes keywords only: n_rows, capacity and the %d buffers "
+    if (PyTuple_GET_SIZE(args) != 0 || !kw || PyDict_Size(kw) != RC_N_BUFFERS + 3) {
+        PyErr_Format(PyExc_TypeError, "Copies: takes keywords only: n_rows, capacity, shape and the %d buffers "
                      "(w3async/env/rowcopies.py's CRowCopies passes them)", RC_N_BUFFERS);
         return -1;
     }
@@ -93,6 +104,18 @@ static int Copies_init(Copies *c, PyObject *args, PyObject *kw)
         PyErr_Format(PyExc_ValueError, "Copies: n_rows=%ld and capacity=%ld must be > 0", n_rows, capacity);
         return -1;
     }
+    PyObject *shape = PyDict_GetItemString(kw, "shape");
+    unsigned int e, f, gl, nh, hm;
+    w3s_layout L;
+    if (!shape || !PyArg_ParseTuple(shape, "IIIII;Copies: shape must be (e_max, f_ent, g_glob, n_heads, head_max)",
+                                    &e, &f, &gl, &nh, &hm))
+        return -1;
+    if (w3s_layout_make(&L, e, f, gl, nh, hm) < 0) {
+        PyErr_Format(PyExc_ValueError, "Copies: shape (%u, %u, %u, %u, %u) is out of range", e, f, gl, nh, hm);
+        return -1;
+    }
+    c->G = L.g_glob, c->E = L.e_max, c->F = L.f_ent, c->ENT = (size_t)L.e_max * L.f_ent;
+    c->MASK = (size_t)L.n_heads * L.head_max;
     Py_buffer *slots = &c->glob;
     int got = 0;
     for (; got < RC_N_BUFFERS; got++) {
@@ -106,7 +129,7 @@ static int Copies_init(Copies *c, PyObject *args, PyObject *kw)
             PyErr_Format(PyExc_TypeError, "Copies: %s must be a writable contiguous buffer", sp->name);
             goto err;
         }
-        Py_ssize_t need = sp->per_row * (sp->banks ? sp->banks * (Py_ssize_t)n_rows : (Py_ssize_t)capacity);
+        Py_ssize_t need = rc_per_row(c, sp->per_row) * (sp->banks ? sp->banks * (Py_ssize_t)n_rows : (Py_ssize_t)capacity);
         if (slots[got].len < need) {
             PyErr_Format(PyExc_ValueError, "Copies: %s holds %zd bytes, needs %zd", sp->name, slots[got].len, need);
             got++;
@@ -151,8 +174,8 @@ static PyObject *Copies_put(Copies *c, PyObject *args)
     if (!PyArg_ParseTuple(args, "y*iy*L", &rows, &bucket, &gens, &stamp))
         return NULL;
     Py_ssize_t n = rc_rows(c, &rows, "put");
-    if (n >= 0 && (bucket < 0 || bucket > W3S_E_MAX || n > c->capacity)) {
-        PyErr_Format(PyExc_ValueError, "put: bucket %d not in 0..%d, or %zd rows", bucket, W3S_E_MAX, n);
+    if (n >= 0 && (bucket < 0 || (size_t)bucket > c->E || n > c->capacity)) {
+        PyErr_Format(PyExc_ValueError, "put: bucket %d not in 0..%zu, or %zd rows", bucket, c->E, n);
         n = -1;
     }
     if (n >= 0 && gens.len < (Py_ssize_t)c->n_rows * 8) {
@@ -170,20 +193,21 @@ static PyObject *Copies_put(Copies *c, PyObject *args)
     const int64_t *rw = rows.buf;
     const size_t N = (size_t)c->n_rows;
     int64_t *bank = c->bank.buf, *hi = c->ent_hi.buf, *n_ent = c->n_ent.buf;
+    const size_t G = c->G, E = c->E, F = c->F, ENT = c->ENT, MASK = c->MASK;
     for (Py_ssize_t i = 0; i < n; i++) {
         size_t r = (size_t)rw[i], at = (size_t)(bank[r] ^ 1) * N + r;
-        memcpy((float *)c->glob.buf + at * W3S_G_GLOB, (float *)c->b_glob.buf + i * W3S_G_GLOB, W3S_G_GLOB * 4);
-        float *ent = (float *)c->ent.buf + at * RC_ENT;
-        int16_t *type = (int16_t *)c->ent_type.buf + at * W3S_E_MAX;
-        memcpy(ent, (float *)c->b_ent.buf + (size_t)i * bucket * W3S_F_ENT, (size_t)bucket * W3S_F_ENT * 4);
+        memcpy((float *)c->glob.buf + at * G, (float *)c->b_glob.buf + i * G, G * 4);
+        float *ent = (float *)c->ent.buf + at * ENT;
+        int16_t *type = (int16_t *)c->ent_type.buf + at * E;
+        memcpy(ent, (float *)c->b_ent.buf + (size_t)i * bucket * F, (size_t)bucket * F * 4);
         memcpy(type, (int16_t *)c->b_ent_type.buf + (size_t)i * bucket, (size_t)bucket * 2);
         if (hi[at] > bucket) {
-            memset(ent + (size_t)bucket * W3S_F_ENT, 0, (size_t)(hi[at] - bucket) * W3S_F_ENT * 4);
+            memset(ent + (size_t)bucket * F, 0, (size_t)(hi[at] - bucket) * F * 4);
             memset(type + bucket, 0, (size_t)(hi[at] - bucket) * 2);
         }
         hi[at] = bucket;
         n_ent[at] = ((uint32_t *)c->b_n_ent.buf)[i];
-        memcpy((uint8_t *)c->mask.buf + at * RC_MASK, (uint8_t *)c->b_mask.buf + i * RC_MASK, RC_MASK);
+        memcpy((uint8_t *)c->mask.buf + at * MASK, (uint8_t *)c->b_mask.buf + i * MASK, MASK);
         ((float *)c->reward.buf)[r] = ((float *)c->b_reward.buf)[i];
         ((uint32_t *)c->flags.buf)[r] = ((uint32_t *)c->b_flags.buf)[i];
         ((uint64_t *)c->episode.buf)[r] = ((uint64_t *)c->b_episode.buf)[i];
@@ -236,7 +260,9 @@ static PyObject *Copies_take(Copies *c, PyObject *args)
     if (!PyArg_ParseTuple(args, "y*w*w*w*w*w*w*w*w*w*w*w*w*", &rows, &o[0], &o[1], &o[2], &o[3], &o[4], &o[5],
                           &o[6], &o[7], &o[8], &o[9], &o[10], &o[11]))
         return NULL;
-    static const Py_ssize_t per_row[N_OUT] = {W3S_G_GLOB * 4, RC_ENT * 4, W3S_E_MAX * 2, 8, RC_MASK, 4, 1, 1, 1, 8, 4, 4};
+    const size_t G = c->G, E = c->E, F = c->F, ENT = c->ENT, MASK = c->MASK;
+    const Py_ssize_t per_row[N_OUT] = {(Py_ssize_t)G * 4, (Py_ssize_t)ENT * 4, (Py_ssize_t)E * 2, 8,
+                                       (Py_ssize_t)MASK, 4, 1, 1, 1, 8, 4, 4};
     static const char *names[N_OUT] = {"glob", "ent", "ent_type", "n_ent", "mask", "reward",
                                        "terminated", "truncated", "cut", "episode", "step", "slot"};
     Py_ssize_t n = rc_rows(c, &rows, "take");
@@ -254,15 +280,15 @@ static PyObject *Copies_take(Copies *c, PyObject *args)
         int was_cut = cut[r] != 0;
         int64_t src = was_cut ? bank[r] : (bank[r] ^ 1);
         size_t at = (size_t)src * N + r, h = (size_t)hi[at];
-        memcpy((float *)o[0].buf + i * W3S_G_GLOB, (float *)c->glob.buf + at * W3S_G_GLOB, W3S_G_GLOB * 4);
-        float *ent = (float *)o[1].buf + (size_t)i * RC_ENT;
-        memcpy(ent, (float *)c->ent.buf + at * RC_ENT, h * W3S_F_ENT * 4);
-        memset(ent + h * W3S_F_ENT, 0, (W3S_E_MAX - h) * W3S_F_ENT * 4);
-        int16_t *type = (int16_t *)o[2].buf + (size_t)i * W3S_E_MAX;
-        memcpy(type, (int16_t *)c->ent_type.buf + at * W3S_E_MAX, h * 2);
-        memset(type + h, 0, (W3S_E_MAX - h) * 2);
+        memcpy((float *)o[0].buf + i * G, (float *)c->glob.buf + at * G, G * 4);
+        float *ent = (float *)o[1].buf + (size_t)i * ENT;
+        memcpy(ent, (float *)c->ent.buf + at * ENT, h * F * 4);
+        memset(ent + h * F, 0, (E - h) * F * 4);
+        int16_t *type = (int16_t *)o[2].buf + (size_t)i * E;
+        memcpy(type, (int16_t *)c->ent_type.buf + at * E, h * 2);
+        memset(type + h, 0, (E - h) * 2);
         ((int64_t *)o[3].buf)[i] = ((int64_t *)c->n_ent.buf)[at];
-        memcpy((uint8_t *)o[4].buf + i * RC_MASK, (uint8_t *)c->mask.buf + at * RC_MASK, RC_MASK);
+        memcpy((uint8_t *)o[4].buf + i * MASK, (uint8_t *)c->mask.buf + at * MASK, MASK);
         uint32_t f = ((uint32_t *)c->flags.buf)[r];
         int term = !was_cut && (f & W3S_FLAG_DONE), trunc = was_cut || (f & W3S_FLAG_TRUNCATED);
         ((float *)o[5].buf)[i] = (was_cut || (f & W3S_FLAG_FIRST)) ? 0.0f : ((float *)c->reward.buf)[r];
@@ -308,15 +334,22 @@ static PyTypeObject CopiesType = {
     .tp_methods = Copies_methods,
 };
 
-static PyObject *rc_layout_hash(PyObject *self, PyObject *noargs)
+static PyObject *rc_layout_hash(PyObject *self, PyObject *args)
 {
     (void)self;
-    (void)noargs;
-    return PyLong_FromUnsignedLongLong(w3s_layout_hash());
+    unsigned int e, f, g, h, m;
+    w3s_layout L;
+    if (!PyArg_ParseTuple(args, "IIIII", &e, &f, &g, &h, &m))
+        return NULL;
+    if (w3s_layout_make(&L, e, f, g, h, m) < 0) {
+        PyErr_Format(PyExc_ValueError, "shape (%u, %u, %u, %u, %u) is out of range", e, f, g, h, m);
+        return NULL;
+    }
+    return PyLong_FromUnsignedLongLong(w3s_layout_hash(&L));
 }
 
 static PyMethodDef module_methods[] = {
-    {"layout_hash", rc_layout_hash, METH_NOARGS, "w3s_layout_hash() as this extension was built"},
+    {"layout_hash", rc_layout_hash, METH_VARARGS, "w3s_layout_hash() of a shape, as this extension was built"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -47,7 +47,8 @@ typedef struct {
     /* the batch: capacity n_rows */
     Py_buffer b_rows, b_obs_seq, b_lane, b_side, b_episode, b_step, b_flags, b_reward, b_n_ent,
         b_state_hash, b_discarded, b_glob, b_ent, b_ent_type, b_mask;
-    Py_buffer buckets; /* int32[], ascending, the last == W3S_E_MAX */
+    Py_buffer buckets; /* int32[], ascending, the last == the layout's e_max */
+    w3s_layout L; /* the run's row shape and offsets */
     int n_types;
     int n_rows, n_games;
     int held; /* buffers acquired */
@@ -100,14 +101,27 @@ static int g_get(PyObject *obj, Py_buffer *view, const char *name, Py_ssize_t mi
 
 /* The Gatherer's buffers, in the order of its Py_buffer fields (g_buffers), each with
  * the keyword that passes it (CGatherer in w3async/sync/gather.py passes every one by
- * name) and the bytes it must hold: per_row x n_rows + fixed. */
+ * name) and the bytes it must hold: per_row x n_rows + fixed. A per_row of -1 is the
+ * row's size, of -2..-5 the layout's globals, entities, types and masks (g_per_row). */
 typedef struct {
     const char *name;
     Py_ssize_t per_row, fixed;
 } g_buf_spec;
 
+static Py_ssize_t g_per_row(const w3s_layout *L, Py_ssize_t per_row)
+{
+    switch (per_row) {
+    case -1: return L->row_size;
+    case -2: return (Py_ssize_t)L->g_glob * 4;
+    case -3: return (Py_ssize_t)L->e_max * L->f_ent * 4;
+    case -4: return (Py_ssize_t)L->e_max * 2;
+    case -5: return (Py_ssize_t)L->n_heads * L->head_max;
+    default: return per_row;
+    }
+}
+
 static const g_buf_spec g_specs[] = {
-    {"table", sizeof(w3s_row), 0},
+    {"table", -1, 0},
     {"row_game", 4, 0},
     {"acked", 8, 0},
     {"act_fd", 0, 0},
@@ -123,23 +137,24 @@ static const g_buf_spec g_specs[] = {
     {"n_ent", 4, 0},
     {"state_hash", 8, 0},
     {"discarded", 4, 0},
-    {"glob", W3S_G_GLOB * 4, 0},
-    {"ent", W3S_E_MAX * W3S_F_ENT * 4, 0},
-    {"ent_type", W3S_E_MAX * 2, 0},
-    {"mask", W3S_N_HEADS * W3S_HEAD_MAX, 0},
+    {"glob", -2, 0},
+    {"ent", -3, 0},
+    {"ent_type", -4, 0},
+    {"mask", -5, 0},
     {"buckets", 0, 4},
 };
 typedef char g_check_specs[(sizeof(g_specs) / sizeof(g_specs[0]) == G_N_BUFFERS) ? 1 : -1];
 typedef char g_check_buffers[(offsetof(Gatherer, buckets) - offsetof(Gatherer, table)) ==
                              (G_N_BUFFERS - 1) * sizeof(Py_buffer) ? 1 : -1];
 
-/* Gatherer(n_rows=, n_types=, table=, row_game=, ..., buckets=): keywords only, every
- * one of g_specs and the two sizes, nothing else. Returns 0, or -1 with the exception
+/* Gatherer(n_rows=, n_types=, shape=, table=, row_game=, ..., buckets=): keywords only,
+ * every one of g_specs, the two sizes and the row shape (e_max, f_ent, g_glob, n_heads,
+ * head_max), nothing else. Returns 0, or -1 with the exception
  * set (naming the keyword) and nothing held. */
 static int Gatherer_init(Gatherer *g, PyObject *args, PyObject *kw)
 {
-    if (PyTuple_GET_SIZE(args) != 0 || !kw || PyDict_Size(kw) != G_N_BUFFERS + 2) {
-        PyErr_Format(PyExc_TypeError, "Gatherer: takes keywords only: n_rows, n_types and the %d buffers "
+    if (PyTuple_GET_SIZE(args) != 0 || !kw || PyDict_Size(kw) != G_N_BUFFERS + 3) {
+        PyErr_Format(PyExc_TypeError, "Gatherer: takes keywords only: n_rows, n_types, shape and the %d buffers "
                      "(w3async/sync/gather.py's CGatherer passes them)", G_N_BUFFERS);
         return -1;
     }
@@ -155,6 +170,15 @@ static int Gatherer_init(Gatherer *g, PyObject *args, PyObject *kw)
         PyErr_Format(PyExc_ValueError, "Gatherer: n_rows=%ld must be > 0, n_types=%ld in 1..32767", n_rows, n_types);
         return -1;
     }
+    PyObject *shape = PyDict_GetItemString(kw, "shape");
+    unsigned int e, f, gl, nh, hm;
+    if (!shape || !PyArg_ParseTuple(shape, "IIIII;Gatherer: shape must be (e_max, f_ent, g_glob, n_heads, head_max)",
+                                    &e, &f, &gl, &nh, &hm))
+        return -1;
+    if (w3s_layout_make(&g->L, e, f, gl, nh, hm) < 0) {
+        PyErr_Format(PyExc_ValueError, "Gatherer: shape (%u, %u, %u, %u, %u) is out of range", e, f, gl, nh, hm);
+        return -1;
+    }
     Py_buffer *slots = &g->table;
     int got = 0;
     for (; got < G_N_BUFFERS; got++) {
@@ -164,7 +188,7 @@ static int Gatherer_init(Gatherer *g, PyObject *args, PyObject *kw)
             PyErr_Format(PyExc_TypeError, "Gatherer: missing keyword %s", sp->name);
             goto err;
         }
-        if (g_get(obj, &slots[got], sp->name, sp->per_row * (Py_ssize_t)n_rows + sp->fixed) < 0)
+        if (g_get(obj, &slots[got], sp->name, g_per_row(&g->L, sp->per_row) * (Py_ssize_t)n_rows + sp->fixed) < 0)
             goto err;
     }
     g->n_games = (int)(g->act_fd.len / 4);
@@ -174,8 +198,8 @@ static int Gatherer_init(Gatherer *g, PyObject *args, PyObject *kw)
     }
     const int32_t *bk = g->buckets.buf;
     Py_ssize_t nb = g->buckets.len / 4;
-    if (bk[nb - 1] != W3S_E_MAX) {
-        PyErr_Format(PyExc_ValueError, "Gatherer: the last bucket must be %d", W3S_E_MAX);
+    if (nb < 1 || bk[nb - 1] != (int32_t)g->L.e_max) {
+        PyErr_Format(PyExc_ValueError, "Gatherer: the last bucket must be %u", g->L.e_max);
         goto err;
     }
     g->ring_seen = PyMem_Calloc(g->n_games ? g->n_games : 1, sizeof(int32_t));
@@ -212,14 +236,15 @@ static int g_bad(PyObject *list, int row, const char *field, long index, PyObjec
 /* First pass over a waiting row: its scalars read once into hd, then checked. 0 valid,
  * 1 bad (appended to bad), -1 on a Python error. The order of all the checks (here, then
  * g_body) is the contract shared with the numpy path. */
-static int g_head_take(const w3s_row *r, int row, uint64_t obs, uint64_t act, g_head *hd, PyObject *bad)
+static int g_head_take(const w3s_layout *L, const w3s_row *r, int row, uint64_t obs, uint64_t act, g_head *hd,
+                       PyObject *bad)
 {
     if (obs != act + 1)
         return g_bad(bad, row, "obs_seq", -1, PyLong_FromUnsignedLongLong(obs)) < 0 ? -1 : 1;
     memcpy(hd, (const void *)r, sizeof(*hd));
     if (hd->row_magic != W3S_ROW_MAGIC)
         return g_bad(bad, row, "row_magic", -1, PyLong_FromUnsignedLong(hd->row_magic)) < 0 ? -1 : 1;
-    if (hd->n_ent > W3S_E_MAX)
+    if (hd->n_ent > L->e_max)
         return g_bad(bad, row, "n_ent", -1, PyLong_FromUnsignedLong(hd->n_ent)) < 0 ? -1 : 1;
     if (hd->flags & ~(uint32_t)(W3S_FLAG_FIRST | W3S_FLAG_DONE | W3S_FLAG_TRUNCATED | W3S_FLAG_TIME_LIMIT))
         return g_bad(bad, row, "flags", -1, PyLong_FromUnsignedLong(hd->flags)) < 0 ? -1 : 1;
@@ -232,35 +257,38 @@ static int g_head_take(const w3s_row *r, int row, uint64_t obs, uint64_t act, g_
  * `bucket`, n_ent from the first pass, never read again), then the copy checked. */
 static int g_body(Gatherer *g, const w3s_row *r, int row, uint32_t n_ent, int k, int bucket, PyObject *bad)
 {
-    float *glob = (float *)g->b_glob.buf + (size_t)k * W3S_G_GLOB;
-    memcpy(glob, (const void *)r->glob, sizeof(r->glob));
-    for (int i = 0; i < W3S_G_GLOB; i++)
+    const w3s_layout *L = &g->L;
+    const uint32_t G = L->g_glob, F = L->f_ent, H = L->n_heads, M = L->head_max;
+    w3s_row *rw = (w3s_row *)r; /* the accessors' type: only read here */
+    float *glob = (float *)g->b_glob.buf + (size_t)k * G;
+    memcpy(glob, (const void *)w3s_glob(L, rw), (size_t)G * sizeof(float));
+    for (uint32_t i = 0; i < G; i++)
         if (!isfinite(glob[i]))
-            return g_bad(bad, row, "glob", i, PyFloat_FromDouble(glob[i])) < 0 ? -1 : 1;
-    float *ent = (float *)g->b_ent.buf + (size_t)k * bucket * W3S_F_ENT;
-    memcpy(ent, (const void *)r->ent, (size_t)n_ent * W3S_F_ENT * sizeof(float));
-    for (uint32_t i = 0; i < n_ent * W3S_F_ENT; i++)
+            return g_bad(bad, row, "glob", (long)i, PyFloat_FromDouble(glob[i])) < 0 ? -1 : 1;
+    float *ent = (float *)g->b_ent.buf + (size_t)k * bucket * F;
+    memcpy(ent, (const void *)w3s_ent(L, rw, 0), (size_t)n_ent * F * sizeof(float));
+    for (uint32_t i = 0; i < n_ent * F; i++)
         if (!isfinite(ent[i]))
             return g_bad(bad, row, "ent", (long)i, PyFloat_FromDouble(ent[i])) < 0 ? -1 : 1;
-    memset(ent + (size_t)n_ent * W3S_F_ENT, 0, (size_t)(bucket - n_ent) * W3S_F_ENT * sizeof(float));
+    memset(ent + (size_t)n_ent * F, 0, (size_t)(bucket - n_ent) * F * sizeof(float));
     int16_t *type = (int16_t *)g->b_ent_type.buf + (size_t)k * bucket;
-    memcpy(type, (const void *)r->ent_type, (size_t)n_ent * sizeof(int16_t));
+    memcpy(type, (const void *)w3s_ent_type(L, rw), (size_t)n_ent * sizeof(int16_t));
     for (uint32_t e = 0; e < n_ent; e++)
         if (type[e] < 0 || type[e] >= g->n_types)
             return g_bad(bad, row, "ent_type", (long)e, PyLong_FromLong(type[e])) < 0 ? -1 : 1;
     memset(type + n_ent, 0, (size_t)(bucket - n_ent) * sizeof(int16_t));
-    uint8_t *mask = (uint8_t *)g->b_mask.buf + (size_t)k * W3S_N_HEADS * W3S_HEAD_MAX;
-    memcpy(mask, (const void *)r->mask, sizeof(r->mask));
-    for (int h = 0; h < W3S_N_HEADS; h++) {
+    uint8_t *mask = (uint8_t *)g->b_mask.buf + (size_t)k * H * M;
+    memcpy(mask, (const void *)w3s_mask(L, rw, 0), (size_t)H * M);
+    for (uint32_t h = 0; h < H; h++) {
         int any = 0;
-        for (int c = 0; c < W3S_HEAD_MAX; c++) {
-            uint8_t m = mask[h * W3S_HEAD_MAX + c];
+        for (uint32_t c = 0; c < M; c++) {
+            uint8_t m = mask[h * M + c];
             if (m > 1)
-                return g_bad(bad, row, "mask", (long)(h * W3S_HEAD_MAX + c), PyLong_FromLong(m)) < 0 ? -1 : 1;
+                return g_bad(bad, row, "mask", (long)(h * M + c), PyLong_FromLong(m)) < 0 ? -1 : 1;
             any |= m;
         }
         if (!any)
-            return g_bad(bad, row, "mask", (long)(h * W3S_HEAD_MAX), PyLong_FromLong(0)) < 0 ? -1 : 1;
+            return g_bad(bad, row, "mask", (long)(h * M), PyLong_FromLong(0)) < 0 ? -1 : 1;
     }
     return 0;
 }
@@ -276,7 +304,9 @@ static PyObject *Gatherer_gather(Gatherer *g, PyObject *args)
     int hold = 0;
     if (!PyArg_ParseTuple(args, "|p", &hold))
         return NULL;
-    const w3s_row *rows = g->table.buf;
+    const char *table = g->table.buf;
+    const size_t row_size = g->L.row_size;
+#define G_ROW(i) ((const w3s_row *)(table + (size_t)(i) * row_size))
     int32_t *row_game = g->row_game.buf;
     const uint64_t *acked = g->acked.buf;
     int32_t *out_rows = g->b_rows.buf;
@@ -294,11 +324,11 @@ static PyObject *Gatherer_gather(Gatherer *g, PyObject *args)
         if (row_game[i] < 0)
             continue;
         /* Acquire: the observation fields are read after the sequence number. */
-        uint64_t obs = __atomic_load_n(&rows[i].obs_seq, __ATOMIC_ACQUIRE);
+        uint64_t obs = __atomic_load_n(&G_ROW(i)->obs_seq, __ATOMIC_ACQUIRE);
         uint64_t act = acked[i];
         if (obs == act)
             continue;
-        int rc = g_head_take(&rows[i], i, obs, act, &g->heads[nc], bad);
+        int rc = g_head_take(&g->L, G_ROW(i), i, obs, act, &g->heads[nc], bad);
         if (rc < 0)
             goto err;
         if (rc)
@@ -315,7 +345,7 @@ static PyObject *Gatherer_gather(Gatherer *g, PyObject *args)
     int n = 0;
     for (int c = 0; c < nc; c++) {
         const g_head *hd = &g->heads[c];
-        int rc = g_body(g, &rows[g->cand[c]], g->cand[c], hd->n_ent, n, bucket, bad);
+        int rc = g_body(g, G_ROW(g->cand[c]), g->cand[c], hd->n_ent, n, bucket, bad);
         if (rc < 0)
             goto err;
         if (rc)
@@ -341,10 +371,11 @@ static PyObject *Gatherer_gather(Gatherer *g, PyObject *args)
 err:
     Py_DECREF(bad);
     return NULL;
+#undef G_ROW
 }
 
 /* answer(rows, obs_seq, actions, versions, release=False) -> rung: for k < len(rows), writes
- * actions[k] (int32[n][N_HEADS], C-contiguous) and versions[k] (uint32) into table row
+ * actions[k] (int32[n][n_heads], C-contiguous) and versions[k] (uint32) into table row
  * rows[k] (int32), then act_seq = obs_seq[k] (uint64, the sequence gathered) with a
  * release store, then rings each answered game's act doorbell once. A row that no
  * longer waits at obs_seq[k] (its game restarted meanwhile) or belongs to no game (or
@@ -366,12 +397,14 @@ static PyObject *Gatherer_answer(Gatherer *g, PyObject *args)
         PyErr_Format(PyExc_ValueError, "answer: %zd rows, the table has %d", n, g->n_rows);
         goto done;
     }
-    if (seqb.len < n * 8 || actions.len < n * W3S_N_HEADS * 4 || versions.len < n * 4) {
+    const uint32_t H = g->L.n_heads;
+    if (seqb.len < n * 8 || actions.len < n * (Py_ssize_t)H * 4 || versions.len < n * 4) {
         PyErr_Format(PyExc_ValueError, "answer: %zd rows but obs_seq %zd bytes, actions %zd, versions %zd", n,
                      seqb.len, actions.len, versions.len);
         goto done;
     }
-    w3s_row *rows = g->table.buf;
+    char *table = g->table.buf;
+    const size_t row_size = g->L.row_size;
     uint64_t *acked = g->acked.buf;
     const int32_t *idx = rowsb.buf;
     int32_t *row_game = g->row_game.buf;
@@ -391,7 +424,7 @@ static PyObject *Gatherer_answer(Gatherer *g, PyObject *args)
                 row_game[idx[k]] = -2 - row_game[idx[k]];
     int32_t epoch = ++g->ring_epoch;
     for (Py_ssize_t k = 0; k < n; k++) {
-        w3s_row *r = &rows[idx[k]];
+        w3s_row *r = (w3s_row *)(table + (size_t)idx[k] * row_size);
         /* A stale answer (the game restarted while its round computed, or the row went
          * to no game) is dropped: its row no longer holds the sequence it answers. */
         if (row_game[idx[k]] < 0 || acked[idx[k]] + 1 != seq[k] ||
@@ -401,7 +434,7 @@ static PyObject *Gatherer_answer(Gatherer *g, PyObject *args)
         }
         g->ring_seen_row[k] = 1;
         acked[idx[k]] = seq[k];
-        memcpy(r->action, act + (size_t)k * W3S_N_HEADS, sizeof(r->action));
+        memcpy(r->action, act + (size_t)k * H, H * sizeof(int32_t));
         r->policy_version = ver[k];
         __atomic_store_n(&r->act_seq, seq[k], __ATOMIC_RELEASE);
     }
@@ -452,15 +485,41 @@ static PyTypeObject GathererType = {
     .tp_methods = Gatherer_methods,
 };
 
-static PyObject *rows_layout_hash(PyObject *self, PyObject *noargs)
+/* layout(e_max, f_ent, g_glob, n_heads, head_max) -> (glob, ent, ent_type, mask, obs_end,
+ * row_size): w3s_layout_make's offsets, as this extension was built; ValueError out of range. */
+static int rows_shape(PyObject *args, w3s_layout *L)
+{
+    unsigned int e, f, g, h, m;
+    if (!PyArg_ParseTuple(args, "IIIII", &e, &f, &g, &h, &m))
+        return -1;
+    if (w3s_layout_make(L, e, f, g, h, m) < 0) {
+        PyErr_Format(PyExc_ValueError, "shape (%u, %u, %u, %u, %u) is out of range", e, f, g, h, m);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *rows_layout(PyObject *self, PyObject *args)
 {
     (void)self;
-    (void)noargs;
-    return PyLong_FromUnsignedLongLong(w3s_layout_hash());
+    w3s_layout L;
+    if (rows_shape(args, &L) < 0)
+        return NULL;
+    return Py_BuildValue("(IIIIII)", L.glob, L.ent, L.ent_type, L.mask, L.obs_end, L.row_size);
+}
+
+static PyObject *rows_layout_hash(PyObject *self, PyObject *args)
+{
+    (void)self;
+    w3s_layout L;
+    if (rows_shape(args, &L) < 0)
+        return NULL;
+    return PyLong_FromUnsignedLongLong(w3s_layout_hash(&L));
 }
 
 static PyMethodDef module_methods[] = {
-    {"layout_hash", rows_layout_hash, METH_NOARGS, "w3s_layout_hash() as this extension was built"},
+    {"layout", rows_layout, METH_VARARGS, "w3s_layout_make()'s offsets for a shape, as this extension was built"},
+    {"layout_hash", rows_layout_hash, METH_VARARGS, "w3s_layout_hash() of a shape, as this extension was built"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -481,6 +540,6 @@ PyMODINIT_FUNC PyInit__rows(void)
         Py_DECREF(m);
         return NULL;
     }
-    PyModule_AddIntConstant(m, "ROW_SIZE", (long)sizeof(w3s_row));
+    PyModule_AddIntConstant(m, "VERSION", (long)W3S_VERSION);
     return m;
 }

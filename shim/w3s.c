@@ -24,6 +24,7 @@ struct w3s_conn {
     w3s_header *hdr;
     w3s_row *rows; /* this process's first row */
     uint32_t nrows;
+    w3s_layout layout; /* the run's row shape, from the header */
     size_t map_size;
     uint64_t *posted; /* obs_seq this process last posted, per row (0: none) */
 #ifdef _WIN32
@@ -71,27 +72,34 @@ static int w3s_check_table(w3s_conn *c, size_t size, long row0, long nrows, char
         w3s_errf(err, errlen, "w3s: table is %zu bytes, smaller than its header", size);
         return W3S_EXIT_LAYOUT;
     }
-    if (h->magic != W3S_MAGIC || h->version != W3S_VERSION || h->layout_hash != w3s_layout_hash()) {
+    if (h->magic != W3S_MAGIC || h->version != W3S_VERSION || h->header_size != sizeof(w3s_header)) {
         w3s_errf(err, errlen,
-                 "w3s: layout mismatch: table has magic %016llx version %u hash %016llx, "
-                 "this game was built for version %u hash %016llx (rebuild it against shim/w3s_table.h)",
-                 (unsigned long long)h->magic, h->version, (unsigned long long)h->layout_hash,
-                 W3S_VERSION, (unsigned long long)w3s_layout_hash());
+                 "w3s: layout mismatch: table has magic %016llx version %u header %u, "
+                 "this game was built for version %u header %zu (rebuild it against shim/w3s_table.h)",
+                 (unsigned long long)h->magic, h->version, h->header_size, W3S_VERSION, sizeof(w3s_header));
         return W3S_EXIT_LAYOUT;
     }
-    if (h->row_size != sizeof(w3s_row) || h->header_size != sizeof(w3s_header)) {
-        w3s_errf(err, errlen, "w3s: layout mismatch: row size %u header %u, built for %zu and %zu",
-                 h->row_size, h->header_size, sizeof(w3s_row), sizeof(w3s_header));
+    if (w3s_layout_make(&c->layout, h->e_max, h->f_ent, h->g_glob, h->n_heads, h->head_max) < 0) {
+        w3s_errf(err, errlen, "w3s: the table's row shape (%u entities x %u features, %u globals, %u heads of %u) "
+                 "is out of range", h->e_max, h->f_ent, h->g_glob, h->n_heads, h->head_max);
+        return W3S_EXIT_LAYOUT;
+    }
+    if (h->layout_hash != w3s_layout_hash(&c->layout) || h->row_size != c->layout.row_size) {
+        w3s_errf(err, errlen,
+                 "w3s: layout mismatch: table has hash %016llx row size %u, this game's shim lays the same shape "
+                 "out as hash %016llx row size %u (rebuild it against shim/w3s_table.h)",
+                 (unsigned long long)h->layout_hash, h->row_size, (unsigned long long)w3s_layout_hash(&c->layout),
+                 c->layout.row_size);
         return W3S_EXIT_LAYOUT;
     }
     /* The segment holds rows row0 .. row0 + n_rows of the run's table: this game's. */
     if (row0 < (long)h->row0 || nrows <= 0 || (uint64_t)row0 + (uint64_t)nrows > (uint64_t)h->row0 + h->n_rows ||
-        sizeof(w3s_header) + (uint64_t)h->n_rows * sizeof(w3s_row) > size) {
+        sizeof(w3s_header) + (uint64_t)h->n_rows * h->row_size > size) {
         w3s_errf(err, errlen, "w3s: rows %ld..%ld are not in a segment of rows %u..%u (%zu bytes)",
                  row0, row0 + nrows, h->row0, h->row0 + h->n_rows, size);
         return W3S_EXIT_ATTACH;
     }
-    c->rows = (w3s_row *)((char *)c->hdr + h->header_size) + (row0 - (long)h->row0);
+    c->rows = (w3s_row *)((char *)c->hdr + h->header_size + (size_t)(row0 - (long)h->row0) * h->row_size);
     c->nrows = (uint32_t)nrows;
     return 0;
 }
@@ -413,13 +421,32 @@ void w3s_detach(w3s_conn *c)
 
 uint32_t w3s_nrows(const w3s_conn *c) { return c->nrows; }
 
-w3s_row *w3s_row_at(w3s_conn *c, uint32_t i) { return i < c->nrows ? &c->rows[i] : NULL; }
+w3s_row *w3s_row_at(w3s_conn *c, uint32_t i)
+{
+    return i < c->nrows ? (w3s_row *)((char *)c->rows + (size_t)i * c->layout.row_size) : NULL;
+}
+
+const w3s_layout *w3s_layout_of(const w3s_conn *c) { return &c->layout; }
+
+int w3s_check_shape(const w3s_conn *c, uint32_t e_max, uint32_t f_ent, uint32_t g_glob, uint32_t n_heads,
+                    uint32_t head_max, char *err, size_t errlen)
+{
+    const w3s_layout *L = &c->layout;
+    if (L->e_max == e_max && (L->f_ent == f_ent || !e_max) && L->g_glob == g_glob && L->n_heads == n_heads &&
+        L->head_max == head_max)
+        return 0;
+    w3s_errf(err, errlen, "w3s: the run's rows are %u entities x %u features, %u globals, %u heads of %u choices; "
+             "this game writes %u x %u, %u globals, %u heads of %u (the recipe's [spec] entities, features, "
+             "globals and head_sizes must match the game)", L->e_max, L->f_ent, L->g_glob, L->n_heads, L->head_max,
+             e_max, f_ent, g_glob, n_heads, head_max);
+    return -1;
+}
 
 const w3s_header *w3s_header_of(const w3s_conn *c) { return c->hdr; }
 
 void w3s_post(w3s_conn *c, uint32_t i)
 {
-    w3s_row *r = &c->rows[i];
+    w3s_row *r = w3s_row_at(c, i);
     r->row_magic = W3S_ROW_MAGIC;
     uint64_t seq = __atomic_load_n(&r->obs_seq, __ATOMIC_RELAXED) + 1;
     c->posted[i] = seq;
@@ -432,7 +459,7 @@ int w3s_wait(w3s_conn *c, char *err, size_t errlen)
     for (;;) {
         int pending = 0;
         for (uint32_t i = 0; i < c->nrows; i++)
-            if (c->posted[i] && __atomic_load_n(&c->rows[i].act_seq, __ATOMIC_ACQUIRE) != c->posted[i])
+            if (c->posted[i] && __atomic_load_n(&w3s_row_at(c, i)->act_seq, __ATOMIC_ACQUIRE) != c->posted[i])
                 pending = 1;
         if (!pending) {
             memset(c->posted, 0, c->nrows * sizeof(uint64_t));

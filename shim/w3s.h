@@ -11,6 +11,8 @@
  *   W3S_SHM_PATH  the segment as a Windows path ("Z:\dev\shm\w3a-..."), Windows games
  *   W3S_ROW0, W3S_NROWS   this process's rows
  *   W3S_LANES, W3S_SIDES  its lanes and agent sides a lane: side s of lane l is row W3S_SIDES*l + s
+ *   W3S_ROW_SHAPE  the rows' shape, "e_max f_ent g_glob n_heads head_max" (also in the
+ *                  table's header: w3s_layout_of() after attach)
  *   W3S_OBS_FD, W3S_ACT_FD       inherited: a pipe's write end and an eventfd, native games
  *   W3S_OBS_FIFO, W3S_ACT_FIFO   FIFO paths ("Z:\...\obs-3.fifo"), Windows games
  *   W3S_PARENT_PID  the supervisor's pid: a native game exits when it goes away
@@ -37,6 +39,16 @@ int w3s_attach(w3s_conn **out, char *err, size_t errlen);
 uint32_t w3s_nrows(const w3s_conn *c);
 w3s_row *w3s_row_at(w3s_conn *c, uint32_t i);
 const w3s_header *w3s_header_of(const w3s_conn *c);
+
+/* The run's row shape and its offsets: fill a row through w3s_glob(L, row),
+ * w3s_ent(L, row, e), w3s_ent_type(L, row) and w3s_mask(L, row, head) (w3s_table.h). */
+const w3s_layout *w3s_layout_of(const w3s_conn *c);
+
+/* 0 when the run's rows have this shape (f_ent is not compared when e_max is 0), else
+ * -1 and err naming both: a game written for one shape calls it after w3s_attach and
+ * exits W3S_EXIT_LAYOUT on -1 (a recipe whose [spec] declares another shape). */
+int w3s_check_shape(const w3s_conn *c, uint32_t e_max, uint32_t f_ent, uint32_t g_glob, uint32_t n_heads,
+                    uint32_t head_max, char *err, size_t errlen);
 
 /* Mark row i as posted: writes row_magic, then obs_seq + 1 with a release store.
  * Fill every observation field before. Does not ring: call w3s_ring once after

@@ -183,7 +183,8 @@ def test_a_spec_file_beside_the_recipe_and_every_problem_at_once(tmp_path):
     r = load_recipe(rec, ["spec.n_types=5", 'spec.levels."bot:easy".env.L=2'])
     assert r.spec.n_types == 5 and r.spec.levels["bot:easy"].env == {"L": "2"}
     assert games.get("mine").spec.head_sizes == (8, 8, 8, 160)
-    (tmp_path / "specs" / "bad.toml").write_text('n_types = 0\nhead_sizes = [16, 300]\nresult = "median"\ncolour = 1\n'
+    (tmp_path / "specs" / "bad.toml").write_text('n_types = 0\nhead_sizes = [16, 300, 1, 1, 1, 1, 1, 1, 1]\n'
+                                                 'result = "median"\ncolour = 1\n'
                                                  'noop = "x"\nreplay_view = "no_such_mod_w3:view"\nparity = "no_such_w3"\n'
                                                  '[levels.x]\nenv = { A = [1] }\n')
     with pytest.raises(RecipeError) as e:
@@ -192,12 +193,13 @@ def test_a_spec_file_beside_the_recipe_and_every_problem_at_once(tmp_path):
     assert sorted(e.value.problems) == sorted([
         f"{bad}: n_types = 0: must be in 1..32767",
         f"{bad}: result = 'median': must be one of 'sign', 'nearest', 'score'",
-        f"{bad}: unknown key 'colour' (known: draw_reward, draw_within, head_sizes, levels, loss_reward, n_types, "
-        f"noop, opponent_default, opponent_env, parity, pointer_head, replay_dir, replay_suffixes, replay_view, "
-        f"result, seed_env, win_reward)",
+        f"{bad}: unknown key 'colour' (known: draw_reward, draw_within, entities, features, globals, head_sizes, "
+        f"levels, loss_reward, n_types, noop, opponent_default, opponent_env, parity, pointer_head, replay_dir, "
+        f"replay_suffixes, replay_view, result, seed_env, win_reward)",
         f"{bad}: noop = 'x': expected list, got str",
         f"{bad}: levels.x.env.A = [1]: must be a string or a number, not list",
-        f"{bad}: head_sizes = [16, 300]: must hold 4 sizes, one per action head, each 1..192",
+        f"{bad}: head_sizes = [16, 300, 1, 1, 1, 1, 1, 1, 1]: must hold 1 to 8 sizes, one per action head, "
+        f"each 1..65536",
         f"{bad}: replay_view = 'no_such_mod_w3:view': cannot import it: ModuleNotFoundError: "
         f"No module named 'no_such_mod_w3'",
         f"{bad}: parity = 'no_such_w3': no such module (a 'package.module' on the Python path)",

@@ -274,7 +274,7 @@ def test_a_gather_that_holds_and_an_answer_that_releases(table, cls):
     assert g.row_game[[1, 2, 17, 33, 34]].tolist() == [0, 0, 1, -1, -1]
     assert (table.rows["act_seq"][[1, 17]] == table.rows["obs_seq"][[1, 17]]).all()
     assert (table.rows["act_seq"][[33, 34]] != table.rows["obs_seq"][[33, 34]]).all()
-    assert (table.rows["action"][[1, 17]] == 5).all() and not table.rows["action"][[33, 34]].any()
+    assert (table.rows["action"][[1, 17], : layout.N_HEADS] == 5).all() and not table.rows["action"][[33, 34]].any()
 
 
 def test_batch_select_compacts_in_place(table):
@@ -300,7 +300,7 @@ def test_the_c_gatherer_takes_its_buffers_by_name(table):
 
     g = _make(table, CGatherer)
     b = g.batch
-    kw = dict(n_rows=table.n_rows, n_types=N_TYPES, table=table.rows_buffer, row_game=g.row_game, acked=g.acked,
+    kw = dict(n_rows=table.n_rows, n_types=N_TYPES, shape=table.layout.shape, table=table.rows_buffer, row_game=g.row_game, acked=g.acked,
               act_fd=g.act_fd, act_len=g.act_len, buckets=g.buckets, rows=b.rows, obs_seq=b.obs_seq, lane=b.lane,
               side=b.side, episode=b.episode, step=b.step, flags=b.flags, reward=b.reward, n_ent=b.n_ent,
               state_hash=b.state_hash, discarded=b.discarded, glob=b.glob, ent=b.ent_flat, ent_type=b.type_flat,
@@ -312,3 +312,7 @@ def test_the_c_gatherer_takes_its_buffers_by_name(table):
         _rows.Gatherer(**{k: v for k, v in kw.items() if k != "state_hash"}, stat_hash=b.state_hash)
     with pytest.raises(ValueError, match="reward holds 4 bytes"):
         _rows.Gatherer(**dict(kw, reward=np.zeros(1, np.float32)))
+    with pytest.raises(ValueError, match="shape \\(0, 0, 8, 9, 3\\) is out of range"):
+        _rows.Gatherer(**dict(kw, shape=(0, 0, 8, 9, 3)))
+    with pytest.raises(ValueError, match="table holds"):  # a larger shape than the table's rows
+        _rows.Gatherer(**dict(kw, shape=(160, 16, 32, 4, 4096)))

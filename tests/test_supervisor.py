@@ -233,7 +233,7 @@ async def test_wrong_layout_version_is_reported_by_name(tmp_path):
     with pytest.raises(RunError) as e:
         await run_recipe(data, tmp_path / "run")
     msg = str(e.value)
-    assert "attached with the wrong layout version" in msg and str(exe) in msg and f"version {layout.VERSION + 1}" in msg
+    assert "attached to rows of another layout" in msg and str(exe) in msg and f"version {layout.VERSION + 1}" in msg
 
 
 def _cli(args: list[str], **kw) -> subprocess.CompletedProcess:

@@ -162,6 +162,7 @@ def _run(args) -> int:
 
     async def main() -> dict:
         await sup.setup()  # the supervisor's handlers from here; RunError when set-up fails
+        console(f"w3async: {recipe.game}'s {sup.table.layout.describe()}")
         if _early:  # a signal during the checks or the set-up: a run that stops at once
             sup.request_stop()
         return await sup.run()

@@ -19,7 +19,10 @@ int main(void)
     char err[256];
     w3s_conn *c;
     int rc = w3s_attach(&c, err, sizeof err);
+    /* this game's rows: no entities, 3 globals, one head of 3 choices (mygame.toml's [spec]) */
+    if (!rc && w3s_check_shape(c, 0, 0, 3, 1, 3, err, sizeof err)) rc = W3S_EXIT_LAYOUT;
     if (rc) { fprintf(stderr, "mygame: %s\n", err); return rc; }
+    const w3s_layout *L = w3s_layout_of(c);
     uint32_t n = w3s_nrows(c);
     race *rs = calloc(n, sizeof *rs);
     for (uint32_t i = 0; i < n; i++) rs[i].breath = BREATH;
@@ -32,11 +35,9 @@ int main(void)
             r->flags = (g->step ? 0 : W3S_FLAG_FIRST) | (won || lost ? W3S_FLAG_DONE : 0);
             r->reward = won && !lost ? 1.0f : lost && !won ? -1.0f : 0.0f;
             r->state_hash = (uint64_t)g->me << 32 | (uint64_t)g->bot << 16 | (uint64_t)g->breath;
-            memset(r->glob, 0, sizeof r->glob);
-            r->glob[0] = g->me / (float)TRACK, r->glob[1] = g->bot / (float)TRACK, r->glob[2] = g->breath / (float)BREATH;
-            memset(r->mask, 0, sizeof r->mask);
-            r->mask[0][0] = r->mask[0][1] = r->mask[0][2] = 1;   /* head 0: walk, run, rest */
-            r->mask[1][0] = r->mask[2][0] = r->mask[3][0] = 1;   /* the unused heads: choice 0 */
+            float *glob = w3s_glob(L, r);
+            glob[0] = g->me / (float)TRACK, glob[1] = g->bot / (float)TRACK, glob[2] = g->breath / (float)BREATH;
+            memset(w3s_mask(L, r, 0), 1, 3);  /* head 0: walk, run, rest */
         }
         rc = w3s_exchange(c, err, sizeof err);  /* post all, ring, wait for every answer */
         if (rc) { w3s_detach(c); if (rc < 0) fprintf(stderr, "mygame: %s\n", err); return rc < 0 ? W3S_EXIT_LOST : 0; }

@@ -58,8 +58,11 @@ static int du_agent_main(void)
     }
     w3s_conn *conn = NULL;
     int rc = w3s_attach(&conn, err, sizeof(err));
+    if (!rc && w3s_check_shape(conn, W3S_E_MAX, W3S_F_ENT, W3S_G_GLOB, W3S_N_HEADS, W3S_HEAD_MAX, err, sizeof(err)))
+        rc = W3S_EXIT_LAYOUT; /* the duel writes the default row */
     if (rc) {
         fprintf(stderr, "%s\n", err);
+        w3s_detach(conn);
         return rc;
     }
     uint32_t nrows = w3s_nrows(conn);

@@ -14,8 +14,9 @@
 /* the row holds as many entities as a view */
 typedef char du_check_view_max[(DU_VIEW_MAX == W3S_E_MAX) ? 1 : -1];
 
-void du_observe(const du_lane *l, du_cache *c, int s, struct w3s_row *row, du_view *v)
+void du_observe(const du_lane *l, du_cache *c, int s, struct w3s_row *r, du_view *v)
 {
+    w3s_obs_default *row = w3s_default_obs(r); /* the duel's rows have the default shape */
     du_masks(l, c, s, row->mask, v);
     const du_map *m = l->map;
     const du_side *sd = &l->side[s];
@@ -72,7 +73,7 @@ void du_observe(const du_lane *l, du_cache *c, int s, struct w3s_row *row, du_vi
         bx[k] = (m->base_cell[k] % DU_MAP_MAX) * DU_FP + DU_FP / 2;
         by[k] = (m->base_cell[k] / DU_MAP_MAX) * DU_FP + DU_FP / 2;
     }
-    row->n_ent = (uint32_t)v->n_ent;
+    r->n_ent = (uint32_t)v->n_ent;
     for (int e = 0; e < v->n_ent; e++) {
         float *f = row->ent[e];
         memset(f, 0, sizeof(row->ent[e]));

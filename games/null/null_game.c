@@ -1,6 +1,6 @@
 /* null_game.c: a game with no game in it, for the harness's tests and benchmarks.
  *
- * It runs W3S_NROWS/2 lanes of two agent sides each, posts every row at once, rings
+ * It runs W3S_NROWS/W3S_SIDES lanes of two agent sides each (or of one, W3S_SIDES=1), posts every row at once, rings
  * once, waits for the answers and, in check mode, recomputes every answer from the
  * row's sequence number, lane and side (w3s_check_answer): a lost, stale or misrouted
  * answer makes it report the row and exit with W3S_EXIT_CHECK.
@@ -8,7 +8,10 @@
  * Environment, besides the shim's (w3s.h):
  *   W3N_CHECK=1          check every answer (default on)
  *   W3N_EPISODE_STEPS=N  steps per episode (default 100)
- *   W3N_ENTITIES=N       entities per observation (default 8, at most W3S_E_MAX)
+ *   W3N_ENTITIES=N       entities per observation (default 8 or the row's e_max if fewer, at most
+ *                        e_max). The null game fills rows of any shape the run declares: every
+ *                        global and feature, heads of up to 16 allowed choices (4 for head 0 in
+ *                        learn mode), head 3 pointing at the entities where the row has them
  *   W3N_TYPES=N          entity type ids are drawn from 0..N-1 (default 8)
  *   W3N_EPISODES=N       exit 0 after N finished episodes, all lanes together (0: never)
  *   W3N_STEP_US=N        busy work per step, in microseconds of spinning (default 0)
@@ -225,10 +228,24 @@ static int null_config(null_cfg *cfg, char *err, size_t errlen)
     cfg->rogue = getenv("W3N_ROGUE");
     if (cfg->rogue && !*cfg->rogue)
         cfg->rogue = NULL;
-    if (cfg->entities < 0 || cfg->entities > W3S_E_MAX || cfg->types < 1 || cfg->types > 32767 ||
-        cfg->episode_steps < 1) {
-        snprintf(err, errlen, "null: W3N_ENTITIES must be 0..%d, W3N_TYPES 1..32767, W3N_EPISODE_STEPS >= 1",
-                 W3S_E_MAX);
+    if (cfg->entities < 0 || cfg->types < 1 || cfg->types > 32767 || cfg->episode_steps < 1) {
+        snprintf(err, errlen, "null: W3N_ENTITIES must be >= 0, W3N_TYPES 1..32767, W3N_EPISODE_STEPS >= 1");
+        return -1;
+    }
+    return 0;
+}
+
+/* The settings the row's shape bounds (known after attach): 0, or -1 and err. */
+static int null_fit(null_cfg *cfg, const w3s_layout *L, char *err, size_t errlen)
+{
+    if (!getenv("W3N_ENTITIES") || !*getenv("W3N_ENTITIES"))
+        cfg->entities = cfg->entities < (long)L->e_max ? cfg->entities : (long)L->e_max;
+    if (cfg->entities > (long)L->e_max) {
+        snprintf(err, errlen, "null: W3N_ENTITIES=%ld, but the run's rows hold %u entities", cfg->entities, L->e_max);
+        return -1;
+    }
+    if (cfg->learn && L->g_glob < 6) {
+        snprintf(err, errlen, "null: W3N_LEARN shows its target in globals 2..5; the run's rows have %u", L->g_glob);
         return -1;
     }
     return 0;
@@ -247,8 +264,8 @@ static uint32_t null_target(uint32_t lane, uint32_t side, uint64_t episode, uint
 
 /* Fills row i for its lane's current step: deterministic values that the supervisor's
  * checks accept. */
-static void null_fill(w3s_row *r, uint32_t lane, uint32_t side, uint64_t episode, uint32_t step,
-                      const null_cfg *cfg)
+static void null_fill(const w3s_layout *L, w3s_row *r, uint32_t lane, uint32_t side, uint64_t episode,
+                      uint32_t step, const null_cfg *cfg)
 {
     r->lane = lane;
     r->side = side;
@@ -261,23 +278,29 @@ static void null_fill(w3s_row *r, uint32_t lane, uint32_t side, uint64_t episode
     r->n_ent = (uint32_t)cfg->entities;
     r->discarded = 0;
     r->state_hash = (episode * 0x9E3779B97F4A7C15ULL) ^ ((uint64_t)lane << 32) ^ step;
-    for (int g = 0; g < W3S_G_GLOB; g++)
-        r->glob[g] = (float)((step + g) % 7) * 0.25f;
+    float *glob = w3s_glob(L, r);
+    for (uint32_t g = 0; g < L->g_glob; g++)
+        glob[g] = (float)((step + g) % 7) * 0.25f;
     if (cfg->learn) { /* the target, one-hot in glob[2..5] */
         uint32_t t = null_target(lane, side, episode, step);
         for (uint32_t k = 0; k < 4; k++)
-            r->glob[2 + k] = k == t ? 1.0f : 0.0f;
+            glob[2 + k] = k == t ? 1.0f : 0.0f;
     }
+    int16_t *type = w3s_ent_type(L, r);
     for (uint32_t e = 0; e < r->n_ent; e++) {
-        for (int f = 0; f < W3S_F_ENT; f++)
-            r->ent[e][f] = (float)((e + f + step) % 5) * 0.5f;
-        r->ent_type[e] = (int16_t)((e + lane) % (uint32_t)cfg->types);
+        float *ent = w3s_ent(L, r, e);
+        for (uint32_t f = 0; f < L->f_ent; f++)
+            ent[f] = (float)((e + f + step) % 5) * 0.5f;
+        type[e] = (int16_t)((e + lane) % (uint32_t)cfg->types);
     }
-    /* heads 0-2: the first 16 choices (4 for head 0 in learn mode); head 3 points at an entity */
-    for (int h = 0; h < W3S_N_HEADS; h++) {
-        uint32_t n = h == 3 ? (r->n_ent ? r->n_ent : 1) : (h == 0 && cfg->learn) ? 4 : 16;
-        memset(r->mask[h], 1, n);
-        memset(r->mask[h] + n, 0, W3S_HEAD_MAX - n);
+    /* the first 16 choices of a head (4 for head 0 in learn mode); head 3, where the row
+     * has entities, points at one */
+    for (uint32_t h = 0; h < L->n_heads; h++) {
+        uint32_t n = (h == 3 && L->e_max) ? (r->n_ent ? r->n_ent : 1) : (h == 0 && cfg->learn) ? 4 : 16;
+        n = n < L->head_max ? n : L->head_max;
+        uint8_t *mask = w3s_mask(L, r, h);
+        memset(mask, 1, n);
+        memset(mask + n, 0, L->head_max - n);
     }
 }
 
@@ -285,22 +308,23 @@ static void null_fill(w3s_row *r, uint32_t lane, uint32_t side, uint64_t episode
 static void null_rogue(w3s_conn *c, const char *mode)
 {
     w3s_row *r = w3s_row_at(c, 0);
+    const w3s_layout *L = w3s_layout_of(c);
     fprintf(stderr, "null: rogue mode %s now\n", mode);
     fflush(stderr);
     if (!strcmp(mode, "nan"))
-        r->glob[1] = NAN;
+        w3s_glob(L, r)[L->g_glob > 1 ? 1 : 0] = NAN;
     else if (!strcmp(mode, "count"))
-        r->n_ent = W3S_E_MAX + 7;
+        r->n_ent = L->e_max + 7;
     else if (!strcmp(mode, "type"))
-        r->ent_type[0] = 30000;
+        w3s_ent_type(L, r)[0] = 30000;
     else if (!strcmp(mode, "mask"))
-        r->mask[0][0] = 7;
+        w3s_mask(L, r, 0)[0] = 7;
     else if (!strcmp(mode, "seq"))
         r->obs_seq += 5; /* the post below adds one more: a jump */
     else if (!strcmp(mode, "bytes")) {
         unsigned char *p = (unsigned char *)r;
         uint32_t x = 0x12345678u;
-        for (size_t i = 0; i < sizeof(*r); i++) {
+        for (size_t i = 0; i < L->obs_end; i++) {
             x = x * 1103515245u + 12345u;
             p[i] = (unsigned char)(x >> 16);
         }
@@ -382,25 +406,34 @@ int main(void)
         fprintf(stderr, "%s\n", err);
         return rc;
     }
+    const w3s_layout *L = w3s_layout_of(c);
+    if (null_fit(&cfg, L, err, sizeof(err))) {
+        fprintf(stderr, "%s\n", err);
+        w3s_detach(c);
+        return W3S_EXIT_LAYOUT;
+    }
     uint32_t nrows = w3s_nrows(c);
-    if (nrows % 2) {
-        fprintf(stderr, "null: W3S_NROWS=%u is odd; the null game runs lanes of two sides\n", nrows);
+    long sides = 2;
+    if (w3s_env_int("W3S_SIDES", 2, &sides, err, sizeof(err)) || sides < 1 || sides > 2 || nrows % (uint32_t)sides) {
+        fprintf(stderr, "null: W3S_NROWS=%u, W3S_SIDES=%ld: the null game runs lanes of one or two sides\n", nrows,
+                sides);
         w3s_detach(c);
         return W3S_EXIT_ATTACH;
     }
-    uint32_t lanes = nrows / 2;
+    uint32_t lanes = nrows / (uint32_t)sides;
     uint64_t *episode = calloc(lanes, sizeof(uint64_t));
     uint32_t *step = calloc(lanes, sizeof(uint32_t));
     uint32_t *target = calloc(nrows, sizeof(uint32_t)); /* learn mode: the target shown last step */
     uint64_t steps = 0, checked = 0, finished = 0;
     for (;;) {
         for (uint32_t l = 0; l < lanes; l++)
-            for (uint32_t s = 0; s < 2; s++) {
-                w3s_row *r = w3s_row_at(c, l * 2 + s);
+            for (uint32_t s = 0; s < (uint32_t)sides; s++) {
+                uint32_t i = l * (uint32_t)sides + s;
+                w3s_row *r = w3s_row_at(c, i);
                 if (cfg.learn) /* the reward for the answer to the row posted last step */
-                    r->reward = step[l] == 0 ? 0.0f : (float)(r->action[0] == (int32_t)target[l * 2 + s]);
-                null_fill(r, l, s, episode[l], step[l], &cfg);
-                target[l * 2 + s] = null_target(l, s, episode[l], step[l]);
+                    r->reward = step[l] == 0 ? 0.0f : (float)(r->action[0] == (int32_t)target[i]);
+                null_fill(L, r, l, s, episode[l], step[l], &cfg);
+                target[i] = null_target(l, s, episode[l], step[l]);
             }
         null_spin_us(cfg.step_us);
         if (cfg.rogue && (long)steps == cfg.rogue_step)
@@ -415,7 +448,7 @@ int main(void)
         steps++;
         for (uint32_t i = 0; i < nrows && cfg.check; i++) {
             w3s_row *r = w3s_row_at(c, i);
-            for (uint32_t h = 0; h < W3S_N_HEADS; h++) {
+            for (uint32_t h = 0; h < L->n_heads; h++) {
                 int32_t want = w3s_check_answer(r->obs_seq, r->lane, r->side, h);
                 if (r->action[h] != want) {
                     fprintf(stderr,

@@ -355,6 +355,7 @@ static void attach(void)
         .check_address = hk_check_address,
         .patch_method = hk_patch_method,
         .tap = hk_tap,
+        .layout = w3s_layout_of(g_conn),
     };
     err[0] = 0;
     g_in_adapter = "w3a_attach";

@@ -47,6 +47,37 @@ static inline int w3a_kit_check_step_ms(const w3h_host *host, unsigned want_ms, 
     return -1;
 }
 
+/* 0 when the host is ABI 4 or later and the run's rows have room for what this adapter
+ * writes (at least e_max entities of f_ent features, g_glob globals, n_heads heads of
+ * head_max choices), else -1 with both shapes and the fix in err. An adapter then clears
+ * each row (w3s_obs_clear) and fills what it has; a larger row stays zero past it. */
+static inline int w3a_kit_check_room(const w3h_host *host, const char *game, uint32_t e_max, uint32_t f_ent,
+                                     uint32_t g_glob, uint32_t n_heads, uint32_t head_max, char *err, size_t errlen)
+{
+    if (host->abi < 4) {
+        snprintf(err, errlen, "%s adapter: the hook's ABI is %u; rows shaped by the spec need ABI 4 (rebuild w3hook.dll)",
+                 game, host->abi);
+        return -1;
+    }
+    const w3s_layout *L = host->layout;
+    if (L->e_max >= e_max && (!e_max || L->f_ent >= f_ent) && L->g_glob >= g_glob && L->n_heads >= n_heads &&
+        L->head_max >= head_max)
+        return 0;
+    snprintf(err, errlen, "%s adapter: the run's rows are %u entities x %u features, %u globals, %u heads of up to %u; "
+             "this adapter writes %u x %u, %u globals, %u head(s) of %u: the recipe's [spec] (entities, features, "
+             "globals, head_sizes) must be the game's spec", game, L->e_max, L->f_ent, L->g_glob, L->n_heads,
+             L->head_max, e_max, f_ent, g_glob, n_heads, head_max);
+    return -1;
+}
+
+/* Masks every head of row r past the first n_used to its choice 0 alone: the heads a
+ * larger row has that the adapter does not use. */
+static inline void w3a_kit_unused_heads(const w3s_layout *L, w3s_row *r, uint32_t n_used)
+{
+    for (uint32_t h = n_used; h < L->n_heads; h++)
+        w3s_mask(L, r, h)[0] = 1;
+}
+
 /* The number in the environment variable `name` (the group's env), or dflt when it is unset
  * or empty: 0, or -1 when it is set to something that is not a number (the adapter says
  * which values it takes). */

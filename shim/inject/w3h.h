@@ -37,9 +37,10 @@
 
 #include "w3s_table.h"
 
-/* 2: the fields after finish (step; windows, input, imports, addresses); 3: patch_method, tap.
- * An adapter checks host->abi >= the ABI whose fields it uses. */
-#define W3H_ABI 3u
+/* 2: the fields after finish (step; windows, input, imports, addresses); 3: patch_method, tap;
+ * 4: layout (rows shaped by the game's spec). An adapter checks host->abi >= the ABI
+ * whose fields it uses. */
+#define W3H_ABI 4u
 
 #ifdef _WIN32
 #define W3A_EXPORT __declspec(dllexport)
@@ -140,6 +141,14 @@ typedef struct w3h_host {
      * mouse), the game's GetCursorPos, SetCursorPos and those three answer from what it
      * gave: the pointer at mouse's last position, the keys and buttons it holds. */
     int (*tap)(void *window, uint32_t vk);
+
+    /* ---- ABI 4 ---- */
+
+    /* The run's row shape and offsets (the recipe's [spec]: entities, features, globals,
+     * head_sizes): fill a row through w3s_glob(L, row), w3s_ent(L, row, e),
+     * w3s_ent_type(L, row) and w3s_mask(L, row, head) (shim/w3s_table.h). An adapter
+     * written for one shape checks it at attach (w3a_kit_check_shape). */
+    const w3s_layout *layout;
 } w3h_host;
 
 /* host->mouse's buttons. */

@@ -44,14 +44,15 @@ W3A_EXPORT int w3a_attach(const w3h_host *host, char *err, size_t errlen)
 
 W3A_EXPORT void w3a_observe(w3s_row *r, uint32_t i)
 {
-    memset(r->glob, 0, sizeof(r->glob));
+    const w3s_layout *L = H->layout;
+    w3s_obs_clear(L, r);
     r->lane = H->row0 + i, r->side = 0, r->episode = 0, r->step = g_step;
     r->flags = g_step ? 0 : W3S_FLAG_FIRST, r->reward = 0, r->discarded = 0, r->state_hash = g_step;
-    r->n_ent = 1, r->ent_type[0] = 1;
-    memset(r->ent[0], 0, sizeof(r->ent[0]));
-    memset(r->mask, 0, sizeof(r->mask));
-    for (int h = 0; h < W3S_N_HEADS; h++)
-        r->mask[h][0] = 1;
+    r->n_ent = L->e_max ? 1 : 0;
+    if (L->e_max)
+        w3s_ent_type(L, r)[0] = 1;
+    for (uint32_t h = 0; h < L->n_heads; h++)
+        w3s_mask(L, r, h)[0] = 1;
     r->row_magic = W3S_ROW_MAGIC;
 }
 

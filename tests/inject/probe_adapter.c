@@ -87,17 +87,19 @@ W3A_EXPORT void w3a_observe(w3s_row *r, uint32_t i)
     r->step = step;
     r->flags = (step == 0 ? W3S_FLAG_FIRST : 0) | (step + 1 >= (uint32_t)episode_steps ? W3S_FLAG_DONE : 0);
     r->reward = (r->flags & W3S_FLAG_DONE) ? 1.0f : 0.0f;
-    r->n_ent = 1;
+    const w3s_layout *L = H->layout;
+    w3s_obs_clear(L, r);
+    r->n_ent = L->e_max ? 1 : 0;
     r->discarded = 0;
     r->state_hash = (uint64_t)state->frames;
-    for (int g = 0; g < W3S_G_GLOB; g++)
-        r->glob[g] = (float)((step + g) % 5) * 0.25f;
-    memset(r->ent[0], 0, sizeof(r->ent[0]));
-    r->ent_type[0] = 1;
-    for (int h = 0; h < W3S_N_HEADS; h++) {
+    float *glob = w3s_glob(L, r);
+    for (uint32_t g = 0; g < L->g_glob; g++)
+        glob[g] = (float)((step + g) % 5) * 0.25f;
+    if (L->e_max)
+        w3s_ent_type(L, r)[0] = 1;
+    for (uint32_t h = 0; h < L->n_heads; h++) {
         uint32_t n = h == 3 ? 1 : 16;
-        memset(r->mask[h], 1, n);
-        memset(r->mask[h] + n, 0, W3S_HEAD_MAX - n);
+        memset(w3s_mask(L, r, h), 1, n < L->head_max ? n : L->head_max);
     }
 }
 
@@ -114,7 +116,7 @@ W3A_EXPORT void w3a_act(const w3s_row *r, uint32_t i)
     if (faulty("fail-act"))
         H->fail("fault injected at step %llu", (unsigned long long)steps);
     if (getenv("W3P_CHECK") && atoi(getenv("W3P_CHECK")))
-        for (uint32_t h = 0; h < W3S_N_HEADS; h++)
+        for (uint32_t h = 0; h < H->layout->n_heads; h++)
             if (r->action[h] != w3s_check_answer(r->obs_seq, r->lane, r->side, h))
                 H->fail("row %u head %u: answer %d, expected %d (obs_seq %llu)", i, h, r->action[h],
                         w3s_check_answer(r->obs_seq, r->lane, r->side, h), (unsigned long long)r->obs_seq);

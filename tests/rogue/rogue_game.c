@@ -75,16 +75,17 @@ static void rogue_fill(w3s_row *r, uint32_t i, uint64_t step)
     r->n_ent = 8;
     r->discarded = 0;
     r->state_hash = step;
+    w3s_obs_default *o = w3s_default_obs(r); /* the rogue game's rows have the default shape */
     for (int g = 0; g < W3S_G_GLOB; g++)
-        r->glob[g] = 0.5f;
+        o->glob[g] = 0.5f;
     for (int e = 0; e < 8; e++) {
         for (int f = 0; f < W3S_F_ENT; f++)
-            r->ent[e][f] = 1.0f;
-        r->ent_type[e] = (int16_t)(e % 4);
+            o->ent[e][f] = 1.0f;
+        o->ent_type[e] = (int16_t)(e % 4);
     }
     for (int h = 0; h < W3S_N_HEADS; h++) {
-        memset(r->mask[h], 1, 8);
-        memset(r->mask[h] + 8, 0, W3S_HEAD_MAX - 8);
+        memset(o->mask[h], 1, 8);
+        memset(o->mask[h] + 8, 0, W3S_HEAD_MAX - 8);
     }
 }
 
@@ -132,16 +133,16 @@ static void *rogue_thief(void *arg)
 /* The orphan: out of the game's process group and session, no environment left to
  * find it by (/proc/PID/environ shows the original block, so zero it in place), and
  * still mapping the rows it writes garbage into. */
-static void rogue_orphan(w3s_row *rows, char **env)
+static void rogue_orphan(w3s_row *row0, char **env)
 {
     setsid();
     for (char **e = env; *e; e++)
         memset(*e, 0, strlen(*e));
     for (uint64_t k = 0;; k++) {
         usleep(1000);
-        rows[0].obs_seq = k;
-        rows[0].n_ent = 1u << 20;
-        rows[0].row_magic = 0xdeadbeef;
+        row0->obs_seq = k;
+        row0->n_ent = 1u << 20;
+        row0->row_magic = 0xdeadbeef;
     }
 }
 
@@ -272,12 +273,14 @@ int main(void)
         mode = "";
     w3s_conn *c = NULL;
     int rc = w3s_attach(&c, err, sizeof(err));
+    if (!rc && w3s_check_shape(c, W3S_E_MAX, W3S_F_ENT, W3S_G_GLOB, W3S_N_HEADS, W3S_HEAD_MAX, err, sizeof(err)))
+        rc = W3S_EXIT_LAYOUT;
     if (rc) {
         fprintf(stderr, "%s\n", err);
         return rc;
     }
     uint32_t n = w3s_nrows(c);
-    w3s_row *rows = w3s_row_at(c, 0);
+#define ROW(i) w3s_row_at(c, (i))
     if (!strcmp(mode, "ring")) {
         pthread_t t;
         pthread_create(&t, NULL, rogue_ringer, c);
@@ -291,7 +294,7 @@ int main(void)
     for (uint64_t step = 0;; step++) {
         int bad = (long)step >= from;
         for (uint32_t i = 0; i < n; i++)
-            rogue_fill(&rows[i], i, step);
+            rogue_fill(ROW(i), i, step);
         if (bad && !strcmp(mode, "helper")) {
             for (int k = 0; k < 2; k++) {
                 pid_t p = fork();
@@ -320,7 +323,7 @@ int main(void)
         if (bad && !strcmp(mode, "orphan")) {
             pid_t p = fork();
             if (p == 0)
-                rogue_orphan(rows, environ);
+                rogue_orphan(ROW(0), environ);
             fprintf(stderr, "rogue: orphan pid %d\n", (int)p);
             fflush(stderr);
             usleep(200000); /* time for it to hide */
@@ -359,30 +362,30 @@ int main(void)
         if (bad && !strcmp(mode, "neighbour")) {
             /* Past this game's rows: where the next game's rows are in the supervisor's
              * table. In its own segment there is nothing there: this game faults. */
-            volatile uint8_t *p = (volatile uint8_t *)&rows[n];
-            for (size_t k = 0; k < 4 * sizeof(w3s_row); k++)
+            volatile uint8_t *p = (volatile uint8_t *)ROW(n - 1) + w3s_layout_of(c)->row_size;
+            for (size_t k = 0; k < 4 * (size_t)w3s_layout_of(c)->row_size; k++)
                 p[k] = 0xAB;
         }
         for (uint32_t i = 0; i < n; i++)
             w3s_post(c, i);
         if (bad && !strcmp(mode, "act"))
             for (uint32_t i = 0; i < n; i++)
-                rows[i].act_seq = rows[i].obs_seq;
+                ROW(i)->act_seq = ROW(i)->obs_seq;
         if (w3s_ring(c, err, sizeof(err))) {
             fprintf(stderr, "%s\n", err);
             return W3S_EXIT_LOST;
         }
         if (bad && (!strcmp(mode, "flip") || !strcmp(mode, "fields"))) {
             /* Keep changing the posted row until it is answered (or stop is asked). */
-            uint64_t seq = rows[0].obs_seq;
-            for (uint32_t k = 0; !rogue_answered(&rows[0], seq) && w3s_header_of(c)->state != W3S_STATE_STOP; k++) {
+            uint64_t seq = ROW(0)->obs_seq;
+            for (uint32_t k = 0; !rogue_answered(ROW(0), seq) && w3s_header_of(c)->state != W3S_STATE_STOP; k++) {
                 int odd = k & 1;
                 if (!strcmp(mode, "flip")) {
-                    rows[0].n_ent = odd ? (1u << 20) : 8;
+                    ROW(0)->n_ent = odd ? (1u << 20) : 8;
                 } else {
-                    rows[0].mask[k % W3S_N_HEADS][0] = odd ? 9 : 1;
-                    rows[0].ent_type[k % 8] = odd ? (int16_t)30000 : 1;
-                    rows[0].ent[k % 8][0] = odd ? (float)NAN : 1.0f;
+                    w3s_default_obs(ROW(0))->mask[k % W3S_N_HEADS][0] = odd ? 9 : 1;
+                    w3s_default_obs(ROW(0))->ent_type[k % 8] = odd ? (int16_t)30000 : 1;
+                    w3s_default_obs(ROW(0))->ent[k % 8][0] = odd ? (float)NAN : 1.0f;
                 }
             }
         }

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from w3async import games as games_registry
 from w3async.cluster import wire
 from w3async.cluster.sweep import HostTraces, machine_id, sweep, sweep_on_node
 from w3async.observe.logs import console
@@ -86,6 +87,7 @@ class ClusterLink:
         self.answerer: Answerer | None = None
         self.hosts_: list[HostLink] = []
         row, slot = row0, slot0
+        lay = games_registry.get(ctx.recipe.game).spec.layout  # the rows' shape, the game's
         for name in dict.fromkeys(g.host for g in ctx.recipe.games if g.host):
             start, games = row, []
             for g in (g for g in ctx.recipe.games if g.host == name):
@@ -93,7 +95,7 @@ class ClusterLink:
                     games.append(GameRows(slot, row, g.lanes * g.sides, g))
                     row, slot = row + g.lanes * g.sides, slot + 1
             n = row - start
-            self.hosts_.append(HostLink(name, start, n, games, batch=Batch(n)))
+            self.hosts_.append(HostLink(name, start, n, games, batch=Batch(n, lay)))
         self.n_rows = row - row0
         self.games = [g for h in self.hosts_ for g in h.games]
         self._sim = None  # a simulated cluster this process started (ray.cluster_utils.Cluster)

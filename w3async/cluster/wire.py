@@ -17,7 +17,6 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from w3async.sync import layout
 from w3async.sync.gather import Batch
 
 _SCALARS = {  # field: its dtype on the wire (the batch's own where narrowing could lose)
@@ -107,7 +106,7 @@ def unpack(msg: Round, into: Batch, row_offset: int) -> Batch:
     types[:] = 0
     ent[:, :m] = msg.ent
     types[:, :m] = msg.types
-    into.mask[:n] = np.unpackbits(msg.mask, axis=2, count=layout.HEAD_MAX)
+    into.mask[:n] = np.unpackbits(msg.mask, axis=2, count=into.mask.shape[2])
     into.bad = []
     return into
 

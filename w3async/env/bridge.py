@@ -111,7 +111,7 @@ class Bridge(QuietAnswerer):
         slot_of = np.zeros(n, np.int32)
         for g in control.games:
             slot_of[g.row0:g.row0 + g.nrows] = g.index
-        self.copies = c = row_copies(n, slot_of)  # the rows' observations, last posts and states
+        self.copies = c = row_copies(n, slot_of, control.spec.layout)  # the rows' observations, last posts and states
         self.reward, self.flags, self.episode, self.step, self.obs_seq = c.reward, c.flags, c.episode, c.step, c.obs_seq
         self.posted, self.handed, self.cut, self.in_episode = c.posted, c.handed, c.cut, c.in_episode
         self.gen, self.stamp = c.gen, c.stamp  # each row's generation when held, when it became ready

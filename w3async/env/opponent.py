@@ -51,7 +51,7 @@ class Opponent:
                                       n_table_rows=control.n_rows, num_threads=1)
         self.engine.nets[0].load_state_dict(net.state_dict())
         self.engine.nets[0].greedy = greedy
-        self.batch = Batch(control.n_rows)  # its rows of a round, copied out of the gatherer's
+        self.batch = Batch(control.n_rows, control.spec.layout)  # its rows of a round, copied out of the gatherer's
         self.loop = None
 
     def start(self, loop) -> None:

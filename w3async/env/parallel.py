@@ -68,7 +68,7 @@ class W3ParallelEnv(ParallelEnv):
         with self.run.bridge.lock:
             obs, st = self.run.take(rows)
         self.agents = list(self.possible_agents)
-        return self._split(obs, rows), {a: self._info(st, k) for k, a in enumerate(self.agents)}
+        return self._split(sp.to_space(self.run.spec, obs), rows), {a: self._info(st, k) for k, a in enumerate(self.agents)}
 
     def step(self, actions: dict):
         if not self._started:
@@ -87,7 +87,7 @@ class W3ParallelEnv(ParallelEnv):
         with self.run.bridge.lock:
             obs, st = self.run.take(live)
         names = list(self.agents)
-        out = (self._split(obs, live), {a: float(st["reward"][k]) for k, a in enumerate(names)},
+        out = (self._split(sp.to_space(self.run.spec, obs), live), {a: float(st["reward"][k]) for k, a in enumerate(names)},
                {a: bool(st["terminated"][k]) for k, a in enumerate(names)},
                {a: bool(st["truncated"][k]) for k, a in enumerate(names)},
                {a: self._info(st, k) for k, a in enumerate(names)})
@@ -95,7 +95,9 @@ class W3ParallelEnv(ParallelEnv):
         self.agents = [a for k, a in enumerate(names) if not ended[k]]
         return out
 
-    def _split(self, obs: dict, rows: np.ndarray) -> dict:
+    def _split(self, obs, rows: np.ndarray) -> dict:
+        if not isinstance(obs, dict):  # a Box: the globals of a row without entities
+            return {self._agent_of[int(r)]: obs[i] for i, r in enumerate(rows)}
         return {self._agent_of[int(r)]: {k: (v[i] if k != "n_ent" else int(v[i])) for k, v in obs.items()}
                 for i, r in enumerate(rows)}
 

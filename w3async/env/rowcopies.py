@@ -36,15 +36,16 @@ def time_limit(flags: np.ndarray, cut: np.ndarray) -> np.ndarray:
 
 
 class NumpyRowCopies:
-    """Two banks of (glob, ent, ent_type, n_ent, mask) for n rows, in numpy."""
+    """Two banks of (glob, ent, ent_type, n_ent, mask) for n rows of the run's shape, in numpy."""
 
-    def __init__(self, n: int, slot_of: np.ndarray | None = None):
+    def __init__(self, n: int, slot_of: np.ndarray | None = None, lay: layout.Layout = layout.DEFAULT):
         self.n_rows = n
-        self.glob = np.zeros((2, n, layout.G_GLOB), np.float32)
-        self.ent = np.zeros((2, n, layout.E_MAX, layout.F_ENT), np.float32)
-        self.ent_type = np.zeros((2, n, layout.E_MAX), np.int16)
+        self.lay = lay
+        self.glob = np.zeros((2, n, lay.g_glob), np.float32)
+        self.ent = np.zeros((2, n, lay.e_max, lay.f_ent), np.float32)
+        self.ent_type = np.zeros((2, n, lay.e_max), np.int16)
         self.n_ent = np.zeros((2, n), np.int64)
-        self.mask = np.zeros((2, n, layout.N_HEADS, layout.HEAD_MAX), np.uint8)
+        self.mask = np.zeros((2, n, lay.n_heads, lay.head_max), np.uint8)
         # How far each bank's entities may be non-zero: a post of a smaller bucket zeroes
         # the rest only when a larger one was written there before (a batch is zero past
         # n_ent up to its bucket; the bank past that must be too).
@@ -135,8 +136,8 @@ class NumpyRowCopies:
 class CRowCopies(NumpyRowCopies):
     """The same arrays, filled and read by csrc/rowcopies.c in one call each."""
 
-    def __init__(self, n: int, slot_of: np.ndarray | None = None):
-        super().__init__(n, slot_of)
+    def __init__(self, n: int, slot_of: np.ndarray | None = None, lay: layout.Layout = layout.DEFAULT):
+        super().__init__(n, slot_of, lay)
         from w3async.env import _rowcopies  # noqa: PLC0415 (the extension is optional at import time)
 
         self._ext = _rowcopies
@@ -148,7 +149,8 @@ class CRowCopies(NumpyRowCopies):
             bufs = {k: getattr(self, k) for k in (*OBS_KEYS, "ent_hi", "bank", *_SCALARS, *_STATES)}
             bufs |= {"b_" + k: getattr(b, k) for k in ("glob", "n_ent", "mask", *_SCALARS)}
             bufs |= {"b_ent": b.ent_flat, "b_ent_type": b.type_flat}
-            got = self._c[id(b)] = (b, self._ext.Copies(n_rows=self.n_rows, capacity=b.capacity, **bufs))
+            got = self._c[id(b)] = (b, self._ext.Copies(n_rows=self.n_rows, capacity=b.capacity,
+                                                                    shape=self.lay.shape, **bufs))
         return got[1]
 
     def put(self, rows: np.ndarray, b: Batch, gens: np.ndarray, stamp: int) -> None:
@@ -159,11 +161,12 @@ class CRowCopies(NumpyRowCopies):
 
     def take(self, rows: np.ndarray) -> tuple[dict, dict]:
         n = len(rows)
-        obs = {"glob": np.empty((n, layout.G_GLOB), np.float32),
-               "ent": np.empty((n, layout.E_MAX, layout.F_ENT), np.float32),
-               "ent_type": np.empty((n, layout.E_MAX), np.int16),
+        lay = self.lay
+        obs = {"glob": np.empty((n, lay.g_glob), np.float32),
+               "ent": np.empty((n, lay.e_max, lay.f_ent), np.float32),
+               "ent_type": np.empty((n, lay.e_max), np.int16),
                "n_ent": np.empty(n, np.int64),
-               "mask": np.empty((n, layout.N_HEADS, layout.HEAD_MAX), np.uint8)}
+               "mask": np.empty((n, lay.n_heads, lay.head_max), np.uint8)}
         step = {"reward": np.empty(n, np.float32), "terminated": np.empty(n, bool), "truncated": np.empty(n, bool),
                 "cut": np.empty(n, bool), "episode": np.empty(n, np.uint64), "step": np.empty(n, np.uint32),
                 "slot": np.empty(n, np.int32)}
@@ -175,7 +178,7 @@ class CRowCopies(NumpyRowCopies):
     def _any(self):
         """A C view (each one's row state and banks are these arrays); before any post (a
         hand-out of cut rows only), one over a batch of its own."""
-        return next(iter(self._c.values()))[1] if self._c else self._for(Batch(1))
+        return next(iter(self._c.values()))[1] if self._c else self._for(Batch(1, self.lay))
 
 
 def extension_problem() -> str | None:
@@ -185,12 +188,12 @@ def extension_problem() -> str | None:
         from w3async.env import _rowcopies  # noqa: PLC0415
     except ImportError as e:
         return f"the C extension w3async.env._rowcopies cannot be imported ({e}): run `make setup`"
-    if _rowcopies.layout_hash() != layout.LAYOUT_HASH:
+    if _rowcopies.layout_hash(*layout.DEFAULT.shape) != layout.LAYOUT_HASH:
         return "w3async.env._rowcopies was built against another shim/w3s_table.h: run `make setup`"
     return None
 
 
-def row_copies(n: int, slot_of: np.ndarray | None = None) -> NumpyRowCopies:
+def row_copies(n: int, slot_of: np.ndarray | None = None, lay: layout.Layout = layout.DEFAULT) -> NumpyRowCopies:
     """The C backend when it is built for this layout, else numpy (the same results);
-    slot_of: each row's game slot (the step's `slot`)."""
-    return (CRowCopies if extension_problem() is None else NumpyRowCopies)(n, slot_of)
+    slot_of: each row's game slot (the step's `slot`); lay: the run's row shape."""
+    return (CRowCopies if extension_problem() is None else NumpyRowCopies)(n, slot_of, lay)

@@ -27,7 +27,7 @@ def env_recipe(recipe, sets=(), **overrides):
     sets = list(sets) + [f"{k.replace('__', '.')}={_toml(v)}" for k, v in overrides.items()]
     own_stop = any(s.startswith("stop.") for s in sets)
     if isinstance(recipe, Recipe):
-        r = recipe_from_dict(recipe_to_dict(recipe), recipe.path)
+        r = recipe_from_dict(_no_nones({k: v for k, v in recipe_to_dict(recipe).items() if k != "path"}), recipe.path)
     else:
         r = load_recipe(resolve_recipe_path(str(recipe)), sets)
         sets = []

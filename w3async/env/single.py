@@ -35,19 +35,24 @@ class GameEnv(gym.Env):
         self.observation_space = self.env.observation_space if k > 1 else self.env.single_observation_space
         self.action_space = self.env.action_space if k > 1 else self.env.single_action_space
         self._k, self._started = k, False
-        self._heads = len(self.env.single_action_space.nvec)
+        self._sizes = self.env.spec_.head_sizes
+        self._heads = len(self._sizes)
         self._mask = None  # the last observation's masks
 
     def action_masks(self) -> np.ndarray:
         """The last observation's allowed choices, flat: each head's choices in order (of
-        each row, rows in order, with several), bool, sum(action_space.nvec) of them."""
+        each row, rows in order, with several), bool, sum(head_sizes) of them."""
         if self._mask is None:
             raise RuntimeError("action_masks() before reset(): call reset() first")
-        return flat_masks(self._mask, self.env.single_action_space.nvec).reshape(-1)
+        return flat_masks(self._mask, self._sizes).reshape(-1)
 
     def _one(self, obs):
-        self._mask = obs["mask"]
-        return obs if self._k > 1 else {key: (v[0] if key != "n_ent" else int(v[0])) for key, v in obs.items()}
+        self._mask = self.env.last_mask
+        if self._k > 1:
+            return obs
+        if not isinstance(obs, dict):  # a Box: the globals of a row without entities
+            return obs[0]
+        return {key: (v[0] if key != "n_ent" else int(v[0])) for key, v in obs.items()}
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)

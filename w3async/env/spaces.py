@@ -1,10 +1,12 @@
-"""A game's spaces for one agent row, from its GameSpec.
+"""A game's spaces for one agent row, exactly as its GameSpec declares them.
 
-The observation is a Dict of the row's fields as the table has them (docs/protocol.md):
-`glob` the global features, `ent` the entities (E_MAX of them, zero past `n_ent`),
-`ent_type` their type ids (0 past `n_ent`), `n_ent` the count, and `mask` the allowed
-choices per head (1 allowed; a head's choices past its size are always 0). The action
-is one choice per head: MultiDiscrete(head_sizes).
+A row with entities: a Dict of the row's fields as the table has them (docs/protocol.md):
+`glob` the global features (absent when the spec declares none), `ent` the entities
+(e_max of them, zero past `n_ent`), `ent_type` their type ids (0 past `n_ent`), `n_ent`
+the count, and `mask` the allowed choices per head (1 allowed; a head's choices past its
+size are always 0). A row without entities (`entities = 0`): a Box of its globals, the
+masks through the env's action_masks(). The action: Discrete(n) for one head,
+MultiDiscrete(head_sizes) for several.
 """
 
 from __future__ import annotations
@@ -14,23 +16,37 @@ from gymnasium import spaces
 
 from w3async.games.spec import GameSpec
 from w3async.runtime.policies import sample_masked  # noqa: F401 (the env's users' random policy)
-from w3async.sync import layout
 
 OBS_KEYS = ("glob", "ent", "ent_type", "n_ent", "mask")
 
 
-def observation_space(spec: GameSpec, seed: int | None = None) -> spaces.Dict:
-    return spaces.Dict({
-        "glob": spaces.Box(-np.inf, np.inf, (layout.G_GLOB,), np.float32),
-        "ent": spaces.Box(-np.inf, np.inf, (layout.E_MAX, layout.F_ENT), np.float32),
-        "ent_type": spaces.Box(0, spec.n_types - 1, (layout.E_MAX,), np.int16),
-        "n_ent": spaces.Discrete(layout.E_MAX + 1),
-        "mask": spaces.Box(0, 1, (layout.N_HEADS, layout.HEAD_MAX), np.uint8),
+def observation_space(spec: GameSpec, seed: int | None = None) -> spaces.Dict | spaces.Box:
+    lay = spec.layout
+    if lay.e_max == 0:
+        return spaces.Box(-np.inf, np.inf, (lay.g_glob,), np.float32, seed=seed)
+    fields = {"glob": spaces.Box(-np.inf, np.inf, (lay.g_glob,), np.float32)} if lay.g_glob else {}
+    return spaces.Dict(fields | {
+        "ent": spaces.Box(-np.inf, np.inf, (lay.e_max, lay.f_ent), np.float32),
+        "ent_type": spaces.Box(0, spec.n_types - 1, (lay.e_max,), np.int16),
+        "n_ent": spaces.Discrete(lay.e_max + 1),
+        "mask": spaces.Box(0, 1, (lay.n_heads, lay.head_max), np.uint8),
     }, seed=seed)
 
 
-def action_space(spec: GameSpec, seed: int | None = None) -> spaces.MultiDiscrete:
+def action_space(spec: GameSpec, seed: int | None = None) -> spaces.MultiDiscrete | spaces.Discrete:
+    if len(spec.head_sizes) == 1:
+        return spaces.Discrete(spec.head_sizes[0], seed=seed)
     return spaces.MultiDiscrete(np.array(spec.head_sizes, np.int64), seed=seed)
+
+
+def to_space(spec: GameSpec, obs: dict):
+    """A batch of rows' observations (the row copies' dict: glob, ent, ent_type, n_ent,
+    mask) as observation_space has them: the globals alone for a row without entities,
+    the dict without `glob` for one without globals."""
+    lay = spec.layout
+    if lay.e_max == 0:
+        return obs["glob"]
+    return obs if lay.g_glob else {k: v for k, v in obs.items() if k != "glob"}
 
 
 def checked_actions(actions, n: int, head_sizes, who) -> np.ndarray:
@@ -40,6 +56,8 @@ def checked_actions(actions, n: int, head_sizes, who) -> np.ndarray:
     to one). Costs a comparison per action when all is well."""
     a = np.asarray(actions)
     heads = len(head_sizes)
+    if heads == 1 and a.shape == (n,):  # Discrete: one choice per env id
+        a = a.reshape(n, 1)
     if a.shape != (n, heads):
         raise ValueError(f"actions of shape {a.shape}: expected ({n}, {heads}), one choice per action head for each "
                          f"env id")
@@ -61,7 +79,7 @@ def checked_actions(actions, n: int, head_sizes, who) -> np.ndarray:
 
 
 def flat_masks(mask: np.ndarray, head_sizes) -> np.ndarray:
-    """A row's (..., heads, HEAD_MAX) masks as one flat bool vector per row: each head's
+    """A row's (..., heads, head_max) masks as one flat bool vector per row: each head's
     first `size` choices, heads in order; what sb3-contrib's MaskablePPO takes for a
     MultiDiscrete(head_sizes) action (`action_masks()`)."""
     m = np.asarray(mask).astype(bool, copy=False)

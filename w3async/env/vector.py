@@ -63,6 +63,7 @@ class W3VectorEnv(VectorEnv):
         self._started = False
         self.closed = False
         self._renderer = Renderer(game, self.num_envs) if game else None
+        self.last_mask: np.ndarray | None = None
 
     # ---- gymnasium.vector.VectorEnv --------------------------------------------------------
 
@@ -94,7 +95,7 @@ class W3VectorEnv(VectorEnv):
         with self.run.bridge.lock:
             obs, st = self.run.take(self._rows)
         self._seen(obs, self._all, st)
-        return obs, self._infos(st)
+        return sp.to_space(self.spec_, obs), self._infos(st)
 
     def step(self, actions):
         self._need_reset("step()")
@@ -106,7 +107,7 @@ class W3VectorEnv(VectorEnv):
         with b.lock:
             obs, st = b.take(self._rows)
         self._seen(obs, self._all, st)
-        return obs, st["reward"], st["terminated"], st["truncated"], self._infos(st, self._all)
+        return sp.to_space(self.spec_, obs), st["reward"], st["terminated"], st["truncated"], self._infos(st, self._all)
 
     def render(self) -> tuple | None:
         """With render_mode="rgb_array": each sub-env's last observation as the game's
@@ -114,6 +115,7 @@ class W3VectorEnv(VectorEnv):
         return self._renderer.frames() if self._renderer else None
 
     def _seen(self, obs: dict, ids: np.ndarray, st: dict) -> None:
+        self.last_mask = obs["mask"]  # the rows just returned: their allowed choices (action_masks)
         if self._renderer:
             self._renderer.remember(obs, ids, st["step"])
 
@@ -148,7 +150,7 @@ class W3VectorEnv(VectorEnv):
             rows = ready[np.argsort(b.stamp[ready], kind="stable")[: self.batch_size]]
             obs, st = self.run.take(rows)
         self._seen(obs, self._env_of[rows], st)
-        return obs, st["reward"], st["terminated"], st["truncated"], self._infos(st, self._env_of[rows])
+        return sp.to_space(self.spec_, obs), st["reward"], st["terminated"], st["truncated"], self._infos(st, self._env_of[rows])
 
     def recv_rows(self, env_ids, timeout_s: float | None = None):
         """The next step of exactly these sub-envs (each sent an action, or just ended),
@@ -159,7 +161,7 @@ class W3VectorEnv(VectorEnv):
         with self.run.bridge.lock:
             obs, st = self.run.take(rows)
         self._seen(obs, ids, st)
-        return obs, st["reward"], st["terminated"], st["truncated"], self._infos(st, ids)
+        return sp.to_space(self.spec_, obs), st["reward"], st["terminated"], st["truncated"], self._infos(st, ids)
 
     def _infos(self, st: dict, ids: np.ndarray | None = None) -> dict:
         info = {k: st[s] for k, s in INFO_KEYS.items()}

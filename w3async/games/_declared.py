@@ -16,6 +16,7 @@ from typing import Callable
 
 from w3async.games import Game
 from w3async.games.spec import GameSpec
+from w3async.sync import layout
 
 
 @dataclass(frozen=True)
@@ -27,14 +28,14 @@ class Level:
 
 
 def make_game(name: str, *, n_types: int, head_sizes: tuple[int, ...], pointer_head: int | None,
-              noop: tuple, opponent_env: str, opponent_default: str, levels: dict[str, Level], seed_env: str,
+              noop: tuple, row: layout.Layout, opponent_env: str, opponent_default: str, levels: dict[str, Level], seed_env: str,
               result: str, draw_within: float, rewards: dict[str, float], replay_dir: str,
               replay_suffixes: tuple[str, ...], replay_view: Callable[[Path], dict | None] | None,
               parity: str) -> Game:
     """The Game of a declared spec. ValueError (GameSpec's, Game's) for what the values
     do not allow together; recipes/spec.py checks each value before, so that a user sees
     the key."""
-    spec = GameSpec(name, n_types=n_types, head_sizes=head_sizes, pointer_head=pointer_head, noop=noop)
+    spec = GameSpec(name, n_types=n_types, head_sizes=head_sizes, pointer_head=pointer_head, noop=noop, layout=row)
 
     def opponent_of(env: dict) -> str:
         """The value of opponent_env in the group's environment; opponent_default (e.g.

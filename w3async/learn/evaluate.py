@@ -191,17 +191,17 @@ class EvalAnswerer:
 
     def _answer_own(self, b: Batch) -> None:
         """--policy's answer to the batch, now: its observations as the env gives them."""
-        n, k = b.n, b.bucket
-        ent = np.zeros((n, layout.E_MAX, layout.F_ENT), np.float32)  # the env's shapes: every entity slot
-        ent_type = np.zeros((n, layout.E_MAX), np.int16)
+        n, k, lay = b.n, b.bucket, self.control.spec.layout
+        ent = np.zeros((n, lay.e_max, lay.f_ent), np.float32)  # the env's shapes: every entity slot
+        ent_type = np.zeros((n, lay.e_max), np.int16)
         ent[:, :k], ent_type[:, :k] = b.ent, b.ent_type
         obs = {"glob": b.glob[:n].copy(), "ent": ent, "ent_type": ent_type, "n_ent": b.n_ent[:n].astype(np.int64),
                "mask": b.mask[:n].copy()}
         try:
             actions = np.asarray(self.policy(obs))
-            if actions.shape != (n, layout.N_HEADS) or not np.issubdtype(actions.dtype, np.integer):
+            if actions.shape != (n, lay.n_heads) or not np.issubdtype(actions.dtype, np.integer):
                 raise ValueError(f"returned {actions.dtype} actions of shape {actions.shape}, not integer ones of "
-                                 f"shape ({n}, {layout.N_HEADS}): a row of choices a head, each row of the batch")
+                                 f"shape ({n}, {lay.n_heads}): a row of choices a head, each row of the batch")
         except Exception as e:  # noqa: BLE001 (the run stops with the cause)
             self.failure = f"--policy failed: {describe(e)}"
             self.control.fail(self.failure)

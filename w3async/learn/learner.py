@@ -84,7 +84,7 @@ class Minibatch(dict):
 
 
 def minibatch_plan(n_ent: np.ndarray, minibatch_seqs: int, rng: np.random.Generator,
-                   entity_pad: int = 0) -> list[tuple[np.ndarray, int]]:
+                   entity_pad: int = 0, buckets: tuple[int, ...] = BUCKETS) -> list[tuple[np.ndarray, int]]:
     """Sequences grouped by their largest entity count: (sequence indices, entities to
     pad to) per minibatch, the groups in random order. n_ent is (B, T). entity_pad > 0
     pads to a multiple of it, 0 to the smallest inference bucket that holds the group."""
@@ -95,7 +95,8 @@ def minibatch_plan(n_ent: np.ndarray, minibatch_seqs: int, rng: np.random.Genera
     for i in range(0, len(order), minibatch_seqs):
         idx = np.sort(order[i : i + minibatch_seqs])
         most = max(int(seq_ent[idx].max()), 1)
-        pad = -(-most // entity_pad) * entity_pad if entity_pad > 0 else next(b for b in BUCKETS if b >= most)
+        pad = (-(-most // entity_pad) * entity_pad if entity_pad > 0
+               else next((b for b in buckets if b >= most), buckets[-1]))
         plan.append((idx, pad))
     return [plan[i] for i in rng.permutation(len(plan))]
 
@@ -233,7 +234,8 @@ class Learner:
                 b["v_target"], b["v_old"] = self.ret_norm.normalize(b["ret"]), self.ret_norm.normalize(value)
             else:
                 b["v_target"], b["v_old"] = b["ret"], value
-        plan = [mb for _ in range(cfg.update_epochs) for mb in minibatch_plan(tb.n_ent, cfg.minibatch_seqs, self.rng, cfg.entity_pad)]
+        plan = [mb for _ in range(cfg.update_epochs) for mb in minibatch_plan(tb.n_ent, cfg.minibatch_seqs, self.rng, cfg.entity_pad,
+                                                                        net.layout.buckets)]
         planned = len(plan)
         sums = torch.zeros(len(LOSS_SLOTS), device=self.device)  # summed on the device, read once
         bad = torch.full((), len(plan), device=self.device)  # index of the first non-finite loss

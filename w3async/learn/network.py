@@ -1,7 +1,8 @@
 """The entity-based policy and value network, sized from a GameSpec and a NetConfig.
 
-One observation is a set of entities (type id + F_ENT features, padded to a bucket,
-n_ent of them real), G_GLOB global features and one mask per action head. The
+One observation is a set of entities (type id + f_ent features, padded to a bucket,
+n_ent of them real), g_glob global features and one mask per action head: the sizes of
+the game's row (GameSpec.layout), which may have no entities or no globals. The
 network embeds each entity (type embedding + linear features), prepends a token made
 from the global features, runs a few pre-norm attention blocks over that set with the
 padding masked out, pools (the global token's output and the mean of the real
@@ -32,7 +33,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from w3async.sync import layout
 from w3async.games.spec import GameSpec
 from w3async.recipes.learning import NetConfig  # the recipe's [network] section
 
@@ -40,11 +40,11 @@ from w3async.recipes.learning import NetConfig  # the recipe's [network] section
 class Obs(NamedTuple):
     """A batch of observations as tensors (B rows, E = the bucket)."""
 
-    glob: Tensor  # (B, G_GLOB) float32
-    ent: Tensor  # (B, E, F_ENT) float32, zero past n_ent
+    glob: Tensor  # (B, g_glob) float32
+    ent: Tensor  # (B, E, f_ent) float32, zero past n_ent
     ent_type: Tensor  # (B, E) int64, zero past n_ent
     n_ent: Tensor  # (B,) int64
-    mask: Tensor  # (B, N_HEADS, HEAD_MAX) bool
+    mask: Tensor  # (B, n_heads, head_max) bool
 
     def index(self, idx: Tensor) -> Obs:
         return Obs(*(t[idx] for t in self))
@@ -65,7 +65,7 @@ def obs_from_numpy(glob, ent, ent_type, n_ent, mask, device: torch.device | str 
 
 
 class ActResult(NamedTuple):
-    actions: Tensor  # (B, N_HEADS) int64
+    actions: Tensor  # (B, n_heads) int64
     logp: Tensor  # (B,) the joint log-probability of the sampled action
     value: Tensor  # (B,)
     state: Tensor | None  # (B, d_model) the GRU state after this step, None without GRU
@@ -106,17 +106,21 @@ class Network(nn.Module):
         self.spec, self.cfg = spec, cfg
         self.greedy = False  # act() takes each head's most likely action (`w3async eval --greedy`)
         d = cfg.d_model
+        lay = self.layout = spec.layout
         self.type_emb = nn.Embedding(spec.n_types, d)
-        self.ent_in = nn.Linear(layout.F_ENT, d)
-        self.glob_in = nn.Linear(layout.G_GLOB, d)
+        # A row without entity features or globals has no input layer for them (the global
+        # token is then a learned constant): a Linear of 0 inputs would be one anyway.
+        self.ent_in = nn.Linear(lay.f_ent, d) if lay.f_ent else None
+        self.glob_in = nn.Linear(lay.g_glob, d) if lay.g_glob else None
+        self.glob_token = None if lay.g_glob else nn.Parameter(torch.zeros(d))
         self.blocks = nn.ModuleList(_Block(d, cfg.n_heads, cfg.ff_mult) for _ in range(cfg.n_layers))
         self.ln_out = nn.LayerNorm(d)
         self.pool = nn.Sequential(nn.Linear(2 * d, d), nn.GELU())
         self.core = nn.GRUCell(d, d) if cfg.gru else None
         # The plain heads as one linear layer; its outputs and the pointer's logits are
-        # laid out as one (B, N_HEADS, HEAD_MAX) tensor by a fixed gather (few, large ops
+        # laid out as one (B, n_heads, head_max) tensor by a fixed gather (few, large ops
         # instead of a dozen small ones per head: a round's cost is mostly op dispatch).
-        plain = [h for h in range(layout.N_HEADS) if h != spec.pointer_head]
+        plain = [h for h in range(lay.n_heads) if h != spec.pointer_head]
         n_plain = sum(spec.head_sizes[h] for h in plain)
         self.heads = nn.Linear(d, n_plain)
         if spec.pointer_head is not None:
@@ -124,17 +128,17 @@ class Network(nn.Module):
             self.ptr_k = nn.Linear(d, d)
         # source column of each (head, choice): a plain output, a pointer column (after the
         # plain ones), or the last column, a constant 0 for choices past a head's size
-        zero_col = n_plain + (layout.HEAD_MAX if spec.pointer_head is not None else 0)
-        src = torch.full((layout.N_HEADS, layout.HEAD_MAX), zero_col, dtype=torch.long)
+        zero_col = n_plain + (lay.head_max if spec.pointer_head is not None else 0)
+        src = torch.full((lay.n_heads, lay.head_max), zero_col, dtype=torch.long)
         off = 0
         for h in plain:
             src[h, : spec.head_sizes[h]] = torch.arange(off, off + spec.head_sizes[h])
             off += spec.head_sizes[h]
         if spec.pointer_head is not None:
-            src[spec.pointer_head] = n_plain + torch.arange(layout.HEAD_MAX)
+            src[spec.pointer_head] = n_plain + torch.arange(lay.head_max)
         self.register_buffer("_src", src.view(-1), persistent=False)
-        sizes = torch.arange(layout.HEAD_MAX)[None, :] < torch.tensor(spec.head_sizes)[:, None]
-        self.register_buffer("_in_size", sizes, persistent=False)  # (N_HEADS, HEAD_MAX)
+        sizes = torch.arange(lay.head_max)[None, :] < torch.tensor(spec.head_sizes)[:, None]
+        self.register_buffer("_in_size", sizes, persistent=False)  # (n_heads, head_max)
         self.value_head = nn.Linear(d, 1)
         # Small initial logits (CleanRL's std=0.01 policy init): a near-uniform first policy.
         nn.init.orthogonal_(self.heads.weight, 0.01)
@@ -160,8 +164,10 @@ class Network(nn.Module):
         """(pooled (B, d), entity outputs (B, E, d) zero past n_ent, real (B, E) bool)."""
         b, e = obs.ent_type.shape
         real = torch.arange(e, device=obs.ent.device)[None, :] < obs.n_ent[:, None]
-        x = self.ent_in(obs.ent) + self.type_emb(obs.ent_type)
-        g = self.glob_in(obs.glob)[:, None, :]
+        x = self.type_emb(obs.ent_type)
+        if self.ent_in is not None:
+            x = x + self.ent_in(obs.ent)
+        g = (self.glob_in(obs.glob) if self.glob_in is not None else self.glob_token.expand(b, -1))[:, None, :]
         tokens = torch.cat([g, x], dim=1)
         attend = torch.cat([torch.ones(b, 1, dtype=torch.bool, device=real.device), real], dim=1)
         for block in self.blocks:
@@ -182,7 +188,7 @@ class Network(nn.Module):
         return state, state
 
     def heads_logp(self, z: Tensor, ents: Tensor, real: Tensor, mask: Tensor) -> Tensor:
-        """Masked log-probabilities (B, N_HEADS, HEAD_MAX): -inf where a choice is not
+        """Masked log-probabilities (B, n_heads, head_max): -inf where a choice is not
         allowed (masked, past the head's size, or a pointer at no real entity)."""
         b, e = real.shape
         cols = [self.heads(z)]
@@ -194,14 +200,14 @@ class Network(nn.Module):
             noop = self.spec.noop[p]
             if noop is not None and noop < e:
                 ptr = torch.cat([ptr[:, :noop], ptr[:, noop : noop + 1] + self.ptr_noop, ptr[:, noop + 1 :]], 1)
-            cols.append(F.pad(ptr, (0, layout.HEAD_MAX - e)))
-            ptr_ok = allowed[:, p] & F.pad(real, (0, layout.HEAD_MAX - e))
+            cols.append(F.pad(ptr, (0, self.layout.head_max - e)))
+            ptr_ok = allowed[:, p] & F.pad(real, (0, self.layout.head_max - e))
             # A pointer mask with no real entity is a game bug that the checks should
             # have caught; keep the game's word rather than produce an empty choice.
             ptr_ok = torch.where(ptr_ok.any(1, keepdim=True), ptr_ok, allowed[:, p])
             allowed = torch.cat([allowed[:, :p], ptr_ok[:, None], allowed[:, p + 1 :]], dim=1)
         cols.append(z.new_zeros(b, 1))
-        logits = torch.cat(cols, 1).index_select(1, self._src).view(b, layout.N_HEADS, layout.HEAD_MAX)
+        logits = torch.cat(cols, 1).index_select(1, self._src).view(b, self.layout.n_heads, self.layout.head_max)
         return torch.log_softmax(logits.masked_fill(~allowed, -math.inf), dim=2)
 
     # -- the two entry points ------------------------------------------------------------

@@ -91,7 +91,8 @@ class Training:
         self.engine = InferenceEngine(control.spec, r.network, device=r.inference.device, n_nets=n_nets,
                                       max_rows=n_rows, n_table_rows=n_rows, num_threads=r.inference.num_threads,
                                       seed=r.inference.seed)
-        self.traj = Trajectories(n_rows, r.trajectories, state_dim=r.network.d_model if r.network.gru else None)
+        self.traj = Trajectories(n_rows, r.trajectories, state_dim=r.network.d_model if r.network.gru else None,
+                                 lay=control.spec.layout)
         torch.manual_seed(r.inference.seed)
         self.learning = LearnerThread()  # the learner's thread (learner_thread.py); its parts below
         self.learner = Learner(Network(control.spec, r.network), r.learner, device=r.inference.device,

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from w3async.sync import layout
-from w3async.sync.gather import BUCKETS, Batch
+from w3async.sync.gather import Batch
 from w3async.recipes.learning import TrajConfig  # the recipe's [trajectories] section
 
 _IDLE, _STEP, _TERMINAL = 0, 1, 2  # what a row's next answer completes
@@ -94,17 +94,19 @@ class Trajectories:
     """See the module docstring. record_* and cut are called from one thread (the
     supervisor's); get() from the learner's."""
 
-    def __init__(self, n_table_rows: int, cfg: TrajConfig = TrajConfig(), state_dim: int | None = None):
+    def __init__(self, n_table_rows: int, cfg: TrajConfig = TrajConfig(), state_dim: int | None = None,
+                 lay: layout.Layout = layout.DEFAULT):
         self.cfg = cfg
+        self.lay = lay
         n, s = n_table_rows, cfg.seq_len + 1  # one position more: the next sequence's first step
         self.stats = TrajStats()
         # per table row, per position in the sequence
-        self._glob = np.zeros((n, s, layout.G_GLOB), np.float32)
-        self._ent = np.zeros((n, s, layout.E_MAX, layout.F_ENT), np.float32)
-        self._type = np.zeros((n, s, layout.E_MAX), np.int16)
+        self._glob = np.zeros((n, s, lay.g_glob), np.float32)
+        self._ent = np.zeros((n, s, lay.e_max, lay.f_ent), np.float32)
+        self._type = np.zeros((n, s, lay.e_max), np.int16)
         self._n_ent = np.zeros((n, s), np.int32)
-        self._mask = np.zeros((n, s, layout.N_HEADS, layout.HEAD_MAX), np.uint8)
-        self._action = np.zeros((n, s, layout.N_HEADS), np.int32)
+        self._mask = np.zeros((n, s, lay.n_heads, lay.head_max), np.uint8)
+        self._action = np.zeros((n, s, lay.n_heads), np.int32)
         self._logp = np.zeros((n, s), np.float32)
         self._value = np.zeros((n, s), np.float32)
         self._next_value = np.zeros((n, s), np.float32)
@@ -264,7 +266,7 @@ class Trajectories:
 
     def _finish(self) -> None:
         b = self._build
-        bucket = next(x for x in BUCKETS if x >= max(int(b["_n_ent"].max()), 1))
+        bucket = next(x for x in self.lay.buckets if x >= int(b["_n_ent"].max()))
         tb = TrajBatch(
             glob=b["_glob"], ent=np.ascontiguousarray(b["_ent"][:, :, :bucket]),
             ent_type=np.ascontiguousarray(b["_type"][:, :, :bucket]), n_ent=b["_n_ent"], mask=b["_mask"],

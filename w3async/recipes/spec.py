@@ -48,14 +48,20 @@ class SpecSection:
     """A game of the user's own ([spec]): the game's part of the table, how its opponents
     are labelled, its evaluation levels, how a result is read, where its replays land."""
 
+    entities: Int = Field(layout.E_MAX, ge=0, le=layout.E_LIMIT)
+    """Entities a row holds at most (its entity table's rows; 0: none, a flat observation)."""
+    features: Int = Field(layout.F_ENT, ge=0, le=layout.F_LIMIT)
+    """Float features of each entity."""
+    globals: Int = Field(layout.G_GLOB, ge=0, le=layout.G_LIMIT)
+    """Global float features of a row (the flat part of the observation)."""
     n_types: Int = Field(8, ge=1, le=32767)
     """Entity type ids are 0..n_types-1 (the network's type embedding; the row check)."""
     head_sizes: list[Int] = Field(default_factory=lambda: [16, 16, 16, layout.E_MAX])
-    """Choices per action head, one size per head (the table has 4 heads, 1..192 each).
-    Masks past a head's size must be zero."""
+    """Choices per action head, one size per head: 1 to 8 heads. A row's masks are
+    heads x the largest size; masks past a head's size must be zero."""
     pointer_head: Int | None = None
-    """A head whose choice c points at entity c of the row (its size at least 160, the
-    entities a row holds); unset: none."""
+    """A head whose choice c points at entity c of the row (its size at least `entities`);
+    unset: none."""
     noop: list[Int] = Field(default_factory=list)
     """Per head, the choice that means "change nothing", -1 for a head without one ([]:
     none). A network may start biased towards it (network.noop_bias)."""
@@ -124,24 +130,36 @@ def inline(data: dict, recipe_path: str) -> str | None:
     return None
 
 
+def row_layout(s: SpecSection) -> layout.Layout | None:
+    """The rows' layout the spec declares (None when its shape is out of range)."""
+    sizes = s.head_sizes or [1]
+    dims = (s.entities, s.features if s.entities else 0, s.globals, len(sizes), max(sizes))
+    return None if layout.shape_problem(*dims) else layout.Layout(*dims)
+
+
 def _head_problems(s: SpecSection, key: str) -> list[str]:
     """The checks across the spec's keys (GameSpec's), each naming the key and value."""
     out = []
     sizes = s.head_sizes
-    if len(sizes) != layout.N_HEADS or not all(1 <= n <= layout.HEAD_MAX for n in sizes):
-        out.append(f"{key}head_sizes = {sizes!r}: must hold {layout.N_HEADS} sizes, one per action head, "
-                   f"each 1..{layout.HEAD_MAX}")
+    if not 1 <= len(sizes) <= layout.HEADS_MAX or not all(1 <= n <= layout.CHOICE_LIMIT for n in sizes):
+        out.append(f"{key}head_sizes = {sizes!r}: must hold 1 to {layout.HEADS_MAX} sizes, one per action head, "
+                   f"each 1..{layout.CHOICE_LIMIT}")
         return out
+    heads = len(sizes)
+    problem = layout.shape_problem(s.entities, s.features if s.entities else 0, s.globals, heads, max(sizes))
+    if problem:
+        out.append(f"{key}{problem}")
     if s.pointer_head is not None:
-        if not 0 <= s.pointer_head < layout.N_HEADS:
-            out.append(f"{key}pointer_head = {s.pointer_head}: must be a head, 0..{layout.N_HEADS - 1}")
-        elif sizes[s.pointer_head] < layout.E_MAX:
+        if not 0 <= s.pointer_head < heads:
+            out.append(f"{key}pointer_head = {s.pointer_head}: must be a head, 0..{heads - 1}")
+        elif s.entities == 0 or sizes[s.pointer_head] < s.entities:
             out.append(f"{key}pointer_head = {s.pointer_head}: head {s.pointer_head} has {sizes[s.pointer_head]} "
-                       f"choices; a pointer head needs {layout.E_MAX} (one per entity of a row)")
-    if s.noop and (len(s.noop) != layout.N_HEADS
+                       f"choices; a pointer head needs entities = {s.entities} of them (one per entity of a row), "
+                       f"and a row with entities")
+    if s.noop and (len(s.noop) != heads
                    or not all(c == -1 or 0 <= c < n for c, n in zip(s.noop, sizes))):
         out.append(f"{key}noop = {s.noop!r}: must give, per head, a choice under its size or -1 (none): "
-                   f"{layout.N_HEADS} values")
+                   f"{heads} values")
     return out
 
 
@@ -189,7 +207,7 @@ def declare(name: str, s: SpecSection, source: str, problems: list[str], registe
         try:
             games.declare(make_game(
                 name, n_types=s.n_types, head_sizes=tuple(s.head_sizes), pointer_head=s.pointer_head,
-                noop=tuple(None if c == -1 else c for c in s.noop) if s.noop else (None,) * layout.N_HEADS,
+                noop=tuple(None if c == -1 else c for c in s.noop) if s.noop else None, row=row_layout(s),
                 opponent_env=s.opponent_env, opponent_default=s.opponent_default,
                 levels={k: Level(dict(v.env), None if v.args is None else tuple(v.args)) for k, v in s.levels.items()},
                 seed_env=s.seed_env, result=s.result, draw_within=s.draw_within,

@@ -76,6 +76,7 @@ class GameKeeper:
                for k, v in s.group.env.items()}
         env.update(W3S_ROW0=str(s.row0), W3S_NROWS=str(s.nrows), W3S_LANES=str(s.group.lanes),
                    W3S_SIDES=str(s.group.sides), W3S_SLOT=str(s.index),
+                   W3S_ROW_SHAPE=" ".join(map(str, self.table.layout.shape)),
                    W3S_SEED=str(s.index * 1000003 + s.starts if s.seed is None else s.seed))
         s.seed = None  # a seed given for a start (an env's reset(seed=)) is for that start only
         sandbox = self.sandbox

@@ -1,7 +1,7 @@
 """Policies the supervisor can answer with before a network is involved, and the
 answerer that wraps them.
 
-A policy maps a gathered Batch to (actions (n, N_HEADS) int32, versions (n,) uint32).
+A policy maps a gathered Batch to (actions (n, n_heads) int32, versions (n,) uint32).
 """
 
 from __future__ import annotations
@@ -21,12 +21,13 @@ class CheckPolicy:
     """The answers the null game recomputes (w3s_check_answer): a lost, stale or
     misrouted answer fails its check."""
 
-    def __init__(self, capacity: int):
+    def __init__(self, capacity: int, n_heads: int = layout.N_HEADS):
         self.versions = np.zeros(capacity, np.uint32)
+        self.n_heads = n_heads
 
     def __call__(self, b: Batch) -> tuple[np.ndarray, np.ndarray]:
         n = b.n
-        return layout.check_answer(b.obs_seq[:n], b.lane[:n], b.side[:n]), self.versions[:n]
+        return layout.check_answer(b.obs_seq[:n], b.lane[:n], b.side[:n], n_heads=self.n_heads), self.versions[:n]
 
 
 # The bit generators whose raw words are 64 random bits (numpy's default, PCG64, among them).
@@ -34,8 +35,8 @@ _RAW64 = (np.random.PCG64, np.random.PCG64DXSM, np.random.Philox, np.random.SFC6
 
 
 def sample_masked(mask: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """A uniform allowed choice per head for each row of a batched mask (n, N_HEADS,
-    HEAD_MAX), int64; choice 0 for a head that allows none. Each choice scores a random
+    """A uniform allowed choice per head for each row of a batched mask (n, n_heads,
+    head_max), int64; choice 0 for a head that allows none. Each choice scores a random
     31-bit number, a masked one 0, and the best wins: the bit generator's raw words (half
     the cost of its floats, which were two thirds of this) and a multiply (a boolean mask's
     setitem cost as much again). Two allowed choices tie once in ~2^31 draws."""
@@ -123,7 +124,7 @@ def policy_answerer(control: RunControl, name: str, book=None) -> PolicyAnswerer
     """The recipe's fixed policy ("check" or "random") as an answerer; `book` as
     PolicyAnswerer's."""
     if name == "check":
-        return PolicyAnswerer(control, CheckPolicy(control.n_rows), book)
+        return PolicyAnswerer(control, CheckPolicy(control.n_rows, control.spec.layout.n_heads), book)
     if name == "random":
         return PolicyAnswerer(control, RandomPolicy(control.n_rows), book)
     raise ValueError(f"supervisor.policy {name!r} is not a fixed policy ('check', 'random')")

@@ -22,6 +22,7 @@ import stat
 import tempfile
 from pathlib import Path
 
+from w3async import games
 from w3async.run_folder import RunFolder
 from w3async.runtime import inject_checks, sandbox
 from w3async.sync import layout
@@ -273,18 +274,23 @@ def check_status(recipe: Recipe) -> list[str]:
 # ---- resources ------------------------------------------------------------------------
 
 
+def _layout(recipe: Recipe) -> layout.Layout:
+    """The recipe's rows' shape: its game's (the default for a game not registered here)."""
+    return games.get(recipe.game).spec.layout if recipe.game in games.names() else layout.DEFAULT
+
+
 def table_bytes(recipe: Recipe) -> int:
     """Shared memory the games' rows take: every row, plus a header page per game and
     one for the table."""
     n_rows = sum(g.count * g.lanes * g.sides for g in recipe.games)
     n_games = sum(g.count for g in recipe.games)
-    return n_rows * layout.ROW_SIZE + (n_games + 1) * layout.HEADER_SIZE
+    return n_rows * _layout(recipe).row_size + (n_games + 1) * layout.HEADER_SIZE
 
 
-def _step_bytes() -> int:
+def _step_bytes(lay: layout.Layout) -> int:
     """One recorded step of one row in the learner's trajectory buffers (trajectories.py)."""
-    return (layout.G_GLOB * 4 + layout.E_MAX * layout.F_ENT * 4 + layout.E_MAX * 2
-            + layout.N_HEADS * layout.HEAD_MAX + layout.N_HEADS * 4 + 64)
+    return (lay.g_glob * 4 + lay.e_max * lay.f_ent * 4 + lay.e_max * 2
+            + lay.n_heads * lay.head_max + lay.n_heads * 4 + 64)
 
 
 def network_params(recipe: Recipe) -> int:
@@ -295,8 +301,9 @@ def network_params(recipe: Recipe) -> int:
         return 0
     d = cfg.d_model
     block = 4 * d * d + 2 * cfg.ff_mult * d * d
-    params = cfg.n_layers * block + 2 * d * d + (layout.F_ENT + layout.G_GLOB + 64) * d
-    params += (6 * d * d if cfg.gru else 0) + (layout.N_HEADS * layout.HEAD_MAX + 2) * d + 2 * d * d
+    lay = _layout(recipe)
+    params = cfg.n_layers * block + 2 * d * d + (lay.f_ent + lay.g_glob + 64) * d
+    params += (6 * d * d if cfg.gru else 0) + (lay.n_heads * lay.head_max + 2) * d + 2 * d * d
     return params
 
 
@@ -307,7 +314,7 @@ def memory_bytes(recipe: Recipe) -> int:
     need = table_bytes(recipe)
     if recipe.supervisor.policy == "network" and recipe.trajectories is not None:
         n_rows = sum(g.count * g.lanes * g.sides for g in recipe.games)
-        need += n_rows * (recipe.trajectories.seq_len + 1) * _step_bytes()
+        need += n_rows * (recipe.trajectories.seq_len + 1) * _step_bytes(_layout(recipe))
         need += network_params(recipe) * 4 * (recipe.inference.n_nets + 4)
     return need
 
@@ -371,7 +378,7 @@ def check_resources(recipe: Recipe) -> list[str]:
     except OSError:
         shm_free = None
     if shm_free is not None and table > shm_free:
-        problems.append(f"games: the table needs {_mib(table)} ({n_rows:,} rows of {layout.ROW_SIZE:,} bytes; "
+        problems.append(f"games: the table needs {_mib(table)} ({n_rows:,} rows of {_layout(recipe).row_size:,} bytes; "
                         f"{groups}) but {SHM_DIR} has {_mib(shm_free)} free: lower games.count or games.lanes")
     mem = memory_bytes(recipe)
     avail = _mem_available()

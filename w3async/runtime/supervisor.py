@@ -137,7 +137,8 @@ class Supervisor:
         name = segment_name(self.run_dir.name[:24].replace("/", "_"))
         self.lock.write(pid=os.getpid(), started=self.started_wall, shm=name, pgids=[], born=self.born)
         # (A run whose games all run on game hosts keeps one row here, of no game.)
-        self.table = Table(name, max(n_rows, 1), games=list(zip(row0s, sizes)), run_id=os.getpid())
+        self.table = Table(name, max(n_rows, 1), games=list(zip(row0s, sizes)), run_id=os.getpid(),
+                           lay=self.spec.layout)
         shutdown.register_table(self.teardown, self.table, self.runtimes, self.obs_readers, self._loop, self.remains)
         if r.cluster is not None:  # rows after the table's: the game hosts' (cluster/link.py)
             if self._cluster_link is None:
@@ -183,7 +184,8 @@ class Supervisor:
         files.atomic_write_text(RunFolder(self.run_dir).recipe, json.dumps(saved, indent=1))
         self.events.info("run_start", run=self.run_dir.name, recipe=r.name, pid=os.getpid(), shm=self.table.name,
                          resumed_steps=self.counters.resumed_steps,
-                         rows=n_rows, games=n_games, gather=r.supervisor.gather, policy=r.supervisor.policy, **made_by)
+                         rows=n_rows, games=n_games, gather=r.supervisor.gather, policy=r.supervisor.policy,
+                         row_bytes=self.table.row_size, row_shape=list(self.table.layout.shape), **made_by)
 
     # ---- rounds -------------------------------------------------------------------
 

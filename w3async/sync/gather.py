@@ -12,7 +12,7 @@ use only it, and decide whether a row waits by `acked`, the supervisor's own rec
 the act_seq it published (a game that rewrites its act_seq only confuses itself).
 
 The checks, in the order both backends apply them (the first failure is reported):
-obs_seq == act_seq + 1, row_magic, n_ent <= E_MAX, known flags, a finite reward,
+obs_seq == act_seq + 1, row_magic, n_ent <= e_max, known flags, a finite reward,
 finite global features, finite entity features (the first n_ent entities), entity
 type ids in [0, n_types), mask bytes 0 or 1 with at least one allowed choice a head.
 """
@@ -29,8 +29,8 @@ from w3async.sync import layout
 from w3async.sync.table import Table
 
 # Entity counts are padded up to one of these, so a network sees a few shapes only
-# (CUDA graphs are captured per bucket).
-BUCKETS = (32, 48, 64, 96, 128, 160)
+# (CUDA graphs are captured per bucket); a run's are its layout's (Layout.buckets).
+BUCKETS = layout.BUCKETS
 _ROW_FIELDS = ("rows", "obs_seq", "lane", "side", "episode", "step", "flags", "reward", "n_ent",
                "state_hash", "discarded", "glob", "mask")  # a Batch's per-row arrays, entities aside
 
@@ -47,10 +47,12 @@ class BadRow(NamedTuple):
 
 @dataclass
 class Batch:
-    """The rows of one round, in preallocated buffers of capacity n_rows. Only the first
-    `n` rows are valid; entity blocks are (n, bucket, ...) views over flat buffers."""
+    """The rows of one round, in preallocated buffers of capacity n_rows, shaped by the
+    run's layout. Only the first `n` rows are valid; entity blocks are (n, bucket, ...)
+    views over flat buffers."""
 
     capacity: int
+    lay: layout.Layout = layout.DEFAULT
     n: int = 0
     bucket: int = BUCKETS[0]
     rows: np.ndarray = field(init=False)
@@ -83,10 +85,12 @@ class Batch:
         self.n_ent = np.zeros(c, np.uint32)
         self.state_hash = np.zeros(c, np.uint64)
         self.discarded = np.zeros(c, np.uint32)
-        self.glob = np.zeros((c, layout.G_GLOB), np.float32)
-        self.ent_flat = np.zeros(c * layout.E_MAX * layout.F_ENT, np.float32)
-        self.type_flat = np.zeros(c * layout.E_MAX, np.int16)
-        self.mask = np.zeros((c, layout.N_HEADS, layout.HEAD_MAX), np.uint8)
+        lay = self.lay
+        self.bucket = lay.buckets[0]
+        self.glob = np.zeros((c, lay.g_glob), np.float32)
+        self.ent_flat = np.zeros(c * lay.e_max * lay.f_ent, np.float32)
+        self.type_flat = np.zeros(c * lay.e_max, np.int16)
+        self.mask = np.zeros((c, lay.n_heads, lay.head_max), np.uint8)
 
     def copy_to(self, out: Batch) -> None:
         """Copy the first n rows into another batch of the same capacity (its bucket too)."""
@@ -94,7 +98,8 @@ class Batch:
         out.bucket = self.bucket
         for name in _ROW_FIELDS:
             getattr(out, name)[:n] = getattr(self, name)[:n]
-        out.ent_flat[: n * self.bucket * layout.F_ENT] = self.ent_flat[: n * self.bucket * layout.F_ENT]
+        f = self.lay.f_ent
+        out.ent_flat[: n * self.bucket * f] = self.ent_flat[: n * self.bucket * f]
         out.type_flat[: n * self.bucket] = self.type_flat[: n * self.bucket]
 
     def select(self, keep: np.ndarray) -> None:
@@ -112,8 +117,9 @@ class Batch:
 
     @property
     def ent(self) -> np.ndarray:
-        """(n, bucket, F_ENT) entity features, zero past each row's n_ent."""
-        return self.ent_flat[: self.n * self.bucket * layout.F_ENT].reshape(self.n, self.bucket, layout.F_ENT)
+        """(n, bucket, f_ent) entity features, zero past each row's n_ent."""
+        f = self.lay.f_ent
+        return self.ent_flat[: self.n * self.bucket * f].reshape(self.n, self.bucket, f)
 
     @property
     def ent_type(self) -> np.ndarray:
@@ -131,9 +137,11 @@ class Doorbell(NamedTuple):
 class _GathererBase:
     """What both backends share: the table, the row->game map, the doorbells, the batch."""
 
-    def __init__(self, table: Table, n_games: int, n_types: int, buckets: tuple[int, ...] = BUCKETS):
-        if not buckets or list(buckets) != sorted(set(buckets)) or buckets[-1] != layout.E_MAX:
-            raise ValueError(f"buckets {buckets} must ascend and end at E_MAX={layout.E_MAX}")
+    def __init__(self, table: Table, n_games: int, n_types: int, buckets: tuple[int, ...] | None = None):
+        lay = self.lay = table.layout
+        buckets = lay.buckets if buckets is None else tuple(buckets)
+        if not buckets or list(buckets) != sorted(set(buckets)) or buckets[-1] != lay.e_max:
+            raise ValueError(f"buckets {buckets} must ascend and end at the row's entity count, {lay.e_max}")
         if not 1 <= n_types <= 32767:
             raise ValueError(f"n_types={n_types} must be in 1..32767")
         self.table = table
@@ -143,7 +151,7 @@ class _GathererBase:
         self.acked = np.zeros(table.n_rows, np.uint64)  # the act_seq we last published, per row
         self.act_fd = np.full(max(n_games, 1), -1, np.int32)
         self.act_len = np.full(max(n_games, 1), 8, np.int32)
-        self.batch = Batch(table.n_rows)
+        self.batch = Batch(table.n_rows, lay)
 
     def attach_game(self, game: int, rows: slice, bell: Doorbell) -> None:
         """Route rows to game `game` and its act doorbell (its segment is fresh: nothing
@@ -216,15 +224,15 @@ class NumpyGatherer(_GathererBase):
 
     def _scalars_valid(self, sub: np.ndarray, obs: np.ndarray) -> np.ndarray:
         ok = (obs == sub["act_seq"] + 1) & (sub["row_magic"] == layout.ROW_MAGIC)
-        ok &= sub["n_ent"] <= layout.E_MAX
+        ok &= sub["n_ent"] <= self.lay.e_max
         ok &= (sub["flags"] & ~np.uint32(layout.FLAGS_KNOWN)) == 0
         ok &= np.isfinite(sub["reward"])
         return ok
 
     def _body_valid(self, sub: np.ndarray) -> np.ndarray:
-        n_ent = np.minimum(sub["n_ent"], layout.E_MAX).astype(np.int64)
+        n_ent = np.minimum(sub["n_ent"], self.lay.e_max).astype(np.int64)
         ok = np.isfinite(sub["glob"]).all(axis=1)
-        live = np.arange(layout.E_MAX)[None, :] < n_ent[:, None]
+        live = np.arange(self.lay.e_max)[None, :] < n_ent[:, None]
         ok &= (np.isfinite(sub["ent"]).all(axis=2) | ~live).all(axis=1)
         types = sub["ent_type"]
         ok &= (((types >= 0) & (types < self.n_types)) | ~live).all(axis=1)
@@ -239,7 +247,7 @@ class NumpyGatherer(_GathererBase):
         if r["row_magic"] != layout.ROW_MAGIC:
             return BadRow(row, "row_magic", -1, int(r["row_magic"]))
         n_ent = int(r["n_ent"])
-        if n_ent > layout.E_MAX:
+        if n_ent > self.lay.e_max:
             return BadRow(row, "n_ent", -1, n_ent)
         if int(r["flags"]) & ~layout.FLAGS_KNOWN:
             return BadRow(row, "flags", -1, int(r["flags"]))
@@ -253,18 +261,18 @@ class NumpyGatherer(_GathererBase):
         idx = np.flatnonzero((types < 0) | (types >= self.n_types))
         if idx.size:
             return BadRow(row, "ent_type", int(idx[0]), int(types[idx[0]]))
-        for h in range(layout.N_HEADS):
+        for h in range(self.lay.n_heads):
             m = r["mask"][h]
             idx = np.flatnonzero(m > 1)
             if idx.size:
-                return BadRow(row, "mask", h * layout.HEAD_MAX + int(idx[0]), int(m[idx[0]]))
+                return BadRow(row, "mask", h * self.lay.head_max + int(idx[0]), int(m[idx[0]]))
             if not m.any():
-                return BadRow(row, "mask", h * layout.HEAD_MAX, 0)
+                return BadRow(row, "mask", h * self.lay.head_max, 0)
         raise AssertionError(f"row {row} failed a vectorised check but none of the row checks")
 
     def answer(self, rows: np.ndarray, obs_seq: np.ndarray, actions: np.ndarray, versions: np.ndarray,
                release: bool = False) -> int:
-        """Write actions (n, N_HEADS) and versions (n,) into table rows `rows`, publish
+        """Write actions (n, n_heads) and versions (n,) into table rows `rows`, publish
         act_seq = obs_seq (the sequence gathered), ring each answered game once.
         release: the held ones of `rows` are released first (a round's held rows answered
         in one call). Returns the games rung."""
@@ -278,7 +286,7 @@ class NumpyGatherer(_GathererBase):
         rows, seq = rows[fresh], seq[fresh]
         self.acked[rows] = seq
         t = self.table.rows
-        t["action"][rows] = np.asarray(actions[:n])[fresh]
+        t["action"][rows, : self.lay.n_heads] = np.asarray(actions[:n])[fresh]
         t["policy_version"][rows] = np.asarray(versions[:n])[fresh]
         # act_seq last: on x86 these stores become visible in program order.
         self._act[rows] = seq
@@ -304,10 +312,10 @@ def c_extension_problem() -> str | None:
     except ImportError as e:
         return (f"the C extension w3async.sync._rows cannot be imported ({e}): run `make setup`, "
                 f"or set supervisor.gather = 'numpy'")
-    if _rows.ROW_SIZE != layout.ROW_SIZE or _rows.layout_hash() != layout.LAYOUT_HASH:
-        return (f"w3async.sync._rows was built for rows of {_rows.ROW_SIZE} bytes (layout hash "
-                f"{_rows.layout_hash():#x}), w3async.sync.layout has {layout.ROW_SIZE} ({layout.LAYOUT_HASH:#x}): "
-                f"run `make setup`")
+    if _rows.VERSION != layout.VERSION or _rows.layout_hash(*layout.DEFAULT.shape) != layout.LAYOUT_HASH:
+        return (f"w3async.sync._rows was built for layout version {_rows.VERSION} (the default row's hash "
+                f"{_rows.layout_hash(*layout.DEFAULT.shape):#x}), w3async.sync.layout has {layout.VERSION} "
+                f"({layout.LAYOUT_HASH:#x}): run `make setup`")
     return None
 
 
@@ -318,11 +326,11 @@ class CGatherer(_GathererBase):
         super().__init__(*a, **kw)
         from w3async.sync import _rows  # noqa: PLC0415 (the extension is optional at import time)
 
-        if _rows.ROW_SIZE != layout.ROW_SIZE or _rows.layout_hash() != layout.LAYOUT_HASH:
+        if _rows.VERSION != layout.VERSION or _rows.layout_hash(*self.lay.shape) != self.lay.hash:
             raise ImportError("w3async.sync._rows was built against another shim/w3s_table.h: rebuild it (make setup)")
         b = self.batch
         self._g = _rows.Gatherer(  # keywords only (csrc/rows.c's g_specs names each buffer)
-            n_rows=self.table.n_rows, n_types=self.n_types, table=self.table.rows_buffer, row_game=self.row_game,
+            n_rows=self.table.n_rows, n_types=self.n_types, shape=self.lay.shape, table=self.table.rows_buffer, row_game=self.row_game,
             acked=self.acked, act_fd=self.act_fd, act_len=self.act_len, buckets=self.buckets,
             rows=b.rows, obs_seq=b.obs_seq, lane=b.lane, side=b.side, episode=b.episode, step=b.step,
             flags=b.flags, reward=b.reward, n_ent=b.n_ent, state_hash=b.state_hash, discarded=b.discarded,
@@ -341,7 +349,7 @@ class CGatherer(_GathererBase):
         return self._g.answer(
             np.ascontiguousarray(rows, np.int32),
             np.ascontiguousarray(obs_seq[:n], np.uint64),
-            np.ascontiguousarray(actions[:n], np.int32),
+            np.ascontiguousarray(np.asarray(actions)[:n, : self.lay.n_heads], np.int32),
             np.ascontiguousarray(versions[:n], np.uint32),
             release,
         )

@@ -66,11 +66,12 @@ def _mmap(addr: int | None, size: int, prot: int, flags: int, fd: int = -1, offs
 
 
 class Table:
-    """A view of `n_rows` rows (layout.ROW_DTYPE) after a header page, the rows of each
-    game in `games` ((row0, nrows) ranges; default one game holding every row) backed by
-    that game's own segment."""
+    """A view of `n_rows` rows (`lay.row_dtype`: the run's row shape, the default's
+    unless given) after a header page, the rows of each game in `games` ((row0, nrows)
+    ranges; default one game holding every row) backed by that game's own segment."""
 
-    def __init__(self, name: str, n_rows: int, *, games: list[tuple[int, int]] | None = None, run_id: int = 0):
+    def __init__(self, name: str, n_rows: int, *, games: list[tuple[int, int]] | None = None, run_id: int = 0,
+                 lay: layout.Layout = layout.DEFAULT):
         if not name.startswith("/") or "/" in name[1:]:
             raise ValueError(f"shared-memory name {name!r} must look like '/w3a-...' (one leading slash)")
         if n_rows <= 0:
@@ -86,10 +87,12 @@ class Table:
         if (covered > 1).any():
             raise ValueError(f"games' row ranges overlap: {games}")
         self.name = name
+        self.layout = lay
+        self.row_size = lay.row_size
         self.n_rows = n_rows
         self.run_id = run_id
         self.games = games
-        self.size = layout.HEADER_SIZE + n_rows * layout.ROW_SIZE
+        self.size = layout.HEADER_SIZE + n_rows * self.row_size
         # The view: private anonymous pages (the supervisor's own header, rows of no game)
         # until each game's segment is mapped over its rows. Unmapped when the last view of
         # it is gone (numpy holds a reference to the buffer), never under a live array.
@@ -97,7 +100,7 @@ class Table:
         self._buf = (ctypes.c_char * self.size).from_address(self._addr)
         weakref.finalize(self._buf, _libc.munmap, self._addr, self.size)
         self.header = np.ndarray((), layout.HEADER_DTYPE, buffer=self._buf, offset=0)
-        self.rows = np.ndarray((n_rows,), layout.ROW_DTYPE, buffer=self._buf, offset=layout.HEADER_SIZE)
+        self.rows = np.ndarray((n_rows,), lay.row_dtype, buffer=self._buf, offset=layout.HEADER_SIZE)
         self._fill_header(self.header, 0, n_rows)
         self._segments: list[tuple[str, mmap.mmap] | None] = [None] * len(games)
         self._starts = [0] * len(games)
@@ -126,11 +129,11 @@ class Table:
         row0, nrows = self.games[game]
         self._starts[game] += 1
         name = f"{self.name}-{game}-{self._starts[game]}"
-        size = layout.HEADER_SIZE + nrows * layout.ROW_SIZE
+        size = layout.HEADER_SIZE + nrows * self.row_size
         shm = posix_ipc.SharedMemory(name, posix_ipc.O_CREX, mode=0o600, size=size)
         try:
             head = mmap.mmap(shm.fd, layout.HEADER_SIZE)
-            _mmap(self._addr + layout.HEADER_SIZE + row0 * layout.ROW_SIZE, nrows * layout.ROW_SIZE,
+            _mmap(self._addr + layout.HEADER_SIZE + row0 * self.row_size, nrows * self.row_size,
                   mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED | _MAP_FIXED, shm.fd, layout.HEADER_SIZE)
         except BaseException:
             shm.close_fd()
@@ -145,12 +148,11 @@ class Table:
     def _fill_header(self, h: np.ndarray, row0: int, nrows: int) -> None:
         h["version"] = layout.VERSION
         h["header_size"] = layout.HEADER_SIZE
-        h["layout_hash"] = layout.LAYOUT_HASH
-        h["row_size"] = layout.ROW_SIZE
+        h["layout_hash"] = self.layout.hash
+        h["row_size"] = self.row_size
         h["n_rows"] = nrows
         h["row0"] = row0
-        h["e_max"], h["f_ent"], h["g_glob"] = layout.E_MAX, layout.F_ENT, layout.G_GLOB
-        h["n_heads"], h["head_max"] = layout.N_HEADS, layout.HEAD_MAX
+        h["e_max"], h["f_ent"], h["g_glob"], h["n_heads"], h["head_max"] = self.layout.shape
         h["state"] = layout.STATE_RUN
         h["run_id"] = self.run_id
         h["magic"] = layout.MAGIC  # last: a reader that sees the magic sees the rest
@@ -162,8 +164,8 @@ class Table:
         if seg is None:
             return False
         h = np.ndarray((), layout.HEADER_DTYPE, buffer=seg[1])
-        return bool(h["magic"] == layout.MAGIC and h["layout_hash"] == layout.LAYOUT_HASH
-                    and h["row_size"] == layout.ROW_SIZE and h["state"] == layout.STATE_RUN)
+        return bool(h["magic"] == layout.MAGIC and h["layout_hash"] == self.layout.hash
+                    and h["row_size"] == self.row_size and h["state"] == layout.STATE_RUN)
 
     def _drop(self, game: int) -> None:
         seg = self._segments[game]
@@ -182,7 +184,7 @@ class Table:
 
     def reset_rows(self, start: int, stop: int) -> None:
         """Zero rows [start, stop) in place."""
-        self.rows[start:stop] = np.zeros((), layout.ROW_DTYPE)
+        self.rows[start:stop] = np.zeros((), self.layout.row_dtype)
 
     def request_stop(self) -> None:
         """Ask every game to exit at its next wait (W3S_STATE_STOP in each game's header)."""

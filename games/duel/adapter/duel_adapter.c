@@ -90,6 +90,14 @@ W3A_EXPORT int w3a_attach(const w3h_host *host, char *err, size_t errlen)
         snprintf(err, errlen, "duel adapter: built for hook ABI %u, the hook has %u", W3H_ABI, host->abi);
         return -1;
     }
+    const w3s_layout *L = host->layout;
+    if (L->e_max != W3S_E_MAX || L->f_ent != W3S_F_ENT || L->g_glob != W3S_G_GLOB || L->n_heads != W3S_N_HEADS ||
+        L->head_max != W3S_HEAD_MAX) {
+        snprintf(err, errlen, "duel adapter: the run's rows are %u entities x %u features, %u globals, %u heads of %u; "
+                 "the duel writes the default row (game = \"duel\")", L->e_max, L->f_ent, L->g_glob, L->n_heads,
+                 L->head_max);
+        return -1;
+    }
     static const char *const names[] = {"duel_state", "duel_order", "duel_rematch"};
     void *fn[3];
     for (int k = 0; k < 3; k++)

@@ -48,7 +48,13 @@ static struct {
     long steps, discards;
 } ck;
 
-static w3s_row ck_rows[2], ck_ref_rows[2];
+/* A row of the duel's (default) shape: the fixed part, then its observation. */
+typedef struct {
+    w3s_row head;
+    w3s_obs_default obs;
+} ck_row;
+typedef char ck_check_obs_offset[(offsetof(ck_row, obs) == W3S_OBS_OFFSET) ? 1 : -1];
+static ck_row ck_rows[2], ck_ref_rows[2];
 
 BOOL du_check_qpc(LARGE_INTEGER *t)
 {
@@ -134,29 +140,29 @@ static void ck_ref_start(void)
 static void ck_differ(int i, const char *field)
 {
     fprintf(stderr, "check: step %ld, row %d (episode %llu, step %u): %s differs from the linked duel's\n", ck.steps, i,
-            (unsigned long long)ck_ref_rows[i].episode, ck_ref_rows[i].step, field);
+            (unsigned long long)ck_ref_rows[i].head.episode, ck_ref_rows[i].head.step, field);
     exit(1);
 }
 
 static void ck_compare(int i)
 {
-    const w3s_row *a = &ck_rows[i], *b = &ck_ref_rows[i];
-#define CK_FIELD(f)                                                                                                    \
-    if (memcmp(&a->f, &b->f, sizeof(a->f)))                                                                            \
+    const ck_row *a = &ck_rows[i], *b = &ck_ref_rows[i];
+#define CK_FIELD(part, f)                                                                                              \
+    if (memcmp(&a->part.f, &b->part.f, sizeof(a->part.f)))                                                             \
     ck_differ(i, #f)
-    CK_FIELD(lane);
-    CK_FIELD(side);
-    CK_FIELD(episode);
-    CK_FIELD(step);
-    CK_FIELD(flags);
-    CK_FIELD(state_hash);
-    CK_FIELD(reward);
-    CK_FIELD(discarded);
-    CK_FIELD(n_ent);
-    CK_FIELD(glob);
-    CK_FIELD(ent);
-    CK_FIELD(ent_type);
-    CK_FIELD(mask);
+    CK_FIELD(head, lane);
+    CK_FIELD(head, side);
+    CK_FIELD(head, episode);
+    CK_FIELD(head, step);
+    CK_FIELD(head, flags);
+    CK_FIELD(head, state_hash);
+    CK_FIELD(head, reward);
+    CK_FIELD(head, discarded);
+    CK_FIELD(head, n_ent);
+    CK_FIELD(obs, glob);
+    CK_FIELD(obs, ent);
+    CK_FIELD(obs, ent_type);
+    CK_FIELD(obs, mask);
 #undef CK_FIELD
 }
 
@@ -175,21 +181,21 @@ void du_check_sleep(DWORD ms)
     du_game *g = &ck.ref;
     for (int i = 0; i < ck.n_agents; i++) {
         int s = ck.agents[i];
-        w3a_observe(&ck_rows[i], (uint32_t)i);
-        du_fill_row(&ck_ref_rows[i], &g->lane, &g->cache, s, 0, g->episode, du_reward(g, s, (int)ck.cfg.reward_mode),
+        w3a_observe(&ck_rows[i].head, (uint32_t)i);
+        du_fill_row(&ck_ref_rows[i].head, &g->lane, &g->cache, s, 0, g->episode, du_reward(g, s, (int)ck.cfg.reward_mode),
                     (uint32_t)g->discarded[s], &g->view[s]);
         g->discarded[s] = 0;
         ck_compare(i);
-        ck.discards += ck_rows[i].discarded;
+        ck.discards += ck_rows[i].head.discarded;
         int32_t act[4];
-        du_random_action(ck_rows[i].mask, &ck.rng, act);
+        du_random_action(ck_rows[i].obs.mask, &ck.rng, act);
         if (du_rng_next(&ck.rng) % 8 == 0)
             act[0] = 7; /* past head 0: discarded on both sides */
-        memcpy(ck_rows[i].action, act, sizeof(act));
-        memcpy(ck_ref_rows[i].action, act, sizeof(act));
+        memcpy(ck_rows[i].head.action, act, sizeof(act));
+        memcpy(ck_ref_rows[i].head.action, act, sizeof(act));
     }
     for (int i = 0; i < ck.n_agents; i++)
-        w3a_act(&ck_rows[i], (uint32_t)i);
+        w3a_act(&ck_rows[i].head, (uint32_t)i);
     if (g->lane.winner >= 0) { /* du_agent_main: the DONE row was answered */
         du_game_finish(g);
         g->episode++;
@@ -198,12 +204,12 @@ void du_check_sleep(DWORD ms)
         du_orders o[2] = {{0, 0, 0, -1}, {0, 0, 0, -1}};
         for (int i = 0; i < ck.n_agents; i++) {
             int s = ck.agents[i];
-            g->discarded[s] += du_decode(&g->lane, &g->cache, s, ck_ref_rows[i].action, &g->view[s], &o[s]);
+            g->discarded[s] += du_decode(&g->lane, &g->cache, s, ck_ref_rows[i].head.action, &g->view[s], &o[s]);
         }
         du_game_step(g, o);
     }
     for (int i = 0; i < ck.n_agents; i++)
-        if (ck_rows[i].flags & W3S_FLAG_DONE)
+        if (ck_rows[i].head.flags & W3S_FLAG_DONE)
             w3a_episode_end((uint32_t)i);
     ck.steps++;
     ck.ms += ck.step_ms;
@@ -226,9 +232,11 @@ int main(int argc, char **argv)
         return 2;
     }
     uint32_t nrows = (c.ctl[0].kind == DU_CTL_AGENT) + (c.ctl[1].kind == DU_CTL_AGENT);
+    static w3s_layout rows_layout;
+    w3s_layout_make(&rows_layout, W3S_E_MAX, W3S_F_ENT, W3S_G_GLOB, W3S_N_HEADS, W3S_HEAD_MAX);
     w3h_host h = {.abi = W3H_ABI, .nrows = nrows, .step_ms = ck.step_ms, .find_export = ck_find_export,
                   .find_address = ck_find_address, .log = ck_log, .fail = ck_fail, .game_time_ms = ck_game_time_ms,
-                  .finish = ck_finish};
+                  .finish = ck_finish, .layout = &rows_layout};
     ck.host = h;
     argv[5] = "duel_rt";
     int rc = duel_rt_main(argc - 5, argv + 5);

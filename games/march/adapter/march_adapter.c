@@ -76,6 +76,8 @@ W3A_EXPORT int w3a_attach(const w3h_host *host, char *err, size_t errlen)
         snprintf(err, errlen, "march adapter: the game has no window of class MarchWindow");
         return -1;
     }
+    if (w3a_kit_check_room(host, "march", 3, 2, 6, 1, 3, err, errlen))
+        return -1;
     if (w3a_kit_check_step_ms(host, MA_TURN_MS, "march", "turn", err, errlen))
         return -1;
     ma.wall0 = w3a_kit_wall_100ns();
@@ -101,8 +103,9 @@ W3A_EXPORT void w3a_observe(w3s_row *row, uint32_t i)
     row->reward = ma.posted && !fresh ? (float)(s.score - ma.score) : 0.0f;
     row->discarded = 0;
     row->state_hash = w3a_kit_hash(&s, offsetof(ma_state, sound));
-    memset(row->glob, 0, sizeof(row->glob));
-    float *gl = row->glob;
+    const w3s_layout *L = ma.host->layout;
+    w3s_obs_clear(L, row);
+    float *gl = w3s_glob(L, row);
     gl[0] = s.rally_x / (float)MA_W, gl[1] = s.rally_y / (float)MA_H;
     gl[2] = s.goal_x / (float)MA_W, gl[3] = s.goal_y / (float)MA_H;
     gl[4] = s.turn / (float)MA_TURNS, gl[5] = s.score / (float)MA_UNITS;
@@ -111,13 +114,14 @@ W3A_EXPORT void w3a_observe(w3s_row *row, uint32_t i)
     for (int k = 0; k < MA_UNITS; k++)
         cx += s.unit_x[k], cy += s.unit_y[k];
     row->n_ent = 3;
-    memset(row->ent, 0, 3 * sizeof(row->ent[0]));
-    row->ent_type[0] = 1, row->ent[0][0] = gl[0], row->ent[0][1] = gl[1];
-    row->ent_type[1] = 2, row->ent[1][0] = gl[2], row->ent[1][1] = gl[3];
-    row->ent_type[2] = 3, row->ent[2][0] = cx / MA_UNITS / MA_W, row->ent[2][1] = cy / MA_UNITS / MA_H;
-    memset(row->mask, 0, sizeof(row->mask));
-    row->mask[0][0] = row->mask[0][1] = row->mask[0][2] = 1;
-    row->mask[1][0] = row->mask[2][0] = row->mask[3][0] = 1;
+    int16_t *type = w3s_ent_type(L, row);
+    float *e0 = w3s_ent(L, row, 0), *e1 = w3s_ent(L, row, 1), *e2 = w3s_ent(L, row, 2);
+    type[0] = 1, e0[0] = gl[0], e0[1] = gl[1];
+    type[1] = 2, e1[0] = gl[2], e1[1] = gl[3];
+    type[2] = 3, e2[0] = cx / MA_UNITS / MA_W, e2[1] = cy / MA_UNITS / MA_H;
+    uint8_t *orders = w3s_mask(L, row, 0);
+    orders[0] = orders[1] = orders[2] = 1;
+    w3a_kit_unused_heads(L, row, 1);
     row->row_magic = W3S_ROW_MAGIC;
     ma.posted = 1;
     ma.last_turn = s.turn, ma.last_marches = s.marches, ma.score = s.score;

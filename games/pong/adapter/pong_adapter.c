@@ -109,6 +109,8 @@ W3A_EXPORT int w3a_attach(const w3h_host *host, char *err, size_t errlen)
         snprintf(err, errlen, "pong adapter: the game has no window of class PongWindow");
         return -1;
     }
+    if (w3a_kit_check_room(host, "pong", 3, 2, 11, 1, 3, err, errlen)) /* games/pong/spec.toml's shape */
+        return -1;
     if (w3a_kit_check_step_ms(host, PA_FRAME_MS, "pong", "frame", err, errlen))
         return -1;
     double rep, hit;
@@ -156,8 +158,9 @@ W3A_EXPORT void w3a_observe(w3s_row *row, uint32_t i)
         row->reward += pa.hit_reward; /* your paddle returned the ball */
     row->discarded = 0;
     row->state_hash = w3a_kit_hash(&s, sizeof(s));
-    memset(row->glob, 0, sizeof(row->glob));
-    float *gl = row->glob;
+    const w3s_layout *L = pa.host->layout;
+    w3s_obs_clear(L, row);
+    float *gl = w3s_glob(L, row);
     gl[0] = s.ball_x / (float)PA_W, gl[1] = s.ball_y / (float)PA_H;
     gl[2] = s.ball_vx / 14.0f, gl[3] = s.ball_vy / 14.0f;
     gl[4] = s.pad_y[0] / (float)PA_H, gl[5] = s.pad_y[1] / (float)PA_H;
@@ -165,13 +168,14 @@ W3A_EXPORT void w3a_observe(w3s_row *row, uint32_t i)
     gl[8] = s.serve_wait / 30.0f, gl[9] = (float)s.up, gl[10] = (float)s.down;
     /* Entities: the ball (type 1), your paddle (2), the computer's (3): x, y. */
     row->n_ent = 3;
-    memset(row->ent, 0, 3 * sizeof(row->ent[0]));
-    row->ent_type[0] = 1, row->ent[0][0] = s.ball_x / (float)PA_W, row->ent[0][1] = s.ball_y / (float)PA_H;
-    row->ent_type[1] = 2, row->ent[1][0] = 20.0f / PA_W, row->ent[1][1] = s.pad_y[0] / (float)PA_H;
-    row->ent_type[2] = 3, row->ent[2][0] = 610.0f / PA_W, row->ent[2][1] = s.pad_y[1] / (float)PA_H;
-    memset(row->mask, 0, sizeof(row->mask));
-    row->mask[0][0] = row->mask[0][1] = row->mask[0][2] = 1;
-    row->mask[1][0] = row->mask[2][0] = row->mask[3][0] = 1;
+    int16_t *type = w3s_ent_type(L, row);
+    float *e0 = w3s_ent(L, row, 0), *e1 = w3s_ent(L, row, 1), *e2 = w3s_ent(L, row, 2);
+    type[0] = 1, e0[0] = s.ball_x / (float)PA_W, e0[1] = s.ball_y / (float)PA_H;
+    type[1] = 2, e1[0] = 20.0f / PA_W, e1[1] = s.pad_y[0] / (float)PA_H;
+    type[2] = 3, e2[0] = 610.0f / PA_W, e2[1] = s.pad_y[1] / (float)PA_H;
+    uint8_t *keys = w3s_mask(L, row, 0);
+    keys[0] = keys[1] = keys[2] = 1;
+    w3a_kit_unused_heads(L, row, 1);
     row->row_magic = W3S_ROW_MAGIC;
     pa.posted = 1;
     pa.last_frame = s.frame;

@@ -112,6 +112,8 @@ W3A_EXPORT int w3a_attach(const w3h_host *host, char *err, size_t errlen)
         snprintf(err, errlen, "snake adapter: the game has no window of class SnakeWindow");
         return -1;
     }
+    if (w3a_kit_check_room(host, "snake", 2, 3, 11, 1, 5, err, errlen)) /* the food, the head; games/snake/spec.toml */
+        return -1;
     if (w3a_kit_check_step_ms(host, SA_TICK_MS, "snake", "tick", err, errlen))
         return -1;
     double hunger;
@@ -153,29 +155,33 @@ W3A_EXPORT void w3a_observe(w3s_row *row, uint32_t i)
     row->reward = first ? 0.0f : (float)(s.score - sa.last_score) - (s.dead ? 1.0f : 0.0f);
     row->discarded = 0;
     row->state_hash = w3a_kit_hash(&s, sizeof(s));
-    memset(row->glob, 0, sizeof(row->glob));
+    const w3s_layout *L = sa.host->layout;
+    w3s_obs_clear(L, row);
+    float *gl = w3s_glob(L, row);
     int hx = s.x[s.head], hy = s.y[s.head];
-    row->glob[0] = hx / (float)SA_COLS, row->glob[1] = hy / (float)SA_ROWS;
-    row->glob[2 + s.dir] = 1.0f; /* 2..5: the direction, one-hot */
-    row->glob[6] = s.food_x / (float)SA_COLS, row->glob[7] = s.food_y / (float)SA_ROWS;
-    row->glob[8] = s.len / (float)SA_MAX, row->glob[9] = (float)(s.food_x - hx) / SA_COLS;
-    row->glob[10] = (float)(s.food_y - hy) / SA_ROWS;
-    /* Entities: the food (type 1), the head (2), the body from the neck on (3), at most
-     * W3S_E_MAX in all: x, y, and for the body its place along it. */
+    gl[0] = hx / (float)SA_COLS, gl[1] = hy / (float)SA_ROWS;
+    gl[2 + s.dir] = 1.0f; /* 2..5: the direction, one-hot */
+    gl[6] = s.food_x / (float)SA_COLS, gl[7] = s.food_y / (float)SA_ROWS;
+    gl[8] = s.len / (float)SA_MAX, gl[9] = (float)(s.food_x - hx) / SA_COLS;
+    gl[10] = (float)(s.food_y - hy) / SA_ROWS;
+    /* Entities: the food (type 1), the head (2), the body from the neck on (3), as many
+     * as the row holds: x, y, and for the body its place along it. */
     uint32_t n = 0;
-    memset(row->ent, 0, sizeof(row->ent));
-    row->ent_type[n] = 1, row->ent[n][0] = s.food_x / (float)SA_COLS, row->ent[n][1] = s.food_y / (float)SA_ROWS, n++;
-    for (int k = 0; k < s.len && n < W3S_E_MAX; k++, n++) {
+    int16_t *type = w3s_ent_type(L, row);
+    float *f = w3s_ent(L, row, n);
+    type[n] = 1, f[0] = s.food_x / (float)SA_COLS, f[1] = s.food_y / (float)SA_ROWS, n++;
+    for (int k = 0; k < s.len && n < L->e_max; k++, n++) {
         int c = (s.head - k + SA_MAX) % SA_MAX;
-        row->ent_type[n] = k ? 3 : 2;
-        row->ent[n][0] = s.x[c] / (float)SA_COLS, row->ent[n][1] = s.y[c] / (float)SA_ROWS;
-        row->ent[n][2] = k / (float)SA_MAX;
+        f = w3s_ent(L, row, n);
+        type[n] = k ? 3 : 2;
+        f[0] = s.x[c] / (float)SA_COLS, f[1] = s.y[c] / (float)SA_ROWS;
+        f[2] = k / (float)SA_MAX;
     }
     row->n_ent = n;
-    memset(row->mask, 0, sizeof(row->mask));
+    uint8_t *arrows = w3s_mask(L, row, 0);
     for (int c = 0; c < 5; c++)
-        row->mask[0][c] = 1;
-    row->mask[1][0] = row->mask[2][0] = row->mask[3][0] = 1;
+        arrows[c] = 1;
+    w3a_kit_unused_heads(L, row, 1);
     row->row_magic = W3S_ROW_MAGIC;
     sa.posted = 1;
     sa.last_games = s.games, sa.last_ticks = s.ticks, sa.last_dead = s.dead, sa.last_score = s.score;

@@ -100,6 +100,7 @@ class CudaRunner:
     def __init__(self, nets: list[Network], device: torch.device, max_rows: int, state: torch.Tensor | None,
                  seed: int = 0, flights: int = 2, gru_graphs: bool = True):
         self.nets, self.device, self.state = nets, torch.device(device), state
+        lay = self.layout = nets[0].layout  # every net plays the run's game
         self.cuda = self.device.type == "cuda"
         self.gru = state is not None
         self.graphed = not self.gru or gru_graphs
@@ -126,11 +127,11 @@ class CudaRunner:
         # per head (the graphs' warm-up reads rows no round wrote).
         rows_all = cap * flights
         self.staging = {
-            "glob": torch.zeros(rows_all, layout.G_GLOB, device=dev),
-            "ent": torch.zeros(rows_all, layout.E_MAX, layout.F_ENT, device=dev),
-            "ent_type": torch.zeros(rows_all, layout.E_MAX, dtype=torch.int16, device=dev),
+            "glob": torch.zeros(rows_all, lay.g_glob, device=dev),
+            "ent": torch.zeros(rows_all, lay.e_max, lay.f_ent, device=dev),
+            "ent_type": torch.zeros(rows_all, lay.e_max, dtype=torch.int16, device=dev),
             "n_ent": torch.zeros(rows_all, dtype=torch.int32, device=dev),
-            "mask": torch.zeros(rows_all, layout.N_HEADS, layout.HEAD_MAX, dtype=torch.uint8, device=dev),
+            "mask": torch.zeros(rows_all, lay.n_heads, lay.head_max, dtype=torch.uint8, device=dev),
             **({"rows": torch.full((rows_all,), self.scratch, dtype=torch.int64, device=dev),
                 "flags": torch.zeros(rows_all, dtype=torch.int32, device=dev)} if self.gru else {}),
         }
@@ -299,7 +300,8 @@ class CudaRunner:
         """buf's first n rows into staging rows [lo, lo + n), on the current (upload)
         stream: one non-blocking copy per field from pinned memory, raw dtypes."""
         st, b = self.staging, bucket
-        st["ent"][lo : lo + n, :b].copy_(buf.ent[: n * b * layout.F_ENT].view(n, b, layout.F_ENT), non_blocking=True)
+        f = self.layout.f_ent
+        st["ent"][lo : lo + n, :b].copy_(buf.ent[: n * b * f].view(n, b, f), non_blocking=True)
         st["ent_type"][lo : lo + n, :b].copy_(buf.ent_type[: n * b].view(n, b), non_blocking=True)
         for name in ("glob", "n_ent", "mask") + (("rows", "flags") if self.gru else ()):
             st[name][lo : lo + n].copy_(getattr(buf, name)[:n], non_blocking=True)
@@ -331,7 +333,7 @@ class CudaRunner:
         meanwhile) and write its answers into actions, logp, value and (GRU) state_in
         (a graph's packed answers: the heads' actions as floats, exact below 2**24, then
         log-probability, value, state)."""
-        h = layout.N_HEADS
+        h = actions.shape[1]  # the heads
         for done, idx, packed, m in handle:
             done.synchronize()
             a = packed[:m].numpy()
@@ -361,7 +363,7 @@ class CudaRunner:
         parts = self.plan(buf.np["net"], n, bucket, used)
         if self.eager_out is None:
             pin, cap = self.cuda, self.max_rows
-            self.eager_out = (torch.zeros(cap, layout.N_HEADS, dtype=torch.int64, pin_memory=pin),
+            self.eager_out = (torch.zeros(cap, self.layout.n_heads, dtype=torch.int64, pin_memory=pin),
                               torch.zeros(cap, pin_memory=pin), torch.zeros(cap, pin_memory=pin),
                               torch.zeros(cap, self.state.shape[1], pin_memory=pin))
         stage, uploaded, done, index = self.staging, self.uploaded[0], self.done[0], self.index[0]

@@ -50,7 +50,7 @@ import numpy as np
 import torch
 
 from w3async.sync import layout
-from w3async.sync.gather import BUCKETS, Batch
+from w3async.sync.gather import Batch
 from w3async.learn.inference.cuda_runner import CudaRunner
 from w3async.learn.inference.runner_parts import check_weights
 from w3async.learn.inference.flights import Flights
@@ -131,7 +131,7 @@ class InferenceEngine:
         eager = self._pin and net_cfg.gru and not gru_graphs
         self.n_flights = 0 if eager else (n_flights if n_flights is not None else 2 * self._pin)
         for _ in range(max(n_buffers, self.n_flights + 1)):  # a round's buffer is in use until its finish
-            self._free.put(Inputs(max_rows, self._pin))
+            self._free.put(Inputs(max_rows, self._pin, spec.layout))
         # One row per table row, and a scratch row last that the CUDA graphs' padded rows use
         self._state = (
             torch.zeros(self.n_table_rows + 1, net_cfg.d_model, device=self.device) if net_cfg.gru else None
@@ -164,7 +164,7 @@ class InferenceEngine:
             torch.cuda.set_device(self.device)  # the worker's own current device (a thread's is its own)
             self._runner = CudaRunner(self.nets, self.device, self.max_rows, self._state, self.seed,
                                       max(1, self.n_flights), self.gru_graphs)  # net k samples from seed + k
-            self._runner.capture_all(BUCKETS)  # never inside a round (under no_grad)
+            self._runner.capture_all(self.spec.layout.buckets)  # never inside a round (under no_grad)
 
     def stop(self) -> None:
         """Finish the rounds already submitted, then end the worker thread."""
@@ -299,14 +299,15 @@ class InferenceEngine:
         try:
             buf = self._free.get_nowait()
         except queue.Empty:  # more rounds in flight than buffers: make another set
-            buf = Inputs(self.max_rows, self._pin)
+            buf = Inputs(self.max_rows, self._pin, self.spec.layout)
         a = buf.np
         a["rows"][:n] = batch.rows[:n]
         buf.obs_seq[:n] = batch.obs_seq[:n]
         a["flags"][:n] = batch.flags[:n]
         a["net"][:n] = row_net
         a["glob"][:n] = batch.glob[:n]
-        a["ent"][: n * bucket * layout.F_ENT] = batch.ent_flat[: n * bucket * layout.F_ENT]
+        f = self.spec.layout.f_ent
+        a["ent"][: n * bucket * f] = batch.ent_flat[: n * bucket * f]
         a["ent_type"][: n * bucket] = batch.type_flat[: n * bucket]
         a["n_ent"][:n] = batch.n_ent[:n]
         a["mask"][:n] = batch.mask[:n]
@@ -329,7 +330,7 @@ class InferenceEngine:
         try:
             self._apply_pending()
             meta = self._meta(buf, n, used)
-            out = _answers(n)
+            out = _answers(n, self.spec.layout.n_heads)
             state_in = None
             t_net = time.perf_counter()
             if n:
@@ -364,7 +365,7 @@ class InferenceEngine:
         self.rounds += 1
 
         def finish() -> RoundResult:
-            out = _answers(n)
+            out = _answers(n, self.spec.layout.n_heads)
             state_in = np.zeros((n, self.net_cfg.d_model), np.float32) if self._state is not None else None
             self._launcher.finish(handle, *out, state_in)
             return self._result(meta, out, state_in, n, bucket, used, t_submit, copy_ms, t0,
@@ -430,7 +431,7 @@ class _CpuLauncher:
         self.engine = engine
 
     def launch(self, buf: Inputs, n: int, bucket: int, used: np.ndarray, flight: int) -> tuple:
-        out = _answers(n)
+        out = _answers(n, self.engine.spec.layout.n_heads)
         return out + (self.engine._run_cpu(buf, n, bucket, used, *out),)
 
     @staticmethod
@@ -441,6 +442,6 @@ class _CpuLauncher:
                 dst[:] = src
 
 
-def _answers(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A round's answer arrays: actions (n, N_HEADS), logp (n,), value (n,)."""
-    return np.zeros((n, layout.N_HEADS), np.int32), np.zeros(n, np.float32), np.zeros(n, np.float32)
+def _answers(n: int, heads: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A round's answer arrays: actions (n, heads), logp (n,), value (n,)."""
+    return np.zeros((n, heads), np.int32), np.zeros(n, np.float32), np.zeros(n, np.float32)
