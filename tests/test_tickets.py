@@ -139,7 +139,7 @@ async def test_run_control_drops_a_stale_answer_and_keeps_the_new_hold(tmp_path)
         assert _held(sup) and _act_seq(sup) == [0, 0] and c.counters.agent_steps == 0
         assert c.answer(new, np.ones(2, np.uint64), acts + 1, np.zeros(2, np.uint32)).all()
         assert not _held(sup) and _act_seq(sup) == [1, 1]
-        assert (sup.table.column("action")[ROWS] == 8).all() and c.counters.agent_steps == 2
+        assert (sup.table.column("action")[ROWS, : layout.N_HEADS] == 8).all() and c.counters.agent_steps == 2
         assert not c.answer(new, np.ones(2, np.uint64), acts, np.zeros(2, np.uint32)).any()  # answered once
     finally:
         await sup.close()
@@ -226,7 +226,7 @@ async def test_a_game_host_drops_the_centres_stale_answer(tmp_path):
         a.apply([answer(old, 7), wire.Release(old.scalars["rows"], old.gen)])  # made for the game before: dropped
         assert _held(sup) and _act_seq(sup) == [0, 0] and sup.counters.agent_steps == 0
         a.apply([answer(new, 8)])
-        assert not _held(sup) and _act_seq(sup) == [1, 1] and (sup.table.column("action")[ROWS] == 8).all()
+        assert not _held(sup) and _act_seq(sup) == [1, 1] and (sup.table.column("action")[ROWS, : layout.N_HEADS] == 8).all()
     finally:
         await sup.close()
 
