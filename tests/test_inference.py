@@ -340,3 +340,30 @@ def test_a_round_that_fails_changes_no_gru_state():
         eng.nets[1].act = act
         eng.submit(synthetic_batch(SPEC, 40, rng, n_table_rows=64), nets).result(60)
         assert not torch.equal(eng._state, before)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_greedy_twin_answers_by_the_argmax_of_the_current_policy(device):
+    """greedy_twin (evaluation.greedy): a last net that publish() loads with net 0 and
+    that answers each head's most likely allowed choice; net 0 still samples."""
+    eng = InferenceEngine(SPEC, CFG, n_nets=2, max_rows=64, device=device, greedy_twin=True)
+    assert eng.greedy_net == 2 and eng.n_nets == 3
+    eng.start()
+    try:
+        rng = np.random.default_rng(5)
+        b = synthetic_batch(SPEC, 48, rng)
+        obs = batch_obs(b)
+        for seed in (1, 2):  # the twin follows each new current policy
+            sd = weights(seed)
+            eng.publish(sd, seed)
+            twin = np.full(48, eng.greedy_net, np.int16)
+            res = eng.submit(b, twin).result()
+            with torch.no_grad():
+                want = reference(sd).act(obs, greedy=True).actions.numpy()
+            assert (res.actions == want).all() and (res.versions == seed).all()
+            again = eng.submit(b, twin).result()
+            assert (again.actions == res.actions).all()  # no sampling: the same rows, the same answers
+        sampled = [eng.submit(b, np.zeros(48, np.int16)).result().actions for _ in range(3)]
+        assert any((s != want).any() for s in sampled)  # net 0 samples
+    finally:
+        eng.stop()

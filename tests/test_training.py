@@ -96,6 +96,25 @@ async def test_policy_learns_through_the_harness(tmp_path, null_native):
     assert_nothing_left(sup, tmp_path / "run")
 
 
+async def test_a_greedy_evaluation_answers_its_rows_by_the_current_policys_argmax(tmp_path, null_native):
+    """evaluation.greedy: the evaluation group's rows are answered by the engine's greedy
+    twin of the current policy (every publish loads it), its episodes tallied as
+    evaluation ones; the train rows still sample and train."""
+    data = learn_recipe(count=1, stop={"updates": 4, "seconds": 120}, evaluation={"greedy": True})
+    data["games"].append(dict(data["games"][0], role="eval"))
+    sup, stats = await run(data, tmp_path / "run")
+    a = sup.answerer
+    twin = a.engine.greedy_net
+    eval_rows = np.flatnonzero(a.row_role == 1)
+    assert twin == a.engine.n_nets - 1 and a.engine.nets[twin].greedy and not a.engine.nets[0].greedy
+    assert len(eval_rows) == 4 and (a.row_net[eval_rows] == twin).all() and (a.row_net[a.row_role == 0] == 0).all()
+    assert a.engine.versions[twin] == a.engine.versions[0] >= 3  # published with every update
+    eps = lines(tmp_path / "run" / "episodes.jsonl", "episode")
+    assert any(e["eval"] for e in eps) and any(not e["eval"] for e in eps)
+    assert len(lines(tmp_path / "run" / "learner.jsonl", "update")) >= 4
+    assert_nothing_left(sup, tmp_path / "run")
+
+
 async def test_rounds_batch_many_rows_with_16_games(tmp_path, null_native):
     """One round answers every row waiting, not one row a round. The 50 ms round period
     makes that independent of the machine's load: a loaded 2-core CI machine (round latency

@@ -56,7 +56,7 @@ from w3async.observe.logs import JsonLog
 from w3async.learn.network import Network
 from w3async.recipes import recipe_to_dict
 from w3async.learn.resume import LOGS, cut_logs, log_resume, restore
-from w3async.learn.tallies import TRAIN, EpisodeBook, RoundTally
+from w3async.learn.tallies import EVAL, TRAIN, EpisodeBook, RoundTally
 from w3async.learn.trajectories import Trajectories
 from w3async.runtime.answerer import RunControl, RunFailure, Ticket
 
@@ -90,7 +90,7 @@ class Training:
         n_nets = r.inference.n_nets
         self.engine = InferenceEngine(control.spec, r.network, device=r.inference.device, n_nets=n_nets,
                                       max_rows=n_rows, n_table_rows=n_rows, num_threads=r.inference.num_threads,
-                                      seed=r.inference.seed)
+                                      seed=r.inference.seed, greedy_twin=r.evaluation.greedy)
         self.traj = Trajectories(n_rows, r.trajectories, state_dim=r.network.d_model if r.network.gru else None,
                                  lay=control.spec.layout)
         torch.manual_seed(r.inference.seed)
@@ -111,6 +111,9 @@ class Training:
         for s in control.games:
             if s.group.role == "train" and s.group.sides == 2:
                 self.row_league[s.row0 + 1:s.row0 + s.nrows:2] = True
+        # evaluation.greedy: the evaluation rows' net is the current policy's greedy twin
+        self.eval_net = np.int16(self.engine.greedy_net or 0)
+        self.row_net[self.row_role == EVAL] = self.eval_net
         self.best = BestKeeper(self.run_dir, self.book.levels, r.evaluation.window,  # best.pt by evaluation (best.py)
                                by=games.get(r.game).scored_by)
         self.round_tally = RoundTally()
@@ -398,7 +401,7 @@ class Training:
         idx = np.arange(rows.start, rows.stop)
         self.traj.cut(idx)
         for row in idx:
-            if self.row_net[row] > 0:
+            if self.row_league[row] and self.row_net[row] > 0:  # a league opponent's net
                 self.opponents.release(int(self.row_net[row]))
                 self.row_net[row] = 0
         self.tally.reset(idx)

@@ -316,6 +316,10 @@ class EvaluationSection:
 
     window: Int = Field(50, ge=1)
     """Win rates are over each level's last `window` evaluation episodes."""
+    greedy: Bool = False
+    """true: the evaluation groups' rows are answered by each head's most likely choice
+    under the masks (the current policy's argmax, as `w3async eval --greedy`), not a
+    sample: the policy's result without its exploration. false: sampled, as in training."""
     video_minutes: Float = Field(10.0, ge=0, le=year_in("minutes"))
     """The first evaluation replay of a learning run as a video as soon as it exists, then
     every this many minutes the latest, in runs/<run>/videos/ and TensorBoard

@@ -95,7 +95,7 @@ class InferenceEngine:
     def __init__(
         self, spec: GameSpec, net_cfg: NetConfig = NetConfig(), device: str = "cpu", n_nets: int = 3,
         max_rows: int = 256, n_table_rows: int | None = None, num_threads: int = 1, seed: int = 0,
-        n_buffers: int = 2, n_flights: int | None = None, gru_graphs: bool = True,
+        n_buffers: int = 2, n_flights: int | None = None, gru_graphs: bool = True, greedy_twin: bool = False,
     ):
         if n_nets < 1:
             raise ValueError(f"n_nets={n_nets} must be >= 1 (net 0 is the current policy)")
@@ -106,19 +106,26 @@ class InferenceEngine:
         self.spec, self.net_cfg, self.device = spec, net_cfg, torch.device(device)
         if self.device.type == "cuda" and self.device.index is None:  # the caller's, for the worker to set
             self.device = torch.device("cuda", torch.cuda.current_device())
+        # greedy_twin: one net more, last, that answers by the argmax and holds net 0's
+        # weights (publish() loads both): the rows of a greedy evaluation use it.
+        self.greedy_net = n_nets if greedy_twin else None
+        n_nets += bool(greedy_twin)
         self.n_nets, self.max_rows, self.num_threads, self.seed = n_nets, max_rows, num_threads, seed
         self.n_table_rows = n_table_rows if n_table_rows is not None else max_rows
         torch.manual_seed(seed)
         self.nets = [Network(spec, net_cfg).to(self.device).eval() for _ in range(n_nets)]
         for net in self.nets[1:]:
             net.load_state_dict(self.nets[0].state_dict())
-        self.versions = [0] + [-1] * (n_nets - 1)  # the worker's: what each net holds
+        twin = [] if self.greedy_net is None else [self.greedy_net]
+        for k in twin:
+            self.nets[k].greedy = True
+        self.versions = [0 if k == 0 or k in twin else -1 for k in range(n_nets)]  # the worker's: what each net holds
         # What load_net() asked for, per net (-1: never), set under _lock before load_net
         # returns. submit() checks nets against this, never against `versions` or
         # `_pending`: the worker empties _pending before it sets `versions`, so a submit
         # between the two saw a loaded net as never loaded. Any round
         # submitted after load_net() returned applies the weights before it runs (FIFO).
-        self._requested = [0] + [-1] * (n_nets - 1)
+        self._requested = list(self.versions)
         self._pending: dict[int, tuple] = {}  # net -> (weights, version, ready event or None), applied by the worker
         self._published: dict[int, "torch.cuda.Event"] = {}  # net -> the event of its last device copy
         self._lock = threading.Lock()
@@ -185,9 +192,11 @@ class InferenceEngine:
     # -- weights -------------------------------------------------------------------------
 
     def publish(self, state_dict: dict, version: int) -> None:
-        """New current-policy weights (net 0), in effect from the next round on. The
-        tensors are copied now, so the caller may go on training at once."""
+        """New current-policy weights (net 0, and its greedy twin), in effect from the next
+        round on. The tensors are copied now, so the caller may go on training at once."""
         self.load_net(0, state_dict, version)
+        if self.greedy_net is not None:
+            self.load_net(self.greedy_net, state_dict, version)
 
     def load_net(self, net: int, state_dict: dict, version: int) -> None:
         """Weights for net `net` (0 = current, 1.. = past snapshots), in effect from the
