@@ -13,7 +13,7 @@ import w3async.env as we
 from w3async.env.rowcopies import CRowCopies, NumpyRowCopies, extension_problem
 from w3async.env.spaces import OBS_KEYS, sample_masked
 from w3async.sync import layout
-from w3async.sync.gather import BUCKETS, Batch
+from w3async.sync.gather import Batch
 
 from .test_env import _reset_and_step
 
@@ -55,18 +55,18 @@ def test_a_cut_row_reports_the_last_observation_handed_out():
         env.close()
 
 
-def _batch(rng, rows, bucket) -> Batch:
+def _batch(rng, rows, bucket, lay: layout.Layout = layout.DEFAULT) -> Batch:
     """A gathered batch of these rows: random values, entities zero past n_ent."""
-    b = Batch(16)
+    b = Batch(16, lay)
     n = b.n = len(rows)
     b.bucket = bucket
     b.rows[:n] = rows
-    b.glob[:n] = rng.standard_normal((n, layout.G_GLOB))
+    b.glob[:n] = rng.standard_normal((n, lay.g_glob))
     b.n_ent[:n] = rng.integers(0, bucket + 1, n)
     live = np.arange(bucket)[None, :] < b.n_ent[:n, None]
-    b.ent[:] = np.where(live[:, :, None], rng.standard_normal((n, bucket, layout.F_ENT)), 0)
+    b.ent[:] = np.where(live[:, :, None], rng.standard_normal((n, bucket, lay.f_ent)), 0)
     b.ent_type[:] = np.where(live, rng.integers(1, 9, (n, bucket)), 0)
-    b.mask[:n] = rng.integers(0, 2, (n, layout.N_HEADS, layout.HEAD_MAX))
+    b.mask[:n] = rng.integers(0, 2, (n, lay.n_heads, lay.head_max))
     b.reward[:n] = rng.standard_normal(n)
     b.flags[:n] = rng.integers(0, 8, n)
     b.episode[:n] = rng.integers(0, 1 << 40, n)
@@ -76,17 +76,19 @@ def _batch(rng, rows, bucket) -> Batch:
 
 
 @pytest.mark.skipif(extension_problem() is not None, reason=str(extension_problem()))
-def test_c_and_numpy_copies_agree():
-    """csrc/rowcopies.c against the numpy reference: 300 rounds of posts of random rows
-    and buckets (a smaller bucket after a larger one must leave zeros), then hand-outs of
-    random rows, some cut, with random flags; the same arrays handed out, the same banks
-    and row states kept."""
+@pytest.mark.parametrize("shape", [layout.DEFAULT.shape, (7, 5, 3, 8, 200), (0, 0, 8, 1, 3), (40, 3, 0, 2, 9)])
+def test_c_and_numpy_copies_agree(shape):
+    """csrc/rowcopies.c against the numpy reference, on rows of each shape: 300 rounds of
+    posts of random rows and buckets (a smaller bucket after a larger one must leave
+    zeros), then hand-outs of random rows, some cut, with random flags; the same arrays
+    handed out, the same banks and row states kept."""
+    lay = layout.Layout(*shape)
     rng = np.random.default_rng(6)
     slot_of = np.repeat(np.arange(8, dtype=np.int32), 2)
-    c, ref = CRowCopies(16, slot_of), NumpyRowCopies(16, slot_of)
+    c, ref = CRowCopies(16, slot_of, lay), NumpyRowCopies(16, slot_of, lay)
     for _ in range(300):
         rows = rng.choice(16, rng.integers(1, 17), replace=False).astype(np.int64)
-        b = _batch(rng, rows, int(rng.choice(BUCKETS)))
+        b = _batch(rng, rows, int(rng.choice(lay.buckets)), lay)
         gens, stamp = rng.integers(0, 9, 16), int(rng.integers(1, 1 << 40))
         c.put(rows, b, gens, stamp)
         ref.put(rows, b, gens, stamp)

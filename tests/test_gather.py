@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from w3async.sync import layout
-from w3async.sync.gather import BUCKETS, CGatherer, Doorbell, NumpyGatherer
+from w3async.sync.gather import CGatherer, Doorbell, NumpyGatherer
 from w3async.sync.table import Table, segment_name
 
 N_TYPES = 8
@@ -26,9 +26,9 @@ def table():
 
 def _fill_valid(t: Table, rng: np.random.Generator, rows: np.ndarray) -> None:
     """Post valid observations on rows, with garbage past n_ent (must never leak)."""
-    r = t.rows
+    r, lay = t.rows, t.layout
     for i in rows:
-        n_ent = int(rng.integers(0, layout.E_MAX + 1))
+        n_ent = int(rng.integers(0, lay.e_max + 1))
         r["act_seq"][i] = r["obs_seq"][i]
         r["obs_seq"][i] += 1
         r["row_magic"][i] = layout.ROW_MAGIC
@@ -38,12 +38,12 @@ def _fill_valid(t: Table, rng: np.random.Generator, rows: np.ndarray) -> None:
         r["reward"][i] = rng.normal()
         r["n_ent"][i] = n_ent
         r["state_hash"][i] = rng.integers(0, 2**63)
-        r["glob"][i] = rng.normal(size=layout.G_GLOB)
-        r["ent"][i] = rng.normal(size=(layout.E_MAX, layout.F_ENT)) * 100  # garbage beyond n_ent
+        r["glob"][i] = rng.normal(size=lay.g_glob)
+        r["ent"][i] = rng.normal(size=(lay.e_max, lay.f_ent)) * 100  # garbage beyond n_ent
         r["ent"][i, n_ent:] = np.nan  # not checked, must not leak into the batch
-        r["ent_type"][i] = rng.integers(-5, 300, size=layout.E_MAX)
+        r["ent_type"][i] = rng.integers(-5, 300, size=lay.e_max)
         r["ent_type"][i, :n_ent] = rng.integers(0, N_TYPES, size=n_ent)
-        m = (rng.random((layout.N_HEADS, layout.HEAD_MAX)) < 0.3).astype(np.uint8)
+        m = (rng.random((lay.n_heads, lay.head_max)) < 0.3).astype(np.uint8)
         m[:, 0] = 1
         r["mask"][i] = m
 
@@ -63,25 +63,25 @@ def _spoil(t: Table, i: int, kind: str) -> str:
     elif kind == "row_magic":
         r["row_magic"][i] = 0xDEAD
     elif kind == "n_ent":
-        r["n_ent"][i] = layout.E_MAX + 1
+        r["n_ent"][i] = t.layout.e_max + 1
     elif kind == "flags":
         r["flags"][i] = 64
     elif kind == "reward":
         r["reward"][i] = np.inf
     elif kind == "glob":
-        r["glob"][i, 5] = np.nan
+        r["glob"][i, min(5, t.layout.g_glob - 1)] = np.nan
     elif kind == "ent":
         r["n_ent"][i] = max(int(r["n_ent"][i]), 3)
         r["ent"][i, :3] = 0
-        r["ent"][i, 2, 4] = -np.inf
+        r["ent"][i, 2, min(4, t.layout.f_ent - 1)] = -np.inf
     elif kind == "ent_type":
         r["n_ent"][i] = max(int(r["n_ent"][i]), 2)
         r["ent"][i, :2] = 0
         r["ent_type"][i, :2] = [1, N_TYPES]
     elif kind == "mask":
-        r["mask"][i, 2, 7] = 2
+        r["mask"][i, min(2, t.layout.n_heads - 1), min(7, t.layout.head_max - 1)] = 2
     elif kind == "mask_empty":
-        r["mask"][i, 1] = 0
+        r["mask"][i, t.layout.n_heads - 1] = 0
         return "mask"
     return kind
 
@@ -107,13 +107,32 @@ def _same_bad(a, b):
         assert (math.isnan(x.value) and math.isnan(y.value)) or x.value == y.value
 
 
+# Row shapes besides the default: many heads of odd sizes and few odd features, no
+# globals, no entities (a flat row), entities past a bucket that is not the last.
+SHAPES = [layout.DEFAULT.shape, (7, 5, 3, 8, 200), (5, 7, 0, 2, 9), (0, 0, 8, 1, 3), (40, 3, 2, 1, 40)]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("seed", range(6))
-def test_c_and_numpy_identical(table, seed):
+def test_c_and_numpy_identical(seed, shape):
+    """Both backends on rows of each shape: the same batch, the same bad rows, padding zero."""
+    lay = layout.Layout(*shape)
+    table = Table(segment_name("gather"), 64, lay=lay)
+    try:
+        _c_and_numpy_identical(table, seed)
+    finally:
+        table.unlink()
+        table.close()
+
+
+def _c_and_numpy_identical(table, seed):
+    lay = table.layout
     rng = np.random.default_rng(seed)
     waiting = rng.choice(64, size=int(rng.integers(1, 64)), replace=False)
     _fill_valid(table, rng, waiting)
     want_bad = {}
-    for i, kind in zip(rng.choice(waiting, size=min(len(waiting), len(BAD_KINDS)), replace=False), BAD_KINDS):
+    kinds = [k for k in BAD_KINDS if (k != "glob" or lay.g_glob) and (k not in ("ent", "ent_type") or lay.e_max >= 3)]
+    for i, kind in zip(rng.choice(waiting, size=min(len(waiting), len(kinds)), replace=False), kinds):
         want_bad[int(i)] = _spoil(table, int(i), kind)
     c, py = _make(table, CGatherer), _make(table, NumpyGatherer)
     bc, sc = c.gather(), None
@@ -133,7 +152,8 @@ def test_c_and_numpy_identical(table, seed):
     assert not sc["ent"][~live].any() and not sc["ent_type"][~live].any()
     assert np.isfinite(sc["ent"]).all()
     if len(n_ent):
-        assert sc["bucket"] == min(b for b in BUCKETS if b >= n_ent.max())
+        assert sc["bucket"] == min(b for b in lay.buckets if b >= n_ent.max())
+        assert sc["glob"].shape[1:] == (lay.g_glob,) and sc["mask"].shape[1:] == (lay.n_heads, lay.head_max)
 
 
 def test_padding_zeroed_after_a_bigger_round(table):
@@ -316,3 +336,27 @@ def test_the_c_gatherer_takes_its_buffers_by_name(table):
         _rows.Gatherer(**dict(kw, shape=(0, 0, 8, 9, 3)))
     with pytest.raises(ValueError, match="table holds"):  # a larger shape than the table's rows
         _rows.Gatherer(**dict(kw, shape=(160, 16, 32, 4, 4096)))
+
+
+@pytest.mark.parametrize("shape", SHAPES[1:4])
+@pytest.mark.parametrize("cls", [CGatherer, NumpyGatherer])
+def test_answers_of_a_shapes_heads_land_in_its_rows(shape, cls):
+    """An answer of n_heads choices a row lands in the row's first n_heads action slots;
+    the slots past them stay 0 (the game's heads are the spec's)."""
+    lay = layout.Layout(*shape)
+    table = Table(segment_name("gather"), 64, lay=lay)
+    try:
+        g = _make(table, cls)
+        rows = np.array([3, 17, 40])
+        _fill_valid(table, np.random.default_rng(2), rows)
+        b = g.gather()
+        assert b.n == 3 and b.mask.shape[1:] == (lay.n_heads, lay.head_max)
+        acts = np.arange(3 * lay.n_heads, dtype=np.int32).reshape(3, lay.n_heads)
+        g.answer(b.rows[:3].copy(), b.obs_seq[:3].copy(), acts, np.full(3, 9, np.uint32))
+        got = table.rows["action"][b.rows[:3]]
+        np.testing.assert_array_equal(got[:, : lay.n_heads], acts)
+        assert not got[:, lay.n_heads:].any() and (table.rows["policy_version"][rows] == 9).all()
+        assert (table.rows["act_seq"][rows] == table.rows["obs_seq"][rows]).all()
+    finally:
+        table.unlink()
+        table.close()

@@ -16,11 +16,12 @@ SPEC = GameSpec("t", n_types=5, head_sizes=(6, 3, 2, layout.E_MAX), pointer_head
 
 def random_obs(n: int, bucket: int, seed: int = 0, spec: GameSpec = SPEC) -> Obs:
     g = torch.Generator().manual_seed(seed)
+    lay = spec.layout
     n_ent = torch.randint(0, bucket + 1, (n,), generator=g)
     real = torch.arange(bucket)[None, :] < n_ent[:, None]
-    ent = torch.randn(n, bucket, layout.F_ENT, generator=g) * real[:, :, None]
+    ent = torch.randn(n, bucket, lay.f_ent, generator=g) * real[:, :, None]
     ent_type = torch.randint(0, spec.n_types, (n, bucket), generator=g) * real
-    mask = torch.zeros(n, layout.N_HEADS, layout.HEAD_MAX, dtype=torch.bool)
+    mask = torch.zeros(n, lay.n_heads, lay.head_max, dtype=torch.bool)
     for h, size in enumerate(spec.head_sizes):
         width = bucket if h == spec.pointer_head else size
         m = torch.rand(n, width, generator=g) < 0.5
@@ -28,7 +29,7 @@ def random_obs(n: int, bucket: int, seed: int = 0, spec: GameSpec = SPEC) -> Obs
             m &= real
         m[torch.arange(n), 0] = True  # at least one choice (entity 0 even where n_ent = 0)
         mask[:, h, :width] = m
-    return Obs(torch.randn(n, layout.G_GLOB, generator=g), ent, ent_type.long(), n_ent, mask)
+    return Obs(torch.randn(n, lay.g_glob, generator=g), ent, ent_type.long(), n_ent, mask)
 
 
 def pad_to(obs: Obs, bucket: int) -> Obs:
@@ -143,3 +144,30 @@ def test_a_spec_without_pointer_head():
 def test_parameter_count_is_small():
     n = sum(p.numel() for p in Network(SPEC, NetConfig()).parameters())
     assert n < 200_000, n
+
+
+@pytest.mark.parametrize("shape, sizes, pointer", [
+    ((0, 0, 8, 1, 3), (3,), None),  # a flat row: one Discrete(3) head over 8 floats
+    ((7, 5, 0, 8, 200), (2, 3, 4, 5, 6, 7, 8, 200), None),  # no globals, eight heads
+    ((40, 3, 2, 2, 40), (5, 40), 1),  # a pointer head at the row's 40 entities
+])
+def test_a_network_is_built_from_the_rows_shape(shape, sizes, pointer):
+    """The network of a spec's shape: inputs of its features and globals (none where the
+    row has none), one logit column per choice of its heads; its actions are allowed, its
+    log-probabilities finite, padding past n_ent changes nothing."""
+    lay = layout.Layout(*shape)
+    spec = GameSpec("s", n_types=3, head_sizes=sizes, pointer_head=pointer, layout=lay)
+    net = Network(spec, NetConfig(d_model=32, n_heads=4, n_layers=1)).eval()
+    assert (net.ent_in is None) == (lay.f_ent == 0) and (net.glob_in is None) == (lay.g_glob == 0)
+    assert net.heads.out_features == sum(n for h, n in enumerate(sizes) if h != pointer)
+    bucket = lay.buckets[0]
+    obs = random_obs(16, bucket, 3, spec)
+    with torch.no_grad():
+        r = net.act(obs, torch.Generator().manual_seed(1))
+        assert r.actions.shape == (16, len(sizes)) and torch.isfinite(r.logp).all()
+        assert obs.mask.gather(2, r.actions[:, :, None]).all()  # every choice allowed
+        ev = net.evaluate(obs, r.actions)
+        torch.testing.assert_close(ev.logp, r.logp, atol=1e-5, rtol=0)
+        if lay.e_max > bucket:
+            ev2 = net.evaluate(pad_to(obs, lay.e_max), r.actions)
+            torch.testing.assert_close(ev2.logp, ev.logp, atol=1e-5, rtol=0)
