@@ -12,7 +12,7 @@ TORCH ?= torch==2.13.0
 .PHONY: setup build run test bench clean
 
 # The venv, rebuilt when the packaging or the extension's source changes.
-$(VENV)/.installed: pyproject.toml setup.py csrc/rows.c csrc/rowcopies.c shim/w3s_table.h
+$(VENV)/.installed: pyproject.toml setup.py csrc/rows.c csrc/rowcopies.c csrc/shape_arg.h shim/w3s_table.h
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH)"

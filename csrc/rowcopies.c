@@ -20,7 +20,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "w3s_table.h"
+#include "shape_arg.h"
 
 
 typedef struct {
@@ -104,16 +104,9 @@ static int Copies_init(Copies *c, PyObject *args, PyObject *kw)
         PyErr_Format(PyExc_ValueError, "Copies: n_rows=%ld and capacity=%ld must be > 0", n_rows, capacity);
         return -1;
     }
-    PyObject *shape = PyDict_GetItemString(kw, "shape");
-    unsigned int e, f, gl, nh, hm;
     w3s_layout L;
-    if (!shape || !PyArg_ParseTuple(shape, "IIIII;Copies: shape must be (e_max, f_ent, g_glob, n_heads, head_max)",
-                                    &e, &f, &gl, &nh, &hm))
+    if (shape_arg(PyDict_GetItemString(kw, "shape"), "Copies", &L) < 0)
         return -1;
-    if (w3s_layout_make(&L, e, f, gl, nh, hm) < 0) {
-        PyErr_Format(PyExc_ValueError, "Copies: shape (%u, %u, %u, %u, %u) is out of range", e, f, gl, nh, hm);
-        return -1;
-    }
     c->G = L.g_glob, c->E = L.e_max, c->F = L.f_ent, c->ENT = (size_t)L.e_max * L.f_ent;
     c->MASK = (size_t)L.n_heads * L.head_max;
     Py_buffer *slots = &c->glob;

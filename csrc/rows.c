@@ -23,7 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "w3s_table.h"
+#include "shape_arg.h"
 
 /* The first cache line of a row: what a waiting row's scalars are read from, once. */
 typedef struct {
@@ -170,15 +170,8 @@ static int Gatherer_init(Gatherer *g, PyObject *args, PyObject *kw)
         PyErr_Format(PyExc_ValueError, "Gatherer: n_rows=%ld must be > 0, n_types=%ld in 1..32767", n_rows, n_types);
         return -1;
     }
-    PyObject *shape = PyDict_GetItemString(kw, "shape");
-    unsigned int e, f, gl, nh, hm;
-    if (!shape || !PyArg_ParseTuple(shape, "IIIII;Gatherer: shape must be (e_max, f_ent, g_glob, n_heads, head_max)",
-                                    &e, &f, &gl, &nh, &hm))
+    if (shape_arg(PyDict_GetItemString(kw, "shape"), "Gatherer", &g->L) < 0)
         return -1;
-    if (w3s_layout_make(&g->L, e, f, gl, nh, hm) < 0) {
-        PyErr_Format(PyExc_ValueError, "Gatherer: shape (%u, %u, %u, %u, %u) is out of range", e, f, gl, nh, hm);
-        return -1;
-    }
     Py_buffer *slots = &g->table;
     int got = 0;
     for (; got < G_N_BUFFERS; got++) {
@@ -487,23 +480,11 @@ static PyTypeObject GathererType = {
 
 /* layout(e_max, f_ent, g_glob, n_heads, head_max) -> (glob, ent, ent_type, mask, obs_end,
  * row_size): w3s_layout_make's offsets, as this extension was built; ValueError out of range. */
-static int rows_shape(PyObject *args, w3s_layout *L)
-{
-    unsigned int e, f, g, h, m;
-    if (!PyArg_ParseTuple(args, "IIIII", &e, &f, &g, &h, &m))
-        return -1;
-    if (w3s_layout_make(L, e, f, g, h, m) < 0) {
-        PyErr_Format(PyExc_ValueError, "shape (%u, %u, %u, %u, %u) is out of range", e, f, g, h, m);
-        return -1;
-    }
-    return 0;
-}
-
 static PyObject *rows_layout(PyObject *self, PyObject *args)
 {
     (void)self;
     w3s_layout L;
-    if (rows_shape(args, &L) < 0)
+    if (shape_arg(args, "layout", &L) < 0)
         return NULL;
     return Py_BuildValue("(IIIIII)", L.glob, L.ent, L.ent_type, L.mask, L.obs_end, L.row_size);
 }
@@ -512,7 +493,7 @@ static PyObject *rows_layout_hash(PyObject *self, PyObject *args)
 {
     (void)self;
     w3s_layout L;
-    if (rows_shape(args, &L) < 0)
+    if (shape_arg(args, "layout_hash", &L) < 0)
         return NULL;
     return PyLong_FromUnsignedLongLong(w3s_layout_hash(&L));
 }

@@ -104,6 +104,17 @@ def _fnv_word(h: int, w: int) -> int:
     return h
 
 
+def _observation_offsets(e_max: int, f_ent: int, g_glob: int, n_heads: int,
+                         head_max: int) -> tuple[int, int, int, int, int]:
+    """(glob, ent, ent_type, mask, end): each field right after the one before, from
+    OBS_OFFSET, as w3s_layout_make() lays them."""
+    glob = OBS_OFFSET
+    ent = glob + 4 * g_glob
+    ent_type = ent + 4 * e_max * f_ent
+    mask = ent_type + 2 * e_max
+    return glob, ent, ent_type, mask, mask + n_heads * head_max
+
+
 class Layout:
     """A row shape and where each field of a row lies: the same arithmetic as
     w3s_layout_make() in shim/w3s_table.h. The observation follows the fixed part at
@@ -119,11 +130,7 @@ class Layout:
             raise ValueError(problem)
         f_ent = f_ent if e_max else 0
         self.e_max, self.f_ent, self.g_glob, self.n_heads, self.head_max = e_max, f_ent, g_glob, n_heads, head_max
-        glob = OBS_OFFSET
-        ent = glob + 4 * g_glob
-        ent_type = ent + 4 * e_max * f_ent
-        mask = ent_type + 2 * e_max
-        self.obs_end = mask + n_heads * head_max
+        glob, ent, ent_type, mask, self.obs_end = _observation_offsets(e_max, f_ent, g_glob, n_heads, head_max)
         self.row_size = (self.obs_end + PAGE - 1) // PAGE * PAGE
         self.offsets = {"glob": glob, "ent": ent, "ent_type": ent_type, "mask": mask}
         names = [n for n, _, _ in _HEAD_FIELDS] + ["glob", "ent", "ent_type", "mask"]
@@ -182,7 +189,7 @@ def shape_problem(e_max: int, f_ent: int, g_glob: int, n_heads: int, head_max: i
         return f"{n_heads} action heads: a row has 1..{HEADS_MAX}"
     if not 1 <= head_max <= CHOICE_LIMIT:
         return f"a head of {head_max} choices: must be 1..{CHOICE_LIMIT}"
-    end = OBS_OFFSET + 4 * g_glob + 4 * e_max * f_ent + 2 * e_max + n_heads * head_max
+    end = _observation_offsets(e_max, f_ent, g_glob, n_heads, head_max)[-1]
     if end > ROW_SIZE_LIMIT:
         return f"a row of {end} bytes: more than the {ROW_SIZE_LIMIT} a row may take"
     return None
