@@ -14,9 +14,10 @@ masked by the observation's `mask`. Prints (and writes to --csv) the win rate ag
 ai:easy over the last 100 finished games, every update, and the part won decisively (the
 base destroyed, not the tie-break at the time limit: info["time_limit"]).
 
-Logging as CleanRL's ppo.py does it: the env wrapped in gymnasium's
-RecordEpisodeStatistics, each finished episode's info["episode"]["r"] and ["l"] written
-to TensorBoard as charts/episodic_return and charts/episodic_length, with charts/SPS,
+Logging as CleanRL's ppo.py does it, with its loop as it is: each finished episode's
+info["final_info"][i]["episode"]["r"] and ["l"] (the vector env's gymnasium-0.29 form;
+gymnasium 1.x's RecordEpisodeStatistics, which wraps the env here too, records the same
+in info["episode"]) written to TensorBoard as charts/episodic_return and charts/episodic_length, with charts/SPS,
 charts/learning_rate and losses/* (value_loss, policy_loss, entropy, approx_kl,
 clipfrac), under runs/<exp-name>__<seed>__<unix time>/ (--tb-dir; "" for none), beside
 charts/win_rate and charts/decisive_win_rate. --save-model writes the agent's weights and
@@ -171,7 +172,7 @@ def main():
     genv = env.recipe.games[0].env
     if a.play:
         return play(a, env, game, genv)
-    env = RecordEpisodeStatistics(env)  # CleanRL's: info["episode"] at each finished episode
+    env = RecordEpisodeStatistics(env)  # gymnasium 1.x's: info["episode"] at each finished episode
     run_name = f"{a.exp_name}__{a.seed}__{int(time.time())}"
     writer = SummaryWriter(os.path.join(a.tb_dir, run_name)) if a.tb_dir else None
     if writer:
@@ -210,10 +211,11 @@ def main():
                 results.append((game.result_of(float(rew[i]), genv) == "win", bool(info["time_limit"][i])))
                 n_games += 1
             steps += n
-            if writer and "episode" in info:  # CleanRL's logging loop
-                for i in np.flatnonzero(info["_episode"]):
-                    writer.add_scalar("charts/episodic_return", info["episode"]["r"][i], steps)
-                    writer.add_scalar("charts/episodic_length", info["episode"]["l"][i], steps)
+            if writer and "final_info" in info:  # the logging loop of CleanRL's ppo.py, as it is there
+                for fi in info["final_info"]:
+                    if fi and "episode" in fi:
+                        writer.add_scalar("charts/episodic_return", fi["episode"]["r"], steps)
+                        writer.add_scalar("charts/episodic_length", fi["episode"]["l"], steps)
         with torch.no_grad():
             _, next_v = agent(to_t(obs))
             adv = torch.zeros((T, n))

@@ -499,6 +499,39 @@ def test_gymnasiums_episode_statistics_wrapper_records_episodes():
         env.close()
 
 
+def test_cleanrls_final_info_loop_reads_the_episodes_gymnasiums_wrapper_records():
+    """CleanRL's ppo.py logs `for info in infos["final_info"]: if info and "episode" in
+    info: info["episode"]["r"], ["l"]` (gymnasium 0.29's form): over the duel's vector env
+    that loop, as it is, sees every ended episode, with the return and length gymnasium
+    1.x's RecordEpisodeStatistics records for it in the same steps. Before: no
+    "final_info", the loop logged nothing."""
+    from gymnasium.wrappers.vector import RecordEpisodeStatistics
+
+    env = RecordEpisodeStatistics(we.make("env-duel"))
+    try:
+        obs, info = env.reset(seed=5)
+        assert "final_info" not in info
+        rng = np.random.default_rng(0)
+        cleanrl, wrapper = [], []
+        while len(wrapper) < 6:
+            obs, rew, term, trunc, infos = env.step(sample_masked(obs["mask"], rng))
+            if "final_info" in infos:  # the loop of CleanRL's ppo.py
+                for info in infos["final_info"]:
+                    if info and "episode" in info:
+                        cleanrl.append((float(info["episode"]["r"]), int(info["episode"]["l"])))
+                assert list(infos["_final_info"]) == list(term | trunc)
+            else:
+                assert not (term | trunc).any()
+            if "episode" in infos:
+                wrapper += [(float(r), int(n)) for r, n, m in zip(infos["episode"]["r"], infos["episode"]["l"],
+                                                                  infos["_episode"]) if m]
+        assert len(cleanrl) == len(wrapper) and len({n for _, n in cleanrl}) > 1, (cleanrl, wrapper)
+        assert [n for _, n in cleanrl] == [n for _, n in wrapper]
+        assert np.allclose([r for r, _ in cleanrl], [r for r, _ in wrapper], atol=1e-4)
+    finally:
+        env.close()
+
+
 def test_parallel_refuses_many_lanes():
     with pytest.raises(ValueError, match="lanes = 1"):
         we.parallel_env("env-duel")

@@ -20,9 +20,9 @@ def _run(args: list[str], timeout: int = 300) -> str:
 
 
 def test_ppo_duel_logs_as_cleanrl_does_and_plays_its_saved_model(tmp_path):
-    """examples/ppo_duel.py: CleanRL's logging loop over gymnasium's RecordEpisodeStatistics
-    (charts/episodic_return, charts/episodic_length from info["episode"]), charts/SPS and
-    losses/* in TensorBoard, the decisive win rate beside the win rate, a model saved in
+    """examples/ppo_duel.py: the logging loop of CleanRL's ppo.py, as it is there
+    (charts/episodic_return, charts/episodic_length from info["final_info"]), charts/SPS
+    and losses/* in TensorBoard, the decisive win rate beside the win rate, a model saved in
     the run's folder that --play loads and plays to the end of its games."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

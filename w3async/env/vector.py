@@ -15,6 +15,7 @@ it) ends its rows' episodes as truncated, once, with their last observation and 
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,45 @@ from w3async.env.run import EnvRun, env_recipe
 # gymnasium's RecordEpisodeStatistics (and CleanRL's logging after it) may write "episode".
 INFO_KEYS = {"cut": "cut", "episode_id": "episode", "step": "step", "slot": "slot",
              "time_limit": "time_limit"}
+
+
+class EpisodeTally:
+    """Each sub-env's return and length so far, and the episodes a step ended in the
+    form gymnasium 0.29's vector envs gave them: `infos["final_info"]`, one entry a
+    sub-env of the step, the ended ones' a dict with `episode` ({"r", "l", "t"}: return,
+    length, seconds since its start) and the others' None, beside its mask
+    `infos["_final_info"]`; present only in a step where an episode ended. CleanRL's
+    `ppo.py` reads it as it is (`for info in infos["final_info"]: if info and "episode"
+    in info`). With NEXT_STEP autoreset the step after an end is the next episode's first
+    observation: not counted (reward 0, length 0)."""
+
+    def __init__(self, n: int):
+        self.ret = np.zeros(n, np.float64)
+        self.length = np.zeros(n, np.int64)
+        self.t0 = np.zeros(n, np.float64)
+        self.fresh = np.ones(n, bool)  # the next step of this sub-env is its episode's first observation
+
+    def start(self, ids: np.ndarray) -> None:
+        self.ret[ids], self.length[ids], self.t0[ids], self.fresh[ids] = 0.0, 0, time.perf_counter(), False
+
+    def step(self, ids: np.ndarray, reward: np.ndarray, done: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        fresh = self.fresh[ids]
+        if fresh.any():
+            self.start(ids[fresh])
+        live = ~fresh
+        self.ret[ids[live]] += reward[live]
+        self.length[ids[live]] += 1
+        ends = live & done
+        self.fresh[ids[ends]] = True
+        if not ends.any():
+            return None
+        final = np.full(len(ids), None, object)
+        now = time.perf_counter()
+        for k in np.flatnonzero(ends):
+            e = ids[k]
+            final[k] = {"episode": {"r": np.float32(self.ret[e]), "l": np.int32(self.length[e]),
+                                    "t": round(now - self.t0[e], 6)}}
+        return final, ends.copy()
 
 
 class W3VectorEnv(VectorEnv):
@@ -64,6 +104,7 @@ class W3VectorEnv(VectorEnv):
         self.closed = False
         self._renderer = Renderer(game, self.num_envs) if game else None
         self.last_mask: np.ndarray | None = None
+        self._tally = EpisodeTally(self.num_envs)
 
     # ---- gymnasium.vector.VectorEnv --------------------------------------------------------
 
@@ -94,6 +135,7 @@ class W3VectorEnv(VectorEnv):
         self.run.wait_rows(self._rows, self.step_timeout_s)
         with self.run.bridge.lock:
             obs, st = self.run.take(self._rows)
+        self._tally.start(self._all)
         self._seen(obs, self._all, st)
         return sp.to_space(self.spec_, obs), self._infos(st)
 
@@ -107,7 +149,7 @@ class W3VectorEnv(VectorEnv):
         with b.lock:
             obs, st = b.take(self._rows)
         self._seen(obs, self._all, st)
-        return sp.to_space(self.spec_, obs), st["reward"], st["terminated"], st["truncated"], self._infos(st, self._all)
+        return sp.to_space(self.spec_, obs), st["reward"], st["terminated"], st["truncated"], self._infos(st, self._all, True)
 
     def render(self) -> tuple | None:
         """With render_mode="rgb_array": each sub-env's last observation as the game's
@@ -150,7 +192,7 @@ class W3VectorEnv(VectorEnv):
             rows = ready[np.argsort(b.stamp[ready], kind="stable")[: self.batch_size]]
             obs, st = self.run.take(rows)
         self._seen(obs, self._env_of[rows], st)
-        return sp.to_space(self.spec_, obs), st["reward"], st["terminated"], st["truncated"], self._infos(st, self._env_of[rows])
+        return sp.to_space(self.spec_, obs), st["reward"], st["terminated"], st["truncated"], self._infos(st, self._env_of[rows], True)
 
     def recv_rows(self, env_ids, timeout_s: float | None = None):
         """The next step of exactly these sub-envs (each sent an action, or just ended),
@@ -161,9 +203,9 @@ class W3VectorEnv(VectorEnv):
         with self.run.bridge.lock:
             obs, st = self.run.take(rows)
         self._seen(obs, ids, st)
-        return sp.to_space(self.spec_, obs), st["reward"], st["terminated"], st["truncated"], self._infos(st, ids)
+        return sp.to_space(self.spec_, obs), st["reward"], st["terminated"], st["truncated"], self._infos(st, ids, True)
 
-    def _infos(self, st: dict, ids: np.ndarray | None = None) -> dict:
+    def _infos(self, st: dict, ids: np.ndarray | None = None, stepped: bool = False) -> dict:
         info = {k: st[s] for k, s in INFO_KEYS.items()}
         if ids is not None:
             info["env_id"] = ids.astype(np.int64)
@@ -171,6 +213,10 @@ class W3VectorEnv(VectorEnv):
         every.fill(True)  # (np.ones is Python code around these two calls)
         for i, k in enumerate(list(info)):
             info["_" + k] = every[i]
+        if stepped:
+            ended = self._tally.step(ids, st["reward"], st["terminated"] | st["truncated"])
+            if ended is not None:
+                info["final_info"], info["_final_info"] = ended
         return info
 
     @property
