@@ -413,6 +413,42 @@ def test_send_recv_serves_every_row():
         env.close()
 
 
+def test_recvs_final_info_counts_each_sub_envs_own_episode():
+    """send/recv in batches of half the rows: each ended episode's final_info entry is that
+    sub-env's, its return the sum of the rewards recv gave that env id since its first
+    observation and its length the steps counted (the null game's 20-post episodes: 19
+    or 20 actions, as gymnasium's wrapper counts them over step())."""
+    env = we.make("env-null", batch_size=4, sets=['games.env.W3N_EPISODE_STEPS="20"'])
+    try:
+        env.reset()
+        rng = np.random.default_rng(4)
+        env.send(np.zeros((8, 4), np.int64), np.arange(8))
+        ret, length, fresh, ended = np.zeros(8), np.zeros(8, np.int64), np.zeros(8, bool), []
+        for _ in range(200):
+            obs, rew, term, trunc, infos = env.recv(timeout_s=30)
+            ids = infos["env_id"]
+            for k, e in enumerate(ids):
+                if fresh[e]:
+                    ret[e], length[e], fresh[e] = 0.0, 0, False
+                else:
+                    ret[e] += rew[k]
+                    length[e] += 1
+            done = term | trunc
+            assert ("final_info" in infos) == bool(done.any())
+            for k in np.flatnonzero(done):
+                e = ids[k]
+                ep = infos["final_info"][k]["episode"]
+                assert infos["_final_info"][k] and int(ep["l"]) == length[e] and abs(float(ep["r"]) - ret[e]) < 1e-4
+                ended.append(int(ep["l"]))
+                fresh[e] = True
+            if "final_info" in infos:
+                assert all(infos["final_info"][k] is None for k in np.flatnonzero(~done))
+            env.send(sample_masked(obs["mask"], rng), ids)
+        assert len(ended) >= 8 and set(ended) <= {19, 20}, ended
+    finally:
+        env.close()
+
+
 def test_close_leaves_nothing():
     """close() ends the games and unlinks the segments; a second reset() restarts every
     game, its rows at step 0 again."""
