@@ -42,17 +42,6 @@ enum { C_Present, C_PresentEx, C_Clear, C_BeginScene, C_EndScene, C_DrawPrimitiv
        C_DrawPrimitiveUP, C_DrawIndexedPrimitiveUP, C_N };
 static int g_off[C_N]; /* per method above: 1 when it is a no-op */
 
-void *hk_patch_method(void *object, uint32_t index, void *fn)
-{
-    if (!object || !fn)
-        return NULL;
-    ULONG_PTR *slot = (ULONG_PTR *)*(void ***)object + index;
-    ULONG_PTR before = *slot;
-    if (before == (ULONG_PTR)fn)
-        return NULL; /* already ours: there is no other original to give */
-    return hk_set_slot(slot, (ULONG_PTR)fn) ? NULL : (void *)before;
-}
-
 void hk_patch_class(void *object, int index, void *repl, void **real, const char *name)
 {
     void *before = hk_patch_method(object, (uint32_t)index, repl);

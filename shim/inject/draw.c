@@ -25,12 +25,6 @@ enum { D_SwapBuffers, D_wglSwapBuffers, D_BitBlt, D_StretchBlt, D_StretchDIBits,
 static const char *const DRAW_NAMES[D_N] = {"SwapBuffers", "wglSwapBuffers", "BitBlt", "StretchBlt", "StretchDIBits",
                                             "SetDIBitsToDevice", "PatBlt", "FillRect", "Rectangle", "Ellipse"};
 
-void hk_step_at(const char *name)
-{
-    if (hk_claim_step_thread(name))
-        hk_step();
-}
-
 static BOOL WINAPI h_SwapBuffers(HDC dc)
 {
     hk_step_at("SwapBuffers");
@@ -153,7 +147,7 @@ static void extra_off(const char *tok)
     hk_extra_fns[k] = (hk_fn){g_extra_names[k], make_stub(k, (uint32_t)ret, (unsigned)bytes), NULL, HK_DRAW, 1};
 }
 
-void hk_draw_off(const char *list)
+void hk_draw_off(const char *list, const hk_off_fn *methods, int n_methods)
 {
     char buf[512];
     snprintf(buf, sizeof(buf), "%s", list);
@@ -162,7 +156,10 @@ void hk_draw_off(const char *list)
         while (k < D_N && strcmp(DRAW_NAMES[k], tok))
             k++;
         if (k == D_N) {
-            if (!hk_com_off(tok) && !hk_d3d8_off(tok) && !hk_dxgi_off(tok)) /* a COM method by name, else Name@ARGBYTES */
+            int m = 0;
+            while (m < n_methods && !methods[m](tok)) /* a graphics API's method by name, else Name@ARGBYTES */
+                m++;
+            if (m == n_methods)
                 extra_off(tok);
             continue;
         }

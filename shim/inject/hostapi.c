@@ -5,6 +5,8 @@
 #include "hook.h"
 #include "w3h.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- the window ---- */
@@ -99,4 +101,36 @@ int hk_check_address(const void *addr, size_t len, int write)
         p = (const BYTE *)mi.BaseAddress + mi.RegionSize;
     } while (p < end);
     return 1;
+}
+
+/* ---- exports and addresses ---- */
+
+void *hk_find_export(const char *module, const char *name)
+{
+    HMODULE m = module ? GetModuleHandleA(module) : GetModuleHandleW(NULL);
+    return m ? (void *)GetProcAddress(m, name) : NULL;
+}
+
+void *hk_find_address(const char *name)
+{
+    char key[128];
+    snprintf(key, sizeof(key), "W3H_ADDR_%s", name);
+    return hk_resolve_address(getenv(key), NULL);
+}
+
+void *hk_resolve_address(const char *spec, HMODULE *mod)
+{
+    const char *plus = spec ? strrchr(spec, '+') : NULL;
+    if (!plus || plus == spec)
+        return NULL;
+    char name[MAX_PATH];
+    snprintf(name, sizeof(name), "%.*s", (int)(plus - spec), spec);
+    char *end;
+    unsigned long long off = strtoull(plus + 1, &end, 0);
+    if (*end || !plus[1])
+        return NULL;
+    HMODULE m = !strcmp(name, "exe") ? GetModuleHandleW(NULL) : GetModuleHandleA(name);
+    if (mod)
+        *mod = m;
+    return m ? (void *)((BYTE *)m + off) : NULL;
 }

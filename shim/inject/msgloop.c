@@ -106,7 +106,6 @@ static BOOL WINAPI h_GetMessageW(MSG *m, HWND w, UINT lo, UINT hi)
 /* ---- game-time timers ---- */
 
 #define HK_MAX_TIMERS 256
-#define HK_TICKS_PER_MS 10000ULL
 #define HK_TIMER_MIN_MS 10 /* USER_TIMER_MINIMUM: Windows raises shorter periods to it */
 
 typedef struct hk_timer {

@@ -49,10 +49,10 @@ static HMODULE g_self, g_adapter;
 static hk_fn *g_step_fn;
 static void *g_step_plain; /* the step point's variant elsewhere (NULL: the real one) */
 
-void hk_set_step_fn(hk_fn *f)
+void hk_set_step_fn(hk_fn *f, void *plain)
 {
     g_step_fn = f;
-    g_step_plain = hk_clock_plain(f->name);
+    g_step_plain = plain;
 }
 
 /* A module already patched: skipped by the next scan while it is the same image and
@@ -148,26 +148,29 @@ static hk_fn g_loader_fns[] = {
 };
 #undef FN
 
-typedef struct fn_table {
-    hk_fn *fns;
-    const int *n;
-} fn_table;
-
 static const int g_n_loader_fns = sizeof(g_loader_fns) / sizeof(g_loader_fns[0]);
-static const fn_table TABLES[] = {
-    {hk_clock_fns, &hk_n_clock_fns}, {hk_read_fns, &hk_n_read_fns},   {hk_timer_fns, &hk_n_timer_fns},
-    {hk_draw_fns, &hk_n_draw_fns},   {hk_msg_fns, &hk_n_msg_fns},     {hk_extra_fns, &hk_n_extra_fns},
-    {g_loader_fns, &g_n_loader_fns}, {hk_fault_fns, &hk_n_fault_fns},   {hk_com_fns, &hk_n_com_fns},
-    {hk_input_fns, &hk_n_input_fns}, {hk_d3d8_fns, &hk_n_d3d8_fns}, {hk_dxgi_fns, &hk_n_dxgi_fns},
-};
-#define N_TABLES ((int)(sizeof(TABLES) / sizeof(TABLES[0])))
+/* The parts' tables (hk_patch_tables, by hook.c's set-up), then the loader's. */
+static hk_fn_table g_tables[16];
+static int g_n_tables;
+
+void hk_patch_tables(const hk_fn_table *tables, int n)
+{
+    if (n + 1 > (int)(sizeof(g_tables) / sizeof(g_tables[0])))
+        hk_fatal(W3S_EXIT_INJECT, "hk_patch_tables: %d tables, room for %d", n,
+                 (int)(sizeof(g_tables) / sizeof(g_tables[0])) - 1);
+    for (int t = 0; t < n; t++)
+        g_tables[t] = tables[t];
+    g_tables[n] = (hk_fn_table){g_loader_fns, &g_n_loader_fns};
+    g_n_tables = n + 1;
+}
+
 
 hk_fn *hk_find_fn(const char *name)
 {
-    for (int t = 0; t < N_TABLES; t++)
-        for (int i = 0; i < *TABLES[t].n; i++)
-            if (!strcmp(TABLES[t].fns[i].name, name))
-                return &TABLES[t].fns[i];
+    for (int t = 0; t < g_n_tables; t++)
+        for (int i = 0; i < *g_tables[t].n; i++)
+            if (!strcmp(g_tables[t].fns[i].name, name))
+                return &g_tables[t].fns[i];
     return NULL;
 }
 
@@ -182,10 +185,10 @@ void hk_step_point_names(char *out, size_t n)
 {
     size_t len = 0;
     out[0] = 0;
-    for (int t = 0; t < N_TABLES; t++)
-        for (int i = 0; i < *TABLES[t].n; i++)
-            if (hk_can_be_step_point(&TABLES[t].fns[i]) && len < n)
-                len += (size_t)snprintf(out + len, n - len, "%s%s", len ? ", " : "", TABLES[t].fns[i].name);
+    for (int t = 0; t < g_n_tables; t++)
+        for (int i = 0; i < *g_tables[t].n; i++)
+            if (hk_can_be_step_point(&g_tables[t].fns[i]) && len < n)
+                len += (size_t)snprintf(out + len, n - len, "%s%s", len ? ", " : "", g_tables[t].fns[i].name);
 }
 
 void hk_set_on(unsigned kinds)
@@ -201,10 +204,10 @@ void hk_set_on(unsigned kinds)
     r_LdrLockLoaderLock = (void *)GetProcAddress(nt, "LdrLockLoaderLock");
     r_LdrUnlockLoaderLock = (void *)GetProcAddress(nt, "LdrUnlockLoaderLock");
     r_RtlGetCurrentPeb = (void *)GetProcAddress(nt, "RtlGetCurrentPeb");
-    for (int t = 0; t < N_TABLES; t++)
-        for (int i = 0; i < *TABLES[t].n; i++)
-            if (TABLES[t].fns[i].kind & kinds)
-                TABLES[t].fns[i].on = 1;
+    for (int t = 0; t < g_n_tables; t++)
+        for (int i = 0; i < *g_tables[t].n; i++)
+            if (g_tables[t].fns[i].kind & kinds)
+                g_tables[t].fns[i].on = 1;
 }
 
 int hk_each_import(HMODULE m, hk_import_visit visit, void *ctx)
@@ -376,4 +379,15 @@ int hk_patch_setup(const char *step_modules)
     int step_found = 0;
     scan(&step_found);
     return step_found;
+}
+
+void *hk_patch_method(void *object, uint32_t index, void *fn)
+{
+    if (!object || !fn)
+        return NULL;
+    ULONG_PTR *slot = (ULONG_PTR *)*(void ***)object + index;
+    ULONG_PTR before = *slot;
+    if (before == (ULONG_PTR)fn)
+        return NULL; /* already ours: there is no other original to give */
+    return hk_set_slot(slot, (ULONG_PTR)fn) ? NULL : (void *)before;
 }

@@ -16,7 +16,6 @@
 #define STATUS_SUCCESS_ 0L
 #define STATUS_USER_APC_ 0xC0L
 #define STATUS_ACCESS_VIOLATION_ ((LONG)0xC0000005L)
-#define TICKS_PER_MS 10000ULL
 
 static BOOL(WINAPI *r_QueryPerformanceCounter)(LARGE_INTEGER *);
 static BOOL(WINAPI *r_QueryPerformanceFrequency)(LARGE_INTEGER *);
@@ -137,7 +136,7 @@ static DWORD timeout_ms(const LARGE_INTEGER *t)
         uint64_t now = hk_clock_systime();
         ticks = (uint64_t)t->QuadPart > now ? (uint64_t)t->QuadPart - now : 0;
     }
-    uint64_t ms = (ticks + TICKS_PER_MS - 1) / TICKS_PER_MS;
+    uint64_t ms = (ticks + HK_TICKS_PER_MS - 1) / HK_TICKS_PER_MS;
     return ms >= INFINITE ? INFINITE - 1 : (DWORD)ms;
 }
 

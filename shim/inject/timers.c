@@ -20,8 +20,6 @@
 
 #include <mmsystem.h>
 
-#define TICKS_PER_MS 10000ULL
-
 enum { T_MM = 1, T_WAITABLE, T_QUEUE };
 
 typedef struct hk_timer {
@@ -167,7 +165,7 @@ static MMRESULT WINAPI h_timeSetEvent(UINT delay, UINT resolution, LPTIMECALLBAC
     AcquireSRWLockExclusive(&g_lock);
     hk_timer *t = add((hk_timer){.kind = T_MM, .id = g_next_id++, .flags = flags, .cb = (void *)cb, .arg = (void *)user});
     if (t)
-        arm(t, hk_clock_now() + delay * TICKS_PER_MS, (flags & TIME_PERIODIC) ? delay * TICKS_PER_MS : 0);
+        arm(t, hk_clock_now() + delay * HK_TICKS_PER_MS, (flags & TIME_PERIODIC) ? delay * HK_TICKS_PER_MS : 0);
     ReleaseSRWLockExclusive(&g_lock);
     return t ? t->id : 0;
 }
@@ -215,7 +213,7 @@ static BOOL WINAPI h_SetWaitableTimer(HANDLE h, const LARGE_INTEGER *due, LONG p
         drop(i);
     hk_timer *t = add((hk_timer){.kind = T_WAITABLE, .obj = h, .cb = (void *)fn, .arg = arg, .apc_thread = thread});
     if (t)
-        arm(t, due_of(due), (uint64_t)period * TICKS_PER_MS);
+        arm(t, due_of(due), (uint64_t)period * HK_TICKS_PER_MS);
     ReleaseSRWLockExclusive(&g_lock);
     if (!t) {
         if (thread)
@@ -257,7 +255,7 @@ static BOOL WINAPI h_CreateTimerQueueTimer(PHANDLE out, HANDLE queue, WAITORTIME
     AcquireSRWLockExclusive(&g_lock);
     hk_timer *t = add((hk_timer){.kind = T_QUEUE, .obj = queue, .flags = flags, .cb = (void *)cb, .arg = arg});
     if (t)
-        arm(t, hk_clock_now() + due * TICKS_PER_MS, period * TICKS_PER_MS);
+        arm(t, hk_clock_now() + due * HK_TICKS_PER_MS, period * HK_TICKS_PER_MS);
     ReleaseSRWLockExclusive(&g_lock);
     if (!t) {
         SetLastError(ERROR_NOT_ENOUGH_MEMORY);
@@ -273,8 +271,8 @@ static BOOL WINAPI h_ChangeTimerQueueTimer(HANDLE queue, HANDLE timer, ULONG due
     AcquireSRWLockExclusive(&g_lock);
     int i = find(T_QUEUE, 0, timer);
     if (i >= 0)
-        arm(g_timers[i], hk_clock_now() + due * TICKS_PER_MS,
-            (g_timers[i]->flags & WT_EXECUTEONLYONCE) ? 0 : period * TICKS_PER_MS);
+        arm(g_timers[i], hk_clock_now() + due * HK_TICKS_PER_MS,
+            (g_timers[i]->flags & WT_EXECUTEONLYONCE) ? 0 : period * HK_TICKS_PER_MS);
     ReleaseSRWLockExclusive(&g_lock);
     if (i < 0)
         SetLastError(ERROR_INVALID_HANDLE);

@@ -87,23 +87,6 @@ static void add_handler(void)
     AddVectoredExceptionHandler(1, on_trap);
 }
 
-void *hk_resolve_address(const char *spec, HMODULE *mod)
-{
-    const char *plus = spec ? strrchr(spec, '+') : NULL;
-    if (!plus || plus == spec)
-        return NULL;
-    char name[MAX_PATH];
-    snprintf(name, sizeof(name), "%.*s", (int)(plus - spec), spec);
-    char *end;
-    unsigned long long off = strtoull(plus + 1, &end, 0);
-    if (*end || !plus[1])
-        return NULL;
-    HMODULE m = !strcmp(name, "exe") ? GetModuleHandleW(NULL) : GetModuleHandleA(name);
-    if (mod)
-        *mod = m;
-    return m ? (void *)((BYTE *)m + off) : NULL;
-}
-
 /* The name of the executable section of module m that holds rva, NULL when none does;
  * *code gets the module's executable sections ("name 0xstart..0xend", for the error). */
 static const char *code_section(HMODULE m, uint64_t rva, char *code, size_t n)

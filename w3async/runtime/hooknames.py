@@ -1,6 +1,6 @@
 """The names the hook knows, read from its C source: the one list is the hook's.
 
-Every part of the hook (shim/inject/clock.c, draw.c, msgloop.c, patch.c) lists the
+Every part of the hook (shim/inject/waits.c, draw.c, msgloop.c, patch.c) lists the
 functions it can put in a game's import tables in an `hk_fn` table, one entry a
 function: `FN(Sleep, HK_WAIT)` or `{"Name", repl, &real, HK_KINDS, 0}`. The hook makes a
 step point of any entry of kind HK_STEP or HK_WAIT (patch.c, hk_can_be_step_point), and
