@@ -24,8 +24,8 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>
 $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.is_available())" | tee -a "$OUT/gpu.txt"
 
 echo "== the CUDA tests"
-timeout 100 $PY -m pytest -q -p no:cacheprovider tests/test_inference.py tests/test_learner.py \
-  tests/test_cuda_runner.py -k cuda -rs \
+timeout 100 $PY -m pytest -q -p no:cacheprovider tests/learn/test_inference.py tests/learn/test_learner.py \
+  tests/learn/test_cuda_runner.py -k cuda -rs \
   2>&1 | tee "$OUT/cuda_tests.log"
 tests=${PIPESTATUS[0]}
 

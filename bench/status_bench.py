@@ -38,7 +38,7 @@ import aiohttp
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.test_status import T0, line  # noqa: E402 (the docs/logs.md line writer)
+from tests.observe.test_status import T0, line  # noqa: E402 (the docs/logs.md line writer)
 from w3async.observe.http_limits import Limits  # noqa: E402
 from w3async.observe.status import StatusServer  # noqa: E402
 

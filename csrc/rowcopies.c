@@ -1,7 +1,7 @@
 /* rowcopies.c: the env bridge's copies of the rows in C (w3async.env._rowcopies).
  *
  * w3async/env/rowcopies.py has the contract and the numpy path (NumpyRowCopies);
- * tests/test_env_rows.py proves both leave the same copies and hand out the same arrays.
+ * tests/env/test_env_rows.py proves both leave the same copies and hand out the same arrays.
  * Each row has two banks of its observation: bank[r] holds the last one handed out to
  * the caller, a post goes into the other. put() copies a gathered batch's rows in and
  * marks them posted, take() hands rows out to the caller's new arrays with the step's

@@ -13,7 +13,7 @@
  * (locals, the batch), and only that copy is checked and used; whether a row waits is
  * decided by our own act_seq (`acked`), never by the table's.
  * w3async/sync/gather.py has the numpy path with the same contract (NumpyGatherer);
- * tests/test_gather.py proves both give identical batches, bad-row reports and answers.
+ * tests/sync/test_gather.py proves both give identical batches, bad-row reports and answers.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

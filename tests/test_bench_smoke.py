@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from .conftest import REPO
+from tests.conftest import REPO
 
 BENCHES = sorted(p.name for p in (REPO / "bench").glob("*.py"))
 

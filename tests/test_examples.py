@@ -10,7 +10,7 @@ import importlib.util
 import subprocess
 import sys
 
-from .conftest import REPO, need
+from tests.conftest import REPO, need
 
 
 def _run(args: list[str], timeout: int = 300) -> str:

@@ -14,8 +14,8 @@ import pytest
 
 from w3async.runtime.inject import HOOK, LAUNCHER
 
-from ..conftest import REPO
-from ..test_supervisor import assert_nothing_left, but_lost, events, lost_starts, run_recipe
+from tests.conftest import REPO
+from tests.runtime.test_supervisor import assert_nothing_left, but_lost, events, lost_starts, run_recipe
 
 pytestmark = pytest.mark.wine
 

@@ -8,7 +8,7 @@ virtual clock whose Sleep does what the hook does at its step point (the adapter
 compiled in) beside the linked duel's agent mode, and compares every row: the
 injected game's steps equal the linked duel's, and so do the replays, which the
 linked duel plays back (w3async.replay_parity). The end-to-end run through
-w3inject.exe and w3hook.dll is tests/test_injection.py's."""
+w3inject.exe and w3hook.dll is tests/shim/test_injection.py's."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import need
+from tests.conftest import need
 
 REPO = Path(__file__).resolve().parents[2]
 WIN = REPO / "build" / "win64"

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from ..conftest import REPO
+from tests.conftest import REPO
 
 KIT = REPO / "examples" / "mygame"
 

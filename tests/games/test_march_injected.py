@@ -17,8 +17,8 @@ import pytest
 
 from w3async.runtime.inject import HOOK, LAUNCHER
 
-from ..conftest import REPO, need
-from ..test_supervisor import assert_nothing_left, run_recipe
+from tests.conftest import REPO, need
+from tests.runtime.test_supervisor import assert_nothing_left, run_recipe
 
 pytestmark = pytest.mark.wine
 

@@ -16,8 +16,8 @@ import pytest
 
 from w3async.runtime.inject import HOOK, LAUNCHER
 
-from ..conftest import REPO
-from ..test_supervisor import assert_nothing_left, events, run_recipe
+from tests.conftest import REPO
+from tests.runtime.test_supervisor import assert_nothing_left, events, run_recipe
 
 pytestmark = pytest.mark.wine
 

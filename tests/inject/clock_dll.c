@@ -1,5 +1,5 @@
 /* clock_dll.c: a DLL clock_game.exe loads after its start (LoadLibrary), for
- * tests/test_inject_clock.py: its own imports of the clock must read game time too. */
+ * tests/shim/test_inject_clock.py: its own imports of the clock must read game time too. */
 #include <windows.h>
 
 __declspec(dllexport) long long clock_dll_read(long long *out)

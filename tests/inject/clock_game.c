@@ -1,5 +1,5 @@
 /* clock_game.c: a Windows program that reads every time source a game can reach, once a
- * frame, and prints them: for tests/test_inject_clock.py, which runs it injected and
+ * frame, and prints them: for tests/shim/test_inject_clock.py, which runs it injected and
  * checks that each one advances exactly with the steps. It knows nothing of w3async; it
  * exports probe_state and probe_order so that the probe's adapter drives it.
  *

@@ -1,5 +1,5 @@
 /* d3d11_game.c: a Direct3D 11 game that knows nothing of w3async, for the injection
- * tests (tests/test_inject_graphics.py): a window, a device and its swap chain
+ * tests (tests/shim/test_inject_graphics.py): a window, a device and its swap chain
  * (D3D11CreateDeviceAndSwapChain, or with --factory a device alone and a swap chain
  * from its DXGI factory, as engines do), and the paced frame loop of paced_game.h,
  * which clears the back buffer (ClearRenderTargetView) and presents

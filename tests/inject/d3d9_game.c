@@ -1,5 +1,5 @@
 /* d3d9_game.c: a Direct3D 9 game (or, built with -DGAME_D3D8, a Direct3D 8 one) that
- * knows nothing of w3async, for the injection tests (tests/test_inject_graphics.py): a
+ * knows nothing of w3async, for the injection tests (tests/shim/test_inject_graphics.py): a
  * window, a device (HAL, software vertex processing), and
  * a frame loop paced at 60 simulation ticks a second by timeGetTime and Sleep(1) under
  * timeBeginPeriod(1), which clears, draws two triangles with DrawPrimitiveUP between

@@ -1,6 +1,6 @@
 /* gl_draw.c: a Windows program that draws one triangle with OpenGL (WGL, Wine's x11
  * driver over Xvfb and Mesa's llvmpipe), prints its renderer and exits: what a game's
- * first frame does to Mesa's shader cache (tests/test_sandbox.py). It knows nothing of
+ * first frame does to Mesa's shader cache (tests/runtime/test_sandbox.py). It knows nothing of
  * w3async: under the supervisor its start fails (it never posts), after it has drawn. */
 #include <stdio.h>
 #include <windows.h>

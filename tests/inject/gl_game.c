@@ -1,5 +1,5 @@
 /* gl_game.c: an OpenGL game that knows nothing of w3async, for the injection tests
- * (tests/test_inject_graphics.py): a window, a WGL context (Wine's over Xvfb and Mesa's
+ * (tests/shim/test_inject_graphics.py): a window, a WGL context (Wine's over Xvfb and Mesa's
  * llvmpipe), and a frame loop paced at 60 simulation ticks a second by timeGetTime and
  * Sleep(1) under timeBeginPeriod(1), which clears (glClear, an import), draws a
  * triangle with glDrawRangeElements (OpenGL 1.2: only wglGetProcAddress gives it, as it

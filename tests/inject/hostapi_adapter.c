@@ -1,4 +1,4 @@
-/* hostapi_adapter.c: the adapter of hostapi_game.exe (tests/test_inject_hostapi.py):
+/* hostapi_adapter.c: the adapter of hostapi_game.exe (tests/shim/test_inject_hostapi.py):
  * it uses every ABI 2 and 3 host function and logs what they returned ("adapter: ..."), and
  * at fixed steps sends the game a script of keys, characters and mouse input whose
  * window messages the game prints. Rows: the null game's shape, one entity. */

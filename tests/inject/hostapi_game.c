@@ -1,4 +1,4 @@
-/* hostapi_game.c: a windowed game for tests/test_inject_hostapi.py that prints every
+/* hostapi_game.c: a windowed game for tests/shim/test_inject_hostapi.py that prints every
  * input message its window gets ("msg NAME wparam lparam"), what GetVersion returns
  * and what TextOutA returns (each when it changes), the input state it polls each frame
  * (GetCursorPos, GetAsyncKeyState, GetKeyState, GetKeyboardState: "poll ..." when it

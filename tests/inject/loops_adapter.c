@@ -1,4 +1,4 @@
-/* loops_adapter.c: probe_adapter.c for loops_game.exe (tests/test_inject_loops.py),
+/* loops_adapter.c: probe_adapter.c for loops_game.exe (tests/shim/test_inject_loops.py),
  * with what the step-point kinds need of an adapter:
  *
  * W3P_STEP_HOOK=1  step_point = "adapter": at attach, point the game's frame callback

@@ -1,5 +1,5 @@
 /* loops_game.c: a small windowed Windows program that knows nothing of w3async, for the
- * step-point tests (tests/test_inject_loops.py). It runs one of the frame loops games
+ * step-point tests (tests/shim/test_inject_loops.py). It runs one of the frame loops games
  * are written with:
  *
  *   loops_game.exe [--loop peek|getmsg|sleep] [--window] [--timer MS] [--frame-ms MS]

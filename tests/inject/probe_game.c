@@ -1,5 +1,5 @@
 /* probe_game.c: a tiny real-time Windows program that knows nothing of w3async, for
- * the injection tests (tests/test_injection.py). It runs a 60-frames-a-second loop
+ * the injection tests (tests/shim/test_injection.py). It runs a 60-frames-a-second loop
  * paced by QueryPerformanceCounter and Sleep(1), draws into a memory bitmap with
  * BitBlt, and prints what its own clock read at every pass of its loop, so a test can
  * check the virtual clock from the game's side.

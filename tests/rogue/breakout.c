@@ -1,4 +1,4 @@
-/* breakout.c: a game that tries to leave its sandbox (tests/test_boundary.py).
+/* breakout.c: a game that tries to leave its sandbox (tests/runtime/test_boundary.py).
  *
  * At its start it tries each step a hostile game as root would take to leave a sandbox,
  * and prints one line a step, "breakout: <step> ok" or "breakout: <step> denied: <why>":

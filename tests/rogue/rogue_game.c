@@ -1,4 +1,4 @@
-/* rogue_game.c: a hostile game for the untrusted-game tests (tests/test_hostile_games.py).
+/* rogue_game.c: a hostile game for the untrusted-game tests (tests/runtime/test_hostile_games.py).
  *
  * It attaches through the shim like any game, posts valid rows, and misbehaves as
  * W3R_MODE says, every step from step W3R_STEP (default 5) on:

@@ -10,7 +10,7 @@ import pytest
 
 from w3async.sync import layout
 
-from ..conftest import REPO
+from tests.conftest import REPO
 
 HEADER_FIELDS = list(layout.HEADER_DTYPE.names)
 FIXED_FIELDS = [n for n, _, _ in layout._HEAD_FIELDS]  # the struct's: counters and the answer

@@ -93,7 +93,7 @@ class Bridge(QuietAnswerer):
     # on this project's 2-core VM), once or twice a step. Against 8 rounds between yields
     # and then a sleep: step() 1.18x over 8 duel games, 1.0-1.18x over 8 null ones;
     # AsyncVectorEnv's steps/s, whose workers run this bridge too, unchanged
-    # (docs/performance.md). tests/test_env.py checks that a long wait sleeps.
+    # (docs/performance.md). tests/env/test_env.py checks that a long wait sleeps.
     spin_s = 0.001
 
     def __init__(self, control, opponent=None):
@@ -227,7 +227,7 @@ class Bridge(QuietAnswerer):
                     # at a back edge from the instruction before the jump's target, and a
                     # `continue` here jumped to the loop's head, just past the try's start:
                     # neither the finally nor the `with` ran, the lock stayed held and the next
-                    # sleep deadlocked (tests/test_interrupts.py checks every back edge).
+                    # sleep deadlocked (tests/runtime/test_interrupts.py checks every back edge).
                     if self.gathers and time.perf_counter() < spin_end:
                         self._unlocked(os.sched_yield)
                         always = False  # the doorbells read: a gather if one rang

@@ -12,7 +12,7 @@ step()'s time on the caller's thread with 8 null games.
 Two backends with one contract: `CRowCopies` (csrc/rowcopies.c, the default: a post and
 a hand-out are one C call each) and `NumpyRowCopies` (the reference, and the fallback
 when the extension is missing: 15-20 numpy calls each, whose per-call cost, not the 16
-rows' bytes, was 40-60 us of a step). tests/test_env_rows.py proves they agree.
+rows' bytes, was 40-60 us of a step). tests/env/test_env_rows.py proves they agree.
 Every method is called with the bridge's condition held.
 """
 

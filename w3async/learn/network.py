@@ -16,7 +16,7 @@ entities), optionally runs a GRU cell with a state kept per table row, and answe
 
 Padding never changes an answer: padded entities are masked out of the attention,
 their outputs zeroed before pooling, and pointer choices at or past n_ent are masked.
-tests/test_network.py checks that a row padded to 32 or to 64 gives the same
+tests/learn/test_network.py checks that a row padded to 32 or to 64 gives the same
 log-probabilities and value.
 
 The heads are independent given the state (no autoregressive conditioning between

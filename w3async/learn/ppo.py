@@ -2,7 +2,7 @@
 
 The maths follows the PPO paper (Schulman et al. 2017, arXiv:1707.06347), GAE
 (Schulman et al. 2016, arXiv:1506.02438) and CleanRL's ppo.py (vwxyzjn/cleanrl),
-whose names these keep. tests/test_ppo.py checks each against hand-computed values.
+whose names these keep. tests/learn/test_ppo.py checks each against hand-computed values.
 
 Time is the last axis everywhere here ((..., T)): the learner's sequences are (B, T).
 """

@@ -90,7 +90,7 @@ def nice_prefix(nice: int) -> list[str]:
 # What a game inherits of the supervisor's environment: what a program needs to run
 # and speak the user's language. Anything else it gets is declared (the recipe's env,
 # the runtime's W3S_* and Wine's variables); the operator's shell (tokens, keys, sockets)
-# stays out (tests/test_boundary.py, `env`).
+# stays out (tests/runtime/test_boundary.py, `env`).
 INHERITED = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR")
 
 

@@ -6,7 +6,7 @@ function: `FN(Sleep, HK_WAIT)` or `{"Name", repl, &real, HK_KINDS, 0}`. The hook
 step point of any entry of kind HK_STEP or HK_WAIT (patch.c, hk_can_be_step_point), and
 turns off any draw call of kind HK_DRAW (draw.c). Preflight reads the same tables, so
 that a function added to the hook is known here with no second list to update
-(tests/test_preflight_pe.py holds the parse to the hook's own checks).
+(tests/runtime/test_preflight_pe.py holds the parse to the hook's own checks).
 
 The step point's other forms are parsed by the hook's setup (hook.c) from their
 prefixes; a form counts as known only when its literal is in the hook's source, so

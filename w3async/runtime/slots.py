@@ -2,7 +2,7 @@
 history), its states, and the restart policy (the budget and the backoff).
 
 The policy is a pure decision over a slot's history, so the supervisor only acts on it
-and the tests can check it without a process (tests/test_supervisor.py runs it for real).
+and the tests can check it without a process (tests/runtime/test_supervisor.py runs it for real).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ valid ones into one padded batch, write the answers and ring the doorbells.
 
 Two backends with one contract: `CGatherer` (csrc/rows.c, the default) and
 `NumpyGatherer` (the reference, and the fallback when the extension is missing).
-tests/test_gather.py proves they give identical batches, bad-row reports and answers;
+tests/sync/test_gather.py proves they give identical batches, bad-row reports and answers;
 bench/step_sync.py --gather measures both on the same work.
 
 The game is untrusted and runs while we read: both backends read each waiting row

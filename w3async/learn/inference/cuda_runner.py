@@ -30,7 +30,7 @@ reads; on each net's stream, rounds are ordered by the stream itself.
 On a CPU device (tests only: the engine never makes a runner there) streams and events
 are no-ops and a "graph" replays its captured step eagerly, copying the results into its
 static outputs: the same gather, padding, step, scatter, rollback and generator code runs,
-so tests/test_cuda_runner.py checks it on any machine. What only a GPU shows (memory per
+so tests/learn/test_cuda_runner.py checks it on any machine. What only a GPU shows (memory per
 graph, noise across streams, syncs, the finisher's CPU) is bench/device_check.py's.
 """
 

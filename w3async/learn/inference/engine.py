@@ -434,7 +434,7 @@ class _CpuLauncher:
     """The CPU path behind the launcher interface of CudaRunner (launch, finish), for an
     engine made with n_flights on a CPU: launch computes the round at once (the worker's
     compute is the round there), finish hands its answers over on the finisher thread.
-    The same ordering as the CUDA path's, checked on any machine (tests/test_flights.py)."""
+    The same ordering as the CUDA path's, checked on any machine (tests/learn/test_flights.py)."""
 
     def __init__(self, engine: InferenceEngine):
         self.engine = engine

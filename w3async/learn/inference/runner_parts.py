@@ -1,7 +1,7 @@
 """The pieces of the inference engine's CUDA runner (w3async.learn.inference.cuda_runner) that are
 the same on any device: the step each graph captures, the weights' check, and a CPU's
 stand-ins for streams, events and graphs, with which tests run the runner's own code on a
-CPU (tests/test_cuda_runner.py)."""
+CPU (tests/learn/test_cuda_runner.py)."""
 
 from __future__ import annotations
 
