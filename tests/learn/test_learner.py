@@ -297,11 +297,10 @@ def test_lr_and_entropy_schedules_at_given_updates():
     assert [round(x, 7) for x, _ in seen] == [1e-3, 7.75e-4, 5.5e-4, 3.25e-4, 1e-4, 1e-4]
     assert [round(e, 6) for _, e in seen] == [0.01, 0.008, 0.006, 0.004, 0.002, 0.002]
     # without a horizon of its own, the run's progress (Training.schedule_progress)
-    run = Learner(Network(SPEC, NET), LearnerConfig(lr=1e-3, lr_schedule="linear", minibatch_seqs=8))
-    run.progress = lambda: 0.25
+    run = Learner(Network(SPEC, NET), LearnerConfig(lr=1e-3, lr_schedule="linear", minibatch_seqs=8),
+                  progress=lambda: 0.25)
     assert run.coefficients() == pytest.approx((7.5e-4, run.cfg.ent_coef))
-    const = Learner(Network(SPEC, NET), LearnerConfig(lr=1e-3))
-    const.progress = lambda: 0.9
+    const = Learner(Network(SPEC, NET), LearnerConfig(lr=1e-3), progress=lambda: 0.9)
     assert const.coefficients() == (1e-3, const.cfg.ent_coef)  # the default keeps today's behaviour
 
 

@@ -79,8 +79,8 @@ class ClusterLink:
 
     def __init__(self, ctx: RunContext, row0: int, slot0: int):
         """`ctx`: the run's context (runtime/life.py); its rows from row0, its slots from slot0.
-        The run's control and answerer come with bind(), once they are made (they count
-        this link's rows)."""
+        The run's control and answerer come with start(): they are made after this link
+        (they count its rows)."""
         self.ctx = ctx
         self.config = ctx.recipe.cluster
         self.control: RunControl | None = None
@@ -103,15 +103,13 @@ class ClusterLink:
         self._stopping = False
         self._flush_scheduled = False
 
-    def bind(self, control: RunControl, answerer: Answerer) -> None:
-        """The run's control and answerer: the hosts' rounds and resets go to them."""
-        self.control, self.answerer = control, answerer
-
     # ---- start and stop -------------------------------------------------------------
 
-    async def start(self, tasks: list) -> None:
+    async def start(self, tasks: list, control: RunControl, answerer: Answerer) -> None:
         """Join (or simulate) the cluster, check each host's resource, start the hosts
-        and their polls. Raises RunError naming what is missing."""
+        and their polls; the hosts' rounds and resets go to control and answerer. Raises
+        RunError naming what is missing."""
+        self.control, self.answerer = control, answerer
         recipes = {h.name: self._host_recipe(h) for h in self.hosts_}
         for h in self.hosts_:  # a host's recipe is checked before Ray starts: its error is read here
             try:

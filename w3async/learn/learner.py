@@ -105,7 +105,9 @@ class Learner:
     """PPO over TrajBatches for one Network (see the module docstring)."""
 
     def __init__(self, net: Network, cfg: LearnerConfig = LearnerConfig(), device: str = "cpu",
-                 pause: Callable[[], None] | None = None):
+                 pause: Callable[[], None] | None = None, progress: Callable[[], float] | None = None):
+        """pause: called between minibatches (default: sleep update_pause_ms); progress:
+        the run's progress 0..1, the schedules' horizon when the config gives none."""
         self.net, self.cfg, self.device = net.to(device), cfg, torch.device(device)
         self.opt = torch.optim.Adam(net.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
         self.pause = pause if pause is not None else self._sleep
@@ -115,7 +117,7 @@ class Learner:
         self._stream = None  # CUDA only: the learner's own stream
         self.steps_trained = 0
         self.ret_norm = ppo.ReturnNorm()  # used when cfg.norm_value
-        self.progress: Callable[[], float] | None = None  # the run's progress 0..1 (Training sets it)
+        self.progress = progress
 
     def _nice_this_thread(self) -> None:
         tid = threading.get_native_id()

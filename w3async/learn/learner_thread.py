@@ -101,22 +101,40 @@ def call_on_loop(loop: asyncio.AbstractEventLoop | None, fn):
                 return fn()
 
 
+class UpdatePhase:
+    """What the learner's thread is doing ("idle", "update", "pause", "failed"; the
+    rounds' statistics read it), and the pause between minibatches that gives the rounds
+    the CPU (update_pause_ms). Made before the learner, which calls pause(), and the
+    thread, which sets the rest."""
+
+    def __init__(self, pause_ms: float):
+        self.now = "idle"
+        self._pause_s = pause_ms / 1e3
+
+    def pause(self) -> None:
+        if self._pause_s > 0:
+            self.now = "pause"
+            time.sleep(self._pause_s)
+            self.now = "update"
+
+
 class LearnerThread:
     """Takes the trajectories' batches and runs the updates until stop()."""
 
-    def __init__(self, parts: LearnerParts | None = None):
-        self.parts = parts  # given by Training once its parts exist (bind)
-        self.phase = "idle"
-        self.updates_done = 0
+    def __init__(self, parts: LearnerParts, phase: UpdatePhase, updates_done: int = 0):
+        """updates_done: the learner's version at the start (a resumed run's)."""
+        self.parts = parts
+        self._phase = phase
+        self.updates_done = updates_done
         self.last_update: dict = {}  # the last update's LearnerStats, as a dict
         self.nonfinite_batches = 0  # batches with a non-finite input, never trained on (must stay 0)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def bind(self, parts: LearnerParts) -> None:
-        """The parts, once they exist (the learner is made with this thread's pause())."""
-        self.parts = parts
+    @property
+    def phase(self) -> str:
+        return self._phase.now
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -128,14 +146,6 @@ class LearnerThread:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-
-    def pause(self) -> None:
-        """Between minibatches: give the rounds the CPU (update_pause_ms)."""
-        ms = self.parts.recipe.learner.update_pause_ms
-        if ms > 0:
-            self.phase = "pause"
-            time.sleep(ms / 1e3)
-            self.phase = "update"
 
     def _run(self) -> None:
         h = self.parts
@@ -155,10 +165,10 @@ class LearnerThread:
                     self.nonfinite_batches += 1  # never trained on: the checks should make this impossible
                     h.events.error("nonfinite_batch", batch=h.traj.stats.batches)
                     continue
-                self.phase = "update"
+                self._phase.now = "update"
                 wait0 = h.traj.stats.wait_s
                 st = h.learner.run_update(tb)
-                self.phase = "idle"
+                self._phase.now = "idle"
                 version = h.learner.version
                 sd = h.learner.net.state_dict()
                 h.engine.publish(sd, version)  # at the update boundary only
@@ -175,9 +185,9 @@ class LearnerThread:
                     loop.call_soon_threadsafe(h.request_stop)
                     return
         except CheckpointError as e:  # a disk that is full or read-only: a cause, not a traceback
-            self.phase = "failed"
+            self._phase.now = "failed"
             h.failed(f"checkpoint write failed: {e}", error=str(e), cause="checkpoint_write", path=e.path,
                      errno=e.errno)
         except Exception as e:  # noqa: BLE001 (the run stops cleanly with the cause)
-            self.phase = "failed"
+            self._phase.now = "failed"
             h.failed(f"learner failed: {e!r}", error=repr(e), traceback=traceback.format_exc(limit=4))

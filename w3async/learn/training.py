@@ -51,7 +51,7 @@ from w3async.sync.gather import Batch
 from w3async.learn.inference import InferenceEngine
 from w3async.learn.league import League, OpponentNets
 from w3async.learn.learner import Learner
-from w3async.learn.learner_thread import LearnerParts, LearnerThread, call_on_loop
+from w3async.learn.learner_thread import LearnerParts, LearnerThread, UpdatePhase, call_on_loop
 from w3async.observe.logs import JsonLog
 from w3async.learn.network import Network
 from w3async.recipes import recipe_to_dict
@@ -94,11 +94,11 @@ class Training:
         self.traj = Trajectories(n_rows, r.trajectories, state_dim=r.network.d_model if r.network.gru else None,
                                  lay=control.spec.layout)
         torch.manual_seed(r.inference.seed)
-        self.learning = LearnerThread()  # the learner's thread (learner_thread.py); its parts below
+        self.phase = UpdatePhase(r.learner.update_pause_ms)  # the learner's thread's, its pause
+        # the lr and entropy schedules' horizon: the run's progress
         self.learner = Learner(Network(control.spec, r.network), r.learner, device=r.inference.device,
-                               pause=self.learning.pause)
+                               pause=self.phase.pause, progress=self.schedule_progress)
         self.learner.net.load_state_dict(self.engine.nets[0].state_dict())
-        self.learner.progress = self.schedule_progress  # the lr and entropy schedules' horizon
         self._seconds0 = 0.0  # the run's training seconds before this process (a checkpoint's)
         self._t0 = time.monotonic()
         self.league = League(self.run_dir, r.league)
@@ -141,11 +141,11 @@ class Training:
         self.board = Board(r, self.run_dir, BoardSources(
             counts=self.counts, events=control.events, restarts=control.restarts, updates=lambda: self.learner.version,
             episodes=lambda: self.episodes, take_ended=self.tally.take_ended, win_rates=self.win_rates))
-        self.learning.bind(LearnerParts(
+        self.learning = LearnerThread(LearnerParts(  # the learner's thread (learner_thread.py)
             recipe=r, traj=self.traj, learner=self.learner, engine=self.engine, league=self.league,
             log=self.learner_log, events=control.events, board=self.board.update, unblock=self.unblock,
             checkpoint=self.checkpoint, request_stop=control.request_stop, failed=self.learner_failed,
-            nonfinite_outputs=lambda: self.nonfinite_outputs))
+            nonfinite_outputs=lambda: self.nonfinite_outputs), self.phase, updates_done=self.learner.version)
 
     # ---- lifecycle ----------------------------------------------------------------------
 
@@ -164,7 +164,6 @@ class Training:
                        fallback=self.recipe.checkpoint.fallback, game=self.recipe.game)
         self.best.load()  # best.pt's score: a resumed run replaces it only with a better one
         if ckpt is not None:
-            self.learning.updates_done = self.learner.version
             self.last_checkpoint = ckpt["path"]
             self._saved = (self.learner.version, self.counts.agent_steps, self.episodes)
             seconds = ckpt["counters"].get("seconds", 0.0)

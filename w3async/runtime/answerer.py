@@ -106,7 +106,7 @@ class RunControl:
     closed, or its number reused, while it rings."""
 
     def __init__(self, ctx: RunContext, spec: GameSpec, counters: Counters, slots: list, table, gatherer,
-                 cluster, schedule_round: Callable[[], None]):
+                 cluster, schedule_round: Callable[[], None], make_answerer: Callable[["RunControl"], "Answerer"]):
         # the supervisor makes it; answerers see only these methods
         self._ctx, self._gatherer, self._table, self._slots = ctx, gatherer, table, slots
         self._schedule_round = schedule_round
@@ -116,7 +116,6 @@ class RunControl:
         self.run_dir: Path = ctx.run_dir
         self.spec: GameSpec = spec
         self.counters: Counters = counters
-        self.answerer: Answerer | None = None  # told of resets; set once it is made (it takes this control)
         self.games = [GameRows(s.index, s.row0, s.nrows, s.group) for s in slots]
         # With a cluster, the game hosts' rows follow the table's (SplitRows routes them).
         self._remote = cluster
@@ -129,6 +128,9 @@ class RunControl:
         self._in_flight = np.zeros(self.n_rows, bool)  # held by a ticket not yet answered or released
         # an answerer that gathers: its rounds on its own thread, and the doorbells it waits on
         self.thread_rounds = ThreadRounds(self, gatherer, ctx.loop, schedule_round)
+        # Made last, from this control whole (its tickets, holds and answers); told of resets.
+        # A maker that refuses (a checkpoint of another network) raises here, before any game.
+        self.answerer: Answerer = make_answerer(self)
 
     @property
     def events(self) -> JsonLog:
@@ -232,8 +234,7 @@ class RunControl:
         what it keeps for them."""
         self._gen[rows] += 1
         self._in_flight[rows] = False
-        if self.answerer is not None:
-            self.answerer.rows_reset(rows)
+        self.answerer.rows_reset(rows)
 
     def arrived(self, rows: np.ndarray, host_gen: np.ndarray) -> None:
         """A game host's round for rows arrived, at the host's generations host_gen:

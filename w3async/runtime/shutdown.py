@@ -33,13 +33,18 @@ from w3async.sync.table import Table
 
 class Remains:
     """What a run leaves behind it: Wine's processes, the strays, the leftover check; its
-    `leftovers` go into the shutdown record. `keeper`, once the games' keeper is made:
-    its strays and its leftover check (before it, no game was started)."""
+    `leftovers` go into the shutdown record. Made before any part of the run (a set-up
+    that fails early still ends Wine); games_kept_by() once the games' keeper is made."""
 
     def __init__(self, runtimes: dict):
         self.runtimes = runtimes
-        self.keeper: GameKeeper | None = None
+        self.keeper: GameKeeper | None = None  # None: no game was started
         self.leftovers: dict = {}
+
+    def games_kept_by(self, keeper: GameKeeper) -> None:
+        """From now on games may run: the shutdown ends keeper's strays and runs its
+        leftover check (which knows the games' process groups) instead of Wine's alone."""
+        self.keeper = keeper
 
     async def end(self, td: Teardown) -> None:
         killed_wine = []

@@ -159,20 +159,18 @@ class Supervisor:
             if limits.why_off:
                 self.events.warning("limits_off", reason=limits.why_off,
                                     kept="the OOM score, the sampled max_rss_mb, the sandbox's sized tmpfs")
+        # The answerer is made inside, from the control it answers through (the composition
+        # root's maker, w3async/compose.py: the learner loads its checkpoint here, or refuses;
+        # a fixed policy with its episode book; an entry point's own).
         self.control = RunControl(ctx, self.spec, self.counters, self.slots, self.table, self.gatherer, self.cluster,
-                                  self.schedule_round)
+                                  self.schedule_round, self._make_answerer)
+        self.answerer = self.control.answerer
         self.teardown.push("rounds on the answerer's thread", self.control.thread_rounds.close)  # before the table's close
         self.keeper = GameKeeper(ctx, table=self.table, gatherer=self.gatherer, slots=self.slots, runtimes=self.runtimes,
                                  control=self.control, sandbox=self.sandbox, limits=limits, lock=self.lock,
                                  born=self.born,
                                  schedule_round=self.schedule_round)
-        self.remains.keeper = self.keeper
-        # the composition root's maker (w3async/compose.py: the learner loads its checkpoint
-        # here, or refuses; a fixed policy with its episode book; an entry point's own)
-        self.answerer = self._make_answerer(self.control)
-        self.control.answerer = self.answerer
-        if self.cluster is not None:
-            self.cluster.bind(self.control, self.answerer)
+        self.remains.games_kept_by(self.keeper)
         self.watch = RunWatch(ctx, slots=self.slots, runtimes=self.runtimes, counters=self.counters, keeper=self.keeper,
                               answerer=self.answerer, cluster=self.cluster, stats=self.stats,
                               started=self.started_monotonic)
@@ -448,7 +446,7 @@ class Supervisor:
         self.watch.start_accounting()
         await self._loop.run_in_executor(None, self.answerer.start, self._loop)
         if self.cluster is not None:  # Ray, the game hosts (their games start there)
-            await self.cluster.start(tasks)
+            await self.cluster.start(tasks, self.control, self.answerer)
             self.install_signals()
         tasks.append(self.task(self.watch.log_rounds(), "round statistics"))
         for s in self.slots:
