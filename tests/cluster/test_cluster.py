@@ -441,14 +441,17 @@ def test_a_run_ends_cleanly_after_a_host_fault(tmp_path, null_native, fault):
     else:
         assert shutdown[-1]["error"] is None, shutdown[-1]
     stops = {e["host"]: e for e in events(run_dir) if e["event"] == "host_stop"}
-    assert set(stops) == {"node1", "node2"} and stops["node2"]["leftovers"]["processes"] == []
-    swept = [e for e in events(run_dir) if e["event"] == "host_sweep" and e["host"] == "node1"]
+    assert set(stops) == {"node1", "node2"}
     if what != "host" or restarts == 0:  # dead at the stop (a restarted host may be back by then)
         assert stops["node1"]["fault"], stops["node1"]
-    if stops["node1"].get("fault"):  # its segments were the centre's to unlink
-        assert swept and swept[0]["unlinked"] and swept[0]["left"] == [], swept
-    else:
-        assert stops["node1"]["leftovers"]["processes"] == []
+    if not sigs[1:]:  # one signal: the healthy host has all the stop's time to answer
+        assert not stops["node2"]["fault"], stops["node2"]
+    for host, stop in stops.items():  # (a second signal 30 ms later may leave node2 unanswered too)
+        swept = [e for e in events(run_dir) if e["event"] == "host_sweep" and e["host"] == host]
+        if stop.get("fault"):  # the centre's sweep ended what it made (node1's segments: all of them)
+            assert swept and swept[0]["left"] == [] and (swept[0]["unlinked"] or host != "node1"), (host, swept)
+        else:
+            assert stop["leftovers"]["processes"] == [], (host, stop)
     deadline = time.monotonic() + 30
     while _in_session(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.5)

@@ -432,8 +432,18 @@ def _read_lock(run_dir: Path) -> dict:
 
 
 def _awaitable(ref):
-    """A Ray ObjectRef as an asyncio future of the running loop."""
-    return asyncio.wrap_future(ref.future())
+    """A Ray ObjectRef as an asyncio future of the running loop. Its error counts as
+    heard even when nobody awaits it any more (a stop that a second signal hurried past,
+    then the actor killed): the caller already took that as no answer, and asyncio would
+    report the error as never retrieved, a fault of the loop that ends the run."""
+    fut = asyncio.wrap_future(ref.future())
+    fut.add_done_callback(_heard)
+    return fut
+
+
+def _heard(fut: asyncio.Future) -> None:
+    if not fut.cancelled():
+        fut.exception()  # marks it retrieved; an awaiting caller still gets it raised
 
 
 def _host_class():
