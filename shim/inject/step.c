@@ -106,7 +106,7 @@ LONG CALLBACK hk_on_adapter_crash(EXCEPTION_POINTERS *ep)
 
 /* ---- the adapter and the step ---- */
 
-static uint64_t host_game_time_ms(void) { return hk_clock_now() / 10000; }
+static uint64_t host_game_time_ms(void) { return hk_clock_now() / HK_TICKS_PER_MS; }
 
 static volatile int g_finish; /* host->finish was called: exit 0 after this step */
 static void host_finish(void) { g_finish = 1; }
