@@ -241,6 +241,7 @@ async def test_the_centre_drops_a_stale_answer_and_names_the_hosts_generation(tm
     await sup.setup()
     try:
         c, d, h = sup.control, sup.answerer, sup.cluster.hosts_[0]
+        sup.cluster.control, sup.cluster.answerer = c, d  # what start() gives the link, without Ray
         state = dict(incarnation="i1", node="n", pid=1, agent_steps=0, failure=None)
 
         def host_round(n, gen):

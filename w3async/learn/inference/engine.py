@@ -193,17 +193,21 @@ class InferenceEngine:
 
     def publish(self, state_dict: dict, version: int) -> None:
         """New current-policy weights (net 0, and its greedy twin), in effect from the next
-        round on. The tensors are copied now, so the caller may go on training at once."""
-        self.load_net(0, state_dict, version)
-        if self.greedy_net is not None:
-            self.load_net(self.greedy_net, state_dict, version)
+        round on, for both at once (one copy, staged under one lock: a round never finds
+        the twin a version behind). The tensors are copied now, so the caller may go on
+        training at once."""
+        self._load([0] if self.greedy_net is None else [0, self.greedy_net], state_dict, version)
 
     def load_net(self, net: int, state_dict: dict, version: int) -> None:
         """Weights for net `net` (0 = current, 1.. = past snapshots), in effect from the
         next round on; the worker copies them into the net between rounds."""
         if not 0 <= net < self.n_nets:
             raise ValueError(f"net {net} is not in 0..{self.n_nets - 1}")
-        check_weights(net, self.nets[net].state_dict(), state_dict)  # here, where the caller learns of it
+        self._load([net], state_dict, version)
+
+    def _load(self, nets: list[int], state_dict: dict, version: int) -> None:
+        for net in nets:
+            check_weights(net, self.nets[net].state_dict(), state_dict)  # here, where the caller learns of it
         ready = None
         if self._runner is not None and all(v.device == self.device for v in state_dict.values()):
             # Weights already on the device (the learner's): copied device to device on the
@@ -215,17 +219,18 @@ class InferenceEngine:
             with torch.cuda.device(self.device):
                 stream = torch.cuda.current_stream(self.device)
                 copy = {k: v.detach().clone() for k, v in state_dict.items()}
-                if net not in self._published:  # one event per net: a stream waits on its latest record
-                    self._published[net] = torch.cuda.Event()
-                ready = self._published[net]
+                if nets[0] not in self._published:  # one event per first net: a stream waits on its latest record
+                    self._published[nets[0]] = torch.cuda.Event()
+                ready = self._published[nets[0]]
                 ready.record(stream)
         else:
             copy = {k: v.detach().to("cpu", copy=True) for k, v in state_dict.items()}
             if self._pin:  # a pageable upload would hold the CUDA driver's lock while it stages (measured in a Warcraft III harness under Wine)
                 copy = {k: v.pin_memory() for k, v in copy.items()}
-        with self._lock:
-            self._pending[net] = (copy, int(version), ready)
-            self._requested[net] = int(version)
+        with self._lock:  # the worker reads the copy, never writes it: the nets share it
+            for net in nets:
+                self._pending[net] = (copy, int(version), ready)
+                self._requested[net] = int(version)
 
     def _apply_pending(self) -> None:
         """Copy every pending load into its net. One that fails does not stop the others
